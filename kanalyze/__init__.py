@@ -1,0 +1,3 @@
+"""kanalyze: a Kafka wire-protocol analyzer."""
+
+__version__ = "0.1.0"
