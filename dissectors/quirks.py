@@ -1,0 +1,44 @@
+"""Every protocol special case, in one place.
+
+The schemas describe bodies; the few rules the JSON definitions do not carry
+(or carry only in Kafka's Java generator) live here so that no other module
+hard-codes an API key.
+"""
+
+from __future__ import annotations
+
+from dissectors.apis import REQUEST_FLEXIBLE_FROM, RESPONSE_FLEXIBLE_FROM
+
+API_PRODUCE = 0
+API_CONTROLLED_SHUTDOWN = 7
+API_SASL_HANDSHAKE = 17
+API_API_VERSIONS = 18
+API_SASL_AUTHENTICATE = 36
+
+# ClientId in the request header is a classic (int16-length) string even in
+# header v2: the spec marks the field "flexibleVersions": "none".
+CLIENT_ID_NEVER_COMPACT = True
+
+# Group APIs whose member metadata / assignment bytes embed the consumer
+# protocol when the protocol type is "consumer".
+CONSUMER_PROTOCOL_TYPE = "consumer"
+
+
+def _flexible(table: dict[int, int | None], api_key: int, api_version: int) -> bool:
+    first = table.get(api_key)
+    return first is not None and api_version >= first
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    """Request header version: 0 for ControlledShutdown v0, 2 when the request is flexible, else 1."""
+    if api_key == API_CONTROLLED_SHUTDOWN and api_version == 0:
+        return 0
+    return 2 if _flexible(REQUEST_FLEXIBLE_FROM, api_key, api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    """Response header version: ApiVersions is always 0 (clients must read it before knowing
+    the broker's versions); otherwise 1 when the response is flexible, else 0."""
+    if api_key == API_API_VERSIONS:
+        return 0
+    return 1 if _flexible(RESPONSE_FLEXIBLE_FROM, api_key, api_version) else 0
