@@ -1,0 +1,343 @@
+"""Record batches, magic 2 (Kafka >= 0.11): header, CRC32C, codec, varint records.
+
+Layout (61-byte header, big-endian), then the records, compressed as a whole
+when the codec bits are set:
+
+    base_offset int64 | batch_length int32 | partition_leader_epoch int32 |
+    magic int8 | crc uint32 | attributes int16 | last_offset_delta int32 |
+    base_timestamp int64 | max_timestamp int64 | producer_id int64 |
+    producer_epoch int16 | base_sequence int32 | record_count int32
+
+CRC32C covers attributes..end of batch. Attributes: bits 0-2 codec, bit 3
+timestamp type (log append), bit 4 transactional, bit 5 control, bit 6 delete
+horizon (base_timestamp is then the delete horizon). Header timestamps are
+kept as the raw millisecond ints; records carry ISO-8601 timestamps.
+
+Record: length varint | attributes int8 | timestamp_delta varlong |
+offset_delta varint | key_len varint | key | value_len varint | value |
+header_count varint | headers (key_len varint, key, value_len varint, value).
+A bad record is reported and skipped to its declared end.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+
+from dissectors.compression import CODEC_NAMES, decompress, output_cap
+from dissectors.context import DecodeContext
+from dissectors.control_records import decode_control
+from dissectors.diagnostics import Code, Diagnostic
+from dissectors.node import STRUCT, Node
+from dissectors.record_values import VarintError, iso_timestamp, read_varint, render_bytes
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LENGTH_BEFORE = 12  # base_offset + batch_length precede the counted bytes
+MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_BEFORE  # 49
+_CRC_START = 21  # attributes
+
+
+class RecordError(ValueError):
+    """A record field is inconsistent; `offset` locates it."""
+
+    def __init__(self, offset: int, message: str, code: Code = Code.BAD_RECORD) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.code = code
+
+
+def decode_batch_v2(
+    buf: memoryview, pos: int, end: int, source: int, ctx: DecodeContext
+) -> tuple[Node, int | None]:
+    """Decode the magic-2 batch at `pos` (records bytes end at `end`).
+
+    Returns the batch Node and the position of the next batch, or None when
+    the framing cannot be trusted any further (bad length).
+    """
+    diags: list[Diagnostic] = []
+    avail = end - pos
+    if avail < HEADER_SIZE:
+        return _short_batch(buf, pos, end, source, diags)
+    (
+        base_offset,
+        batch_length,
+        leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    ) = HEADER.unpack_from(buf, pos)
+    codec = attributes & 0x07
+    ts_type = "log_append" if attributes & 0x08 else "create"
+    is_control = bool(attributes & 0x20)
+    batch: dict[str, object] = {
+        "base_offset": base_offset,
+        "batch_length": batch_length,
+        "partition_leader_epoch": leader_epoch,
+        "magic": magic,
+        "crc": crc,
+        "crc_ok": None,
+        "attributes": attributes,
+        "codec": CODEC_NAMES.get(codec, f"unknown({codec})"),
+        "timestamp_type": ts_type,
+        "is_transactional": bool(attributes & 0x10),
+        "is_control": is_control,
+        "has_delete_horizon": bool(attributes & 0x40),
+        "last_offset_delta": last_offset_delta,
+        "base_timestamp": base_ts,
+        "max_timestamp": max_ts,
+        "producer_id": producer_id,
+        "producer_epoch": producer_epoch,
+        "base_sequence": base_sequence,
+        "record_count": record_count,
+        "partial": False,
+        "records": [],
+        "diagnostics": [],
+    }
+    node = Node("batch", STRUCT, pos, 0, batch, [], source, diags)
+    if batch_length < MIN_BATCH_LENGTH:
+        diags.append(
+            Diagnostic(
+                Code.BAD_LENGTH,
+                pos + 8,
+                f"batch_length {batch_length} is below the {MIN_BATCH_LENGTH}-byte header",
+            )
+        )
+        node.length = avail
+        batch["diagnostics"] = [d.to_json() for d in diags]
+        return node, None
+    size = LENGTH_BEFORE + batch_length
+    partial = size > avail
+    batch_end = end if partial else pos + size
+    node.length = batch_end - pos
+    batch["partial"] = partial
+    if not partial:
+        ok = crc32c.crc32c(buf[pos + _CRC_START : batch_end]) == crc
+        batch["crc_ok"] = ok
+        if not ok:
+            diags.append(
+                Diagnostic(Code.CRC_MISMATCH, pos + 17, f"CRC32C mismatch (stored {crc:#010x})")
+            )
+    rec_start = pos + HEADER_SIZE
+    if rec_start <= batch_end:
+        log_append = max_ts if ts_type == "log_append" else None
+        args = (base_offset, base_ts, log_append, ts_type, is_control, ctx)
+        if codec == 0:
+            records, nodes = _records(buf, rec_start, batch_end, source, args, diags, cut=partial)
+            _check_count(record_count, len(records), partial, pos + 57, diags)
+        elif codec not in CODEC_NAMES:
+            diags.append(
+                Diagnostic(Code.UNKNOWN_CODEC, pos + 21, f"unknown codec id {codec} in attributes")
+            )
+            batch["raw_records"] = render_bytes(
+                buf[rec_start:batch_end], ctx.limits.max_value_bytes
+            )
+            records, nodes = [], []
+        elif partial:  # a cut compressed batch: nothing to inflate reliably
+            records, nodes = [], []
+        else:
+            records, nodes = _compressed(buf, rec_start, batch_end, codec, args, diags, ctx)
+            if not any(
+                d.code is Code.DECOMPRESSION_LIMIT or d.code is Code.DECOMPRESSION_FAILED
+                for d in diags
+            ):
+                _check_count(record_count, len(records), False, pos + 57, diags)
+        batch["records"] = records
+        node.children = nodes
+    batch["diagnostics"] = [d.to_json() for d in diags]
+    return node, batch_end
+
+
+_FIELDS = (
+    "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
+    "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+    "base_sequence", "record_count",
+)  # fmt: skip
+_FIELD_ENDS = (8, 12, 16, 17, 21, 23, 27, 35, 43, 51, 53, 57, 61)
+
+
+def _short_batch(
+    buf: memoryview, pos: int, end: int, source: int, diags: list[Diagnostic]
+) -> tuple[Node, int | None]:
+    """A batch cut inside its 61-byte header: the fields present, None for the rest."""
+    values = HEADER.unpack_from(bytes(buf[pos:end]).ljust(HEADER_SIZE, b"\0"))
+    batch: dict[str, object] = {
+        name: (v if pos + e <= end else None)
+        for name, v, e in zip(_FIELDS, values, _FIELD_ENDS, strict=True)
+    }
+    node = Node("batch", STRUCT, pos, end - pos, batch, [], source, diags)
+    length = batch["batch_length"]
+    if isinstance(length, int) and length < MIN_BATCH_LENGTH:
+        diags.append(
+            Diagnostic(
+                Code.BAD_LENGTH,
+                pos + 8,
+                f"batch_length {length} is below the {MIN_BATCH_LENGTH}-byte header",
+            )
+        )
+        partial = False
+    else:
+        partial = True
+    attributes = batch["attributes"]
+    batch.update(
+        crc_ok=None,
+        codec=None
+        if attributes is None
+        else CODEC_NAMES.get(attributes & 7, f"unknown({attributes & 7})"),
+        is_transactional=None if attributes is None else bool(attributes & 0x10),
+        is_control=None if attributes is None else bool(attributes & 0x20),
+        partial=partial,
+        records=[],
+        diagnostics=[d.to_json() for d in diags],
+    )
+    return node, (end if partial else None)
+
+
+def _check_count(
+    declared: int, found: int, partial: bool, off: int, diags: list[Diagnostic]
+) -> None:
+    if not partial and declared != found:
+        diags.append(
+            Diagnostic(Code.BAD_RECORD, off, f"record_count says {declared}, found {found} records")
+        )
+
+
+def _compressed(buf, start, end, codec, args, diags, ctx):
+    limits = ctx.limits
+    cap = output_cap(end - start, limits.max_decompressed_bytes, limits.max_decompression_ratio)
+    res = decompress(codec, buf[start:end], cap)
+    if res.error is not None:
+        diags.append(Diagnostic(res.error, start, res.message))
+    if not res.data:
+        return [], []
+    source = ctx.add_buffer(res.data)
+    cut = res.error is not None
+    return _records(
+        memoryview(res.data),
+        0,
+        len(res.data),
+        source,
+        args,
+        diags,
+        cut=cut,
+        where=" (decompressed)",
+    )
+
+
+def _records(buf, pos, end, source, args, diags, *, cut, where=""):
+    """Decode varint records in buf[pos:end]; `cut` = the bytes stop early (partial or capped)."""
+    base_offset, base_ts, log_append, ts_type, is_control, ctx = args
+    max_value = ctx.limits.max_value_bytes
+    records: list[dict] = []
+    nodes: list[Node] = []
+    while pos < end:
+        start = pos
+        try:
+            length, pos = read_varint(buf, pos, end)
+        except VarintError as exc:
+            if not cut:
+                diags.append(
+                    Diagnostic(Code.BAD_VARINT, exc.offset, f"record length{where}: {exc}")
+                )
+            break
+        rec_end = pos + length
+        if length <= 0 or rec_end > end:
+            if not (cut and rec_end > end):
+                diags.append(
+                    Diagnostic(
+                        Code.BAD_RECORD,
+                        start,
+                        f"record length {length}{where} does not fit in the batch",
+                    )
+                )
+            break
+        rdiags: list[Diagnostic] = []
+        try:
+            rec = _record(buf, pos, rec_end, base_offset, base_ts, log_append, ts_type, max_value)
+        except VarintError as exc:
+            rdiags.append(Diagnostic(Code.BAD_VARINT, exc.offset, f"record{where}: {exc}"))
+            rec = None
+        except RecordError as exc:
+            rdiags.append(Diagnostic(exc.code, exc.offset, f"record{where}: {exc}"))
+            rec = None
+        if rec is not None:
+            spans = rec.pop("_spans")
+            parsed_end = rec.pop("_end")
+            if parsed_end != rec_end:
+                rdiags.append(
+                    Diagnostic(
+                        Code.BAD_RECORD,
+                        parsed_end,
+                        f"{rec_end - parsed_end} bytes left over in the record{where}",
+                    )
+                )
+            if is_control:
+                rec["control"] = decode_control(buf, *spans, ctx, rdiags)
+            records.append(rec)
+            nodes.append(
+                Node(str(len(nodes)), STRUCT, start, rec_end - start, rec, None, source, rdiags)
+            )
+        diags.extend(rdiags)
+        pos = rec_end
+    return records, nodes
+
+
+def _record(buf, pos, end, base_offset, base_ts, log_append, ts_type, max_value) -> dict:
+    attributes = buf[pos]
+    ts_delta, pos = read_varint(buf, pos + 1, end, 10)
+    offset_delta, pos = read_varint(buf, pos, end)
+    key_len, pos = read_varint(buf, pos, end)
+    key_off = pos
+    pos = _skip(pos, key_len, end, "key")
+    value_len, pos = read_varint(buf, pos, end)
+    value_off = pos
+    pos = _skip(pos, value_len, end, "value")
+    count, pos = read_varint(buf, pos, end)
+    if count < 0 or count > (end - pos) // 2:
+        raise RecordError(pos, f"header count {count} does not fit in the record")
+    headers = []
+    for _ in range(count):
+        hk_len, pos = read_varint(buf, pos, end)
+        if hk_len < 0:
+            raise RecordError(pos, f"header key length {hk_len}")
+        hk = pos
+        pos = _skip(pos, hk_len, end, "header key")
+        hv_len, pos = read_varint(buf, pos, end)
+        hv = pos
+        pos = _skip(pos, hv_len, end, "header value")
+        headers.append(
+            {
+                "key": render_bytes(buf[hk : hk + hk_len]),
+                "value": render_bytes(buf[hv : hv + hv_len] if hv_len >= 0 else None, max_value),
+            }
+        )
+    ts = log_append if log_append is not None else base_ts + ts_delta
+    return {
+        "offset": base_offset + offset_delta,
+        "offset_delta": offset_delta,
+        "timestamp": iso_timestamp(ts),
+        "timestamp_ms": ts,
+        "timestamp_type": ts_type,
+        "attributes": attributes,
+        "key": render_bytes(buf[key_off : key_off + key_len] if key_len >= 0 else None, max_value),
+        "value": render_bytes(
+            buf[value_off : value_off + value_len] if value_len >= 0 else None, max_value
+        ),
+        "headers": headers,
+        "_spans": (key_off, key_len, value_off, value_len),
+        "_end": pos,
+    }
+
+
+def _skip(pos: int, n: int, end: int, what: str) -> int:
+    if n < -1 or pos + n > end:
+        raise RecordError(pos, f"{what} length {n} does not fit in the record")
+    return pos + n if n > 0 else pos

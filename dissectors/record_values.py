@@ -1,0 +1,88 @@
+"""Small pieces shared by the record decoders: varints, timestamps, byte values.
+
+Byte values (keys, values, header values) become JSON-ready values:
+
+- ``None`` stays ``None`` (a null key/value, length -1);
+- valid UTF-8 becomes a ``str``;
+- anything else becomes ``{"b64": "<base64>"}``.
+
+With a `max_value_bytes` limit, a longer value is cut to that many bytes and
+marked: ``{"text": "<prefix>", "truncated": true, "size": N}`` when the kept
+prefix is UTF-8 (a character split by the cut is dropped), else
+``{"b64": "<base64 of prefix>", "truncated": true, "size": N}``; `size` is
+the full length in bytes. Only the kept prefix is ever inspected or copied.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class VarintError(ValueError):
+    """A varint ran past its end or over its maximum width; `offset` is where it started."""
+
+    def __init__(self, offset: int, message: str) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+def read_varint(buf: memoryview, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
+    """Zigzag varint (varlong with max_bytes=10) at `pos`; returns (value, next pos).
+
+    Raises VarintError when the varint is cut by `end` or longer than `max_bytes`.
+    """
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:  # fast path: one byte
+            return (b >> 1) ^ -(b & 1), pos + 1
+    start = pos
+    result = 0
+    shift = 0
+    limit = min(end, pos + max_bytes)
+    while pos < limit:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+    if pos >= end and pos - start < max_bytes:
+        raise VarintError(start, "varint runs past the end of the record")
+    raise VarintError(start, f"varint longer than {max_bytes} bytes")
+
+
+def iso_timestamp(ms: int | None) -> str | None:
+    """Milliseconds since the epoch as ISO-8601 UTC with ms precision and 'Z'; -1/None → None."""
+    if ms is None or ms == -1:
+        return None
+    try:
+        t = _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return None
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def render_bytes(data: bytes | memoryview | None, max_bytes: int | None = None) -> object:
+    """A key/value/header value as JSON-ready data (see the module docstring)."""
+    if data is None:
+        return None
+    size = len(data)
+    if max_bytes is not None and size > max_bytes:
+        kept = bytes(data[:max_bytes])
+        for cut in range(4):  # drop at most 3 bytes of a character split by the cut
+            try:
+                text = kept[: len(kept) - cut].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if exc.start < len(kept) - 3:
+                    break
+                continue
+            return {"text": text, "truncated": True, "size": size}
+        return {"b64": base64.b64encode(kept).decode("ascii"), "truncated": True, "size": size}
+    raw = bytes(data)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(raw).decode("ascii")}
