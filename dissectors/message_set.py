@@ -9,7 +9,8 @@ bit 3 timestamp type (magic 1). A compressed "wrapper" message holds, in its
 value, a whole compressed message set of inner messages. Inner offsets are
 absolute for magic 0; for magic 1 they are relative and the wrapper carries
 the absolute offset of the LAST inner message, so
-``absolute = wrapper_offset - last_relative + relative``. A magic-1 wrapper
+``absolute = wrapper_offset - last_relative + relative`` (kept relative when
+that base is negative, as Kafka does for a producer's wrapper at offset 0). A magic-1 wrapper
 with the log-append timestamp type stamps every inner message with its own
 timestamp.
 
@@ -163,6 +164,8 @@ def _fields(m: _Msg) -> dict[str, object]:
         "attributes": attrs if known else None,
         "codec": CODEC_NAMES.get(attrs & 7, f"unknown({attrs & 7})") if known else None,
         "timestamp_type": _ts_type(m) if known else None,
+        "timestamp": iso_timestamp(m.timestamp),
+        "timestamp_ms": m.timestamp,
     }
 
 
@@ -252,8 +255,11 @@ def _inner(
         pos = m.end
     if not inner:
         return [], []
-    relative = wrapper.magic >= 1
-    base = wrapper.offset - inner[-1].offset if relative else 0
+    base = wrapper.offset - inner[-1].offset if wrapper.magic >= 1 else 0
+    if (
+        base < 0
+    ):  # as Kafka: a producer's wrapper (offset 0) leaves the relative offsets as they are
+        base = 0
     stamp = wrapper.timestamp if wrapper.magic == 1 and wrapper.attributes & 0x08 else None
     records: list[dict] = []
     nodes: list[Node] = []

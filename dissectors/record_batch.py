@@ -29,7 +29,7 @@ from dissectors.compression import CODEC_NAMES, decompress, output_cap
 from dissectors.context import DecodeContext
 from dissectors.control_records import decode_control
 from dissectors.diagnostics import Code, Diagnostic
-from dissectors.node import STRUCT, Node
+from dissectors.node import RAW, STRUCT, Node
 from dissectors.record_values import VarintError, iso_timestamp, read_varint, render_bytes
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -132,7 +132,7 @@ def decode_batch_v2(
         args = (base_offset, base_ts, log_append, ts_type, is_control, ctx)
         if codec == 0:
             records, nodes = _records(buf, rec_start, batch_end, source, args, diags, cut=partial)
-            _check_count(record_count, len(records), partial, pos + 57, diags)
+            _check_count(record_count, len(nodes), partial, pos + 57, diags)
         elif codec not in CODEC_NAMES:
             diags.append(
                 Diagnostic(Code.UNKNOWN_CODEC, pos + 21, f"unknown codec id {codec} in attributes")
@@ -149,7 +149,7 @@ def decode_batch_v2(
                 d.code is Code.DECOMPRESSION_LIMIT or d.code is Code.DECOMPRESSION_FAILED
                 for d in diags
             ):
-                _check_count(record_count, len(records), False, pos + 57, diags)
+                _check_count(record_count, len(nodes), False, pos + 57, diags)
         batch["records"] = records
         node.children = nodes
     batch["diagnostics"] = [d.to_json() for d in diags]
@@ -282,9 +282,9 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
             if is_control:
                 rec["control"] = decode_control(buf, *spans, ctx, rdiags)
             records.append(rec)
-            nodes.append(
-                Node(str(len(nodes)), STRUCT, start, rec_end - start, rec, None, source, rdiags)
-            )
+        # a record skipped as bad keeps a RAW node: the hex view shows it with its diagnostics
+        kind = STRUCT if rec is not None else RAW
+        nodes.append(Node(str(len(nodes)), kind, start, rec_end - start, rec, None, source, rdiags))
         diags.extend(rdiags)
         pos = rec_end
     return records, nodes
