@@ -1,0 +1,1 @@
+"""Pure consumers of exchanges: statistics, replication, delivery semantics, groups."""

@@ -1,0 +1,45 @@
+"""The `kanalyze` command line: one subcommand module per job under kanalyze/commands/."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from kanalyze import __version__
+from kanalyze.capture import CaptureError
+
+COMMANDS = ("export", "summary", "schemas")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kanalyze",
+        description="Kafka wire-protocol analyzer: captures in, matched and decoded exchanges out.",
+    )
+    parser.add_argument("--version", action="version", version=f"kanalyze {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        importlib.import_module(f"kanalyze.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except CaptureError:
+        return 2
+    except BrokenPipeError:
+        # the reader went away (e.g. `| head`); not an error worth a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

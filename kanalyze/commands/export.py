@@ -1,0 +1,44 @@
+"""`kanalyze export`: one JSON line per Kafka exchange, in start-time order."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kanalyze.commands.common import (
+    add_decode_arguments,
+    add_input_arguments,
+    decode_context,
+    engine_options,
+)
+from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.session import Session
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write matched exchanges as NDJSON", description=__doc__)
+    add_input_arguments(p)
+    add_decode_arguments(p)
+    p.add_argument("-o", "--output", default="-", metavar="OUT", help="output file (default: stdout)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    session = Session(args.files, engine_options(args))
+    enc = ExchangeEncoder(decode_context(args), decode=not args.header_only)
+    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    try:
+        write = out.write
+        for ex in session.exchanges():
+            write(dumps(enc.encode(ex)))
+            write("\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+        else:
+            out.flush()
+    for _name, _d in session.capture.diagnostics:
+        pass
+    return 0

@@ -1,0 +1,83 @@
+"""`kanalyze summary`: exchanges per api/version, statuses, errors, latency, byte accounting."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dissectors.context import DecodeContext
+from kanalyze.analysis.summary import Summary, error_codes
+from kanalyze.commands.common import add_input_arguments, engine_options
+from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.session import Session
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("summary", help="counts, statuses, errors, latency and byte accounting", description=__doc__)
+    add_input_arguments(p)
+    p.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    p.set_defaults(run=run)
+
+
+def build(session: Session) -> dict[str, object]:
+    """Run the session and return the summary document."""
+    enc = ExchangeEncoder(DecodeContext(decode_records=False))
+    summary = Summary()
+    for ex in session.exchanges():
+        codes: list[int] = []
+        if ex.response is not None and ex.api_key is not None and ex.api_key >= 0:
+            node, _ = enc.body(ex, ex.response, False)
+            if node is not None:
+                codes = error_codes(node)
+        summary.add(ex, codes)
+    assert session.engine is not None
+    return summary.to_json(session.engine.stats, session.capture)
+
+
+def run(args: argparse.Namespace) -> int:
+    doc = build(Session(args.files, engine_options(args)))
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(doc))
+    return 0
+
+
+def _ms(v: object) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def render(doc: dict) -> str:
+    lines = [f"files: {', '.join(doc['files'])}   packets: {doc['packets']}   exchanges: {doc['exchanges']}"]
+    st = doc["status"]
+    lines.append("status: " + ", ".join(f"{k} {v}" for k, v in st.items()))
+    lat = doc["latency_ms"]
+    lines.append(f"latency ms: p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  max {_ms(lat['max'])}")
+    c = doc["connections"]
+    lines.append(f"connections: {c['total']} ({c['kafka']} Kafka, {c['non_kafka']} other, {c['empty']} without payload)")
+    lines.append("")
+    lines.append(f"{'api':<28}{'ver':>4}{'count':>9}{'p50 ms':>11}{'p99 ms':>11}{'max ms':>11}")
+    for a in doc["apis"]:
+        name = a["api"] or "(request not captured)"
+        ver = "" if a["api_version"] is None else str(a["api_version"])
+        la = a["latency_ms"]
+        lines.append(f"{name:<28}{ver:>4}{a['count']:>9}{_ms(la['p50']):>11}{_ms(la['p99']):>11}{_ms(la['max']):>11}")
+    if doc["errors"]:
+        lines.append("")
+        lines.append("errors:")
+        lines.extend(f"  {e['count']:>7}  {e['name']} ({e['code']}) in {e['api']}" for e in doc["errors"])
+    lines.append("")
+    lines.append(f"{'bytes':<18}{'stream':>12}{'decoded':>12}{'skipped':>10}{'gaps':>10}{'retrans':>10}")
+    for side in ("client_to_broker", "broker_to_client"):
+        b = doc["bytes"][side]
+        lines.append(f"{side:<18}{b['stream']:>12}{b['decoded']:>12}{b['skipped']:>10}{b['gaps']:>10}{b['retransmitted']:>10}")
+    lines.append(f"non-Kafka TCP bytes: {doc['bytes']['non_kafka']}")
+    ev = doc["stream_events"]
+    if ev:
+        lines.append("")
+        lines.append(f"stream events ({len(ev)}):")
+        lines.extend(f"  conn {e['connection']} {e['side']} frame {e['frame']}: {e['code']}: {e['message']}" for e in ev[:20])
+    lines.extend(f"capture: {d['file']}: offset {d['offset']}: {d['message']}" for d in doc["capture_diagnostics"])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,324 @@
+"""Pair requests with responses on one connection by correlation id.
+
+Kafka answers requests on a connection in order, each response echoing the
+request's correlation id; the response header's version follows the
+request's api and version (dissectors.quirks). Produce with acks=0 gets no
+response. After a SaslHandshake v0, raw length-prefixed SASL tokens (no Kafka
+header) flow until the client sends a real request again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dissectors.apis import API_NAMES, REQUEST_VERSIONS
+from dissectors.diagnostics import Code, Diagnostic
+from dissectors.quirks import (
+    API_PRODUCE,
+    API_SASL_HANDSHAKE,
+    request_header_version,
+    response_header_version,
+)
+from kanalyze.framing import Pdu
+
+SASL_RAW_API = -1  # api_key reported for raw (un-headered) SASL token exchanges
+SASL_RAW_NAME = "SaslRaw"
+
+OK, NO_RESPONSE, REQUEST_MISSING = "ok", "no_response", "request_missing"
+
+
+@dataclass(slots=True)
+class ConnInfo:
+    """Who talks on a connection: `id` is the order of first appearance (1-based)."""
+
+    id: int
+    client: str
+    broker: str
+
+
+@dataclass(slots=True)
+class Message:
+    """One side of an exchange: the frame, its parsed header and where the body starts."""
+
+    pdu: Pdu
+    header: dict[str, object]
+    body_offset: int
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    done: bool = False  # answered, or given up on (lets the output orderer drop it lazily)
+
+
+@dataclass(slots=True)
+class Exchange:
+    conn: ConnInfo
+    api_key: int | None
+    api_version: int | None
+    correlation_id: int | None
+    client_id: str | None
+    status: str
+    request: Message | None
+    response: Message | None
+    acks: int | None = None  # Produce only
+
+    @property
+    def start_ts(self) -> int:
+        m = self.request or self.response
+        return m.pdu.last_ts if m else 0
+
+    @property
+    def api(self) -> str | None:
+        if self.api_key == SASL_RAW_API:
+            return SASL_RAW_NAME
+        return API_NAMES.get(self.api_key) if self.api_key is not None else None
+
+    @property
+    def latency_ns(self) -> int | None:
+        if self.request and self.response:
+            return self.response.pdu.last_ts - self.request.pdu.last_ts
+        return None
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """(value, next position); (-1, pos) when malformed or truncated."""
+    result = shift = 0
+    for i in range(pos, min(pos + 5, len(buf))):
+        b = buf[i]
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, i + 1
+        shift += 7
+    return -1, pos
+
+
+def _skip_tagged(buf: bytes, pos: int, header: dict[str, object]) -> int:
+    """Skip a tagged-field section, keeping the raw fields in header['tagged_fields']; -1 if malformed."""
+    count, pos = _uvarint(buf, pos)
+    if count < 0:
+        return -1
+    tags: dict[str, str] = {}
+    for _ in range(count):
+        tag, pos = _uvarint(buf, pos)
+        size, pos2 = _uvarint(buf, pos) if tag >= 0 else (-1, pos)
+        if tag < 0 or size < 0 or pos2 + size > len(buf):
+            return -1
+        tags[str(tag)] = buf[pos2 : pos2 + size].hex()
+        pos = pos2 + size
+    if tags:
+        header["tagged_fields"] = tags
+    return pos
+
+
+def parse_request_header(data: bytes) -> tuple[dict[str, object], int, list[Diagnostic]] | None:
+    """(header, body offset, diagnostics) of a request frame, or None if it is not a request."""
+    if len(data) < 8:
+        return None
+    api = int.from_bytes(data[0:2], "big", signed=True)
+    ver = int.from_bytes(data[2:4], "big", signed=True)
+    corr = int.from_bytes(data[4:8], "big", signed=True)
+    if api not in API_NAMES:
+        return None
+    header: dict[str, object] = {"request_api_key": api, "request_api_version": ver, "correlation_id": corr}
+    diags: list[Diagnostic] = []
+    hv = request_header_version(api, ver)
+    pos = 8
+    if hv >= 1:
+        if len(data) < 10:
+            diags.append(Diagnostic(Code.TRUNCATED, 8, "request header ends before client_id"))
+            header["client_id"] = None
+            return header, len(data), diags
+        clen = int.from_bytes(data[8:10], "big", signed=True)
+        pos = 10
+        if clen >= 0:
+            if pos + clen > len(data):
+                diags.append(Diagnostic(Code.TRUNCATED, 8, f"client_id of {clen} bytes runs past the frame"))
+                header["client_id"] = None
+                return header, len(data), diags
+            header["client_id"] = data[pos : pos + clen].decode("utf-8", "replace")
+            pos += clen
+        elif clen == -1:
+            header["client_id"] = None
+        else:
+            diags.append(Diagnostic(Code.BAD_LENGTH, 8, f"client_id length {clen}"))
+            header["client_id"] = None
+            return header, len(data), diags
+    if hv >= 2:
+        end = _skip_tagged(data, pos, header)
+        if end < 0:
+            diags.append(Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in request header"))
+            return header, len(data), diags
+        pos = end
+    rng = REQUEST_VERSIONS.get(api)
+    if rng and not rng[0] <= ver <= rng[1]:
+        diags.append(Diagnostic(Code.UNSUPPORTED_VERSION, 2, f"{API_NAMES[api]} v{ver} is outside the known versions {rng[0]}-{rng[1]}"))
+    return header, pos, diags
+
+
+def parse_response_header(data: bytes, api: int, ver: int) -> tuple[dict[str, object], int, list[Diagnostic]]:
+    header: dict[str, object] = {"correlation_id": int.from_bytes(data[0:4], "big", signed=True)}
+    diags: list[Diagnostic] = []
+    pos = 4
+    if response_header_version(api, ver) >= 1:
+        end = _skip_tagged(data, pos, header)
+        if end < 0:
+            diags.append(Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in response header"))
+            return header, len(data), diags
+        pos = end
+    return header, pos, diags
+
+
+def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
+    """The acks field of a Produce request body (after transactional_id in v3+), or None."""
+    try:
+        if ver >= 9:
+            n, pos = _uvarint(data, pos)
+            if n < 0:
+                return None
+            pos += max(n - 1, 0)
+        elif ver >= 3:
+            n = int.from_bytes(data[pos : pos + 2], "big", signed=True)
+            pos += 2 + max(n, 0)
+        if pos + 2 > len(data):
+            return None
+        return int.from_bytes(data[pos : pos + 2], "big", signed=True)
+    except IndexError:
+        return None
+
+
+class Correlator:
+    """Pending requests of one connection; emits an `Exchange` per pair, orphan or timeout."""
+
+    __slots__ = ("conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending")
+
+    def __init__(
+        self,
+        conn: ConnInfo,
+        emit: Callable[[Exchange], None],
+        on_pending: Callable[[Message], None],
+        max_pending: int = 10_000,
+    ) -> None:
+        self.conn = conn
+        self.emit = emit
+        self.on_pending = on_pending
+        self.pending: dict[int, deque[tuple[Message, int | None]]] = {}
+        self.count = 0
+        self.max_pending = max_pending
+        self.sasl_raw = False  # SaslHandshake v0 succeeded: raw SASL tokens may follow
+        self.raw_pending: deque[Message] = deque()
+
+    def expects(self, corr: int) -> bool:
+        return corr in self.pending
+
+    def request(self, pdu: Pdu) -> bool:
+        """Take a client frame. False when it does not parse as a Kafka request (and is not raw SASL)."""
+        parsed = parse_request_header(pdu.data)
+        if parsed is None:
+            if self.sasl_raw:
+                msg = Message(pdu, {}, 0)
+                self.raw_pending.append(msg)
+                self.on_pending(msg)
+                return True
+            return False
+        self.sasl_raw = False
+        header, body_at, diags = parsed
+        msg = Message(pdu, header, body_at, diags)
+        if pdu.missing:
+            diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
+        api, ver, corr = header["request_api_key"], header["request_api_version"], header["correlation_id"]
+        acks = produce_acks(ver, pdu.data, body_at) if api == API_PRODUCE else None  # type: ignore[arg-type]
+        if acks == 0:
+            self.emit(self._exchange(msg, None, OK, acks))
+            return True
+        queue = self.pending.get(corr)  # type: ignore[arg-type]
+        if queue is None:
+            self.pending[corr] = deque([(msg, acks)])  # type: ignore[index]
+        else:
+            diags.append(Diagnostic(Code.DUPLICATE_CORRELATION_ID, 4, f"correlation id {corr} is already awaiting a response"))
+            queue.append((msg, acks))
+        self.count += 1
+        self.on_pending(msg)
+        if self.count > self.max_pending:
+            self._evict_oldest()
+        return True
+
+    def response(self, pdu: Pdu) -> None:
+        if self.raw_pending:
+            req = self.raw_pending.popleft()
+            req.done = True
+            resp = Message(pdu, {}, 0)
+            self.emit(Exchange(self.conn, SASL_RAW_API, 0, None, None, OK, req, resp))
+            return
+        if len(pdu.data) < 4:
+            resp = Message(pdu, {}, len(pdu.data), [Diagnostic(Code.TRUNCATED, 0, "response shorter than a correlation id")])
+            self.emit(Exchange(self.conn, None, None, None, None, REQUEST_MISSING, None, resp))
+            return
+        corr = int.from_bytes(pdu.data[0:4], "big", signed=True)
+        queue = self.pending.get(corr)
+        if not queue:
+            header: dict[str, object] = {"correlation_id": corr}
+            resp = Message(pdu, header, 4)
+            self.emit(Exchange(self.conn, None, None, corr, None, REQUEST_MISSING, None, resp))
+            return
+        req, acks = queue.popleft()
+        if not queue:
+            del self.pending[corr]
+        self.count -= 1
+        req.done = True
+        api, ver = req.header["request_api_key"], req.header["request_api_version"]
+        header, body_at, diags = parse_response_header(pdu.data, api, ver)  # type: ignore[arg-type]
+        if pdu.missing:
+            diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
+        resp = Message(pdu, header, body_at, diags)
+        if api == API_SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
+            self.sasl_raw = int.from_bytes(pdu.data[body_at : body_at + 2], "big", signed=True) == 0
+        self.emit(self._exchange(req, resp, OK, acks))
+
+    def _exchange(self, req: Message, resp: Message | None, status: str, acks: int | None) -> Exchange:
+        h = req.header
+        return Exchange(
+            self.conn,
+            h["request_api_key"],  # type: ignore[arg-type]
+            h["request_api_version"],  # type: ignore[arg-type]
+            h["correlation_id"],  # type: ignore[arg-type]
+            h.get("client_id"),  # type: ignore[arg-type]
+            status,
+            req,
+            resp,
+            acks,
+        )
+
+    def _evict_oldest(self) -> None:
+        oldest = min(self.pending, key=lambda c: self.pending[c][0][0].pdu.last_ts)
+        req, acks = self.pending[oldest].popleft()
+        if not self.pending[oldest]:
+            del self.pending[oldest]
+        self.count -= 1
+        req.done = True
+        req.diagnostics.append(Diagnostic(Code.PENDING_LIMIT, 0, f"more than {self.max_pending} requests pending; oldest given up"))
+        self.emit(self._exchange(req, None, NO_RESPONSE, acks))
+
+    def expire(self, older_than_ns: int) -> None:
+        """Give up on requests that began before `older_than_ns` (live mode / long captures)."""
+        for corr in list(self.pending):
+            q = self.pending[corr]
+            while q and q[0][0].pdu.last_ts < older_than_ns:
+                req, acks = q.popleft()
+                self.count -= 1
+                req.done = True
+                self.emit(self._exchange(req, None, NO_RESPONSE, acks))
+            if not q:
+                del self.pending[corr]
+
+    def close(self) -> None:
+        """Connection over: every request still waiting is `no_response`."""
+        waiting = [item for q in self.pending.values() for item in q]
+        waiting.sort(key=lambda item: item[0].pdu.last_ts)
+        self.pending.clear()
+        self.count = 0
+        for req, acks in waiting:
+            req.done = True
+            self.emit(self._exchange(req, None, NO_RESPONSE, acks))
+        while self.raw_pending:
+            req = self.raw_pending.popleft()
+            req.done = True
+            self.emit(Exchange(self.conn, SASL_RAW_API, 0, None, None, NO_RESPONSE, req, None))

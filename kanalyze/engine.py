@@ -1,0 +1,293 @@
+"""The pipeline from packets to exchanges: flows → reassembly → framing → correlation.
+
+`Engine.feed(packet)` is push-style so the same object serves offline files,
+live capture and Spark tasks. Completed exchanges leave through an orderer
+that releases them by start time once no earlier request can still complete
+(bounded by `order_window_ns`, so one unanswered request cannot hold the
+output back forever).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kanalyze.capture import Packet
+from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
+from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, decode_segment, format_endpoint
+from kanalyze.framing import Framer, Pdu, plausible_request
+from kanalyze.reassembly import HalfStream, ReassemblyLimits
+
+WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})
+DETECTION_BUDGET = 64 * 1024  # client bytes searched for a first request before a flow is judged not Kafka
+
+
+@dataclass(slots=True)
+class EngineOptions:
+    ports: frozenset[int] = frozenset()  # --port: these are broker ports, always Kafka
+    max_frame: int = 256 * 1024 * 1024
+    max_pending: int = 10_000
+    order_window_ns: int = 60 * 1_000_000_000
+    pending_timeout_ns: int | None = None  # live mode: give up on requests older than this
+    reassembly: ReassemblyLimits = field(default_factory=ReassemblyLimits)
+
+
+@dataclass(slots=True)
+class DirectionTotals:
+    """Byte accounting for one side of the Kafka connections: stream = frames + skipped + gaps."""
+
+    stream: int = 0
+    frames: int = 0
+    skipped: int = 0
+    gaps: int = 0
+    gap_count: int = 0
+    retransmitted: int = 0
+    overlap_conflicts: int = 0
+    pdus: int = 0
+
+    def add(self, half: HalfStream, framer: Framer) -> None:
+        self.stream += half.next
+        self.frames += framer.pdu_bytes
+        self.skipped += framer.skipped
+        self.gaps += half.gap_bytes
+        self.gap_count += half.gaps
+        self.retransmitted += half.retransmitted
+        self.overlap_conflicts += half.overlap_conflicts
+        self.pdus += framer.frames
+
+
+@dataclass(slots=True)
+class EngineStats:
+    flows: FlowStats = field(default_factory=FlowStats)
+    connections: int = 0
+    kafka_connections: int = 0
+    non_kafka_connections: int = 0
+    non_kafka_bytes: int = 0
+    empty_connections: int = 0  # no payload at all (refused, probes, idle)
+    client: DirectionTotals = field(default_factory=DirectionTotals)
+    broker: DirectionTotals = field(default_factory=DirectionTotals)
+    # stream events worth showing: (connection id, side, code, stream offset, packet, message)
+    events: list[tuple[int, str, str, int, int, str]] = field(default_factory=list)
+    max_events: int = 10_000
+    events_dropped: int = 0
+
+
+class Connection:
+    """One TCP connection: two half streams, two framers, one correlator."""
+
+    __slots__ = (
+        "info",
+        "client_key",
+        "c2s",
+        "s2c",
+        "cf",
+        "sf",
+        "corr",
+        "kafka",
+        "forced",
+        "ignored",
+        "clock",
+        "closed",
+        "delivered_before_ignore",
+    )
+
+    def __init__(self, engine: Engine, info: ConnInfo, client_key: tuple, forced: bool, syn_seen: bool) -> None:
+        self.info = info
+        self.client_key = client_key
+        self.forced = forced
+        self.kafka = False  # confirmed by a plausible request
+        self.ignored = False
+        self.clock = 0
+        self.closed = False
+        self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
+        mf = engine.opts.max_frame
+        self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
+        self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen)
+        self.c2s = HalfStream(self.cf, engine.opts.reassembly)
+        self.s2c = HalfStream(self.sf, engine.opts.reassembly)
+
+    def _client_pdu(self, pdu: Pdu) -> None:
+        if self.ignored:
+            return
+        if not self.kafka:
+            head = pdu.size.to_bytes(4, "big") + pdu.data[:1024]
+            if plausible_request(head, 0) != 1 and not self.forced:
+                self.ignored = True
+                return
+            self.kafka = True
+        if not self.corr.request(pdu):
+            self.cf.events.append(
+                ("bad_header", pdu.offset, pdu.last_pkt, "frame does not parse as a Kafka request header")
+            )
+
+    def _server_pdu(self, pdu: Pdu) -> None:
+        if self.kafka and not self.ignored:
+            self.corr.response(pdu)
+
+
+def _never(_corr: int) -> bool:
+    return False
+
+
+class Engine:
+    """Push packets in, get exchanges out through `on_exchange`, in start-time order."""
+
+    def __init__(self, on_exchange: Callable[[Exchange], None], opts: EngineOptions | None = None) -> None:
+        self.opts = opts or EngineOptions()
+        self.on_exchange = on_exchange
+        self.stats = EngineStats()
+        self.conns: dict[tuple, Connection] = {}
+        self.order: dict[int, Connection] = {}  # open connections by id, in order of appearance
+        self.next_id = 1
+        self.done: list[tuple[int, int, Exchange]] = []  # completed exchanges by start time
+        self.waiting: list[tuple[int, int, Message]] = []  # pending requests by start time
+        self.seq = 0
+        self.now = 0
+
+    # -- orderer ------------------------------------------------------------------------------
+    def _complete(self, ex: Exchange) -> None:
+        self.seq += 1
+        heapq.heappush(self.done, (ex.start_ts, self.seq, ex))
+
+    def _pending(self, msg: Message) -> None:
+        self.seq += 1
+        heapq.heappush(self.waiting, (msg.pdu.last_ts, self.seq, msg))
+
+    def _release(self, final: bool = False) -> None:
+        waiting, done = self.waiting, self.done
+        while waiting and waiting[0][2].done:
+            heapq.heappop(waiting)
+        if final or not waiting:
+            limit = None
+        else:
+            limit = max(waiting[0][0], self.now - self.opts.order_window_ns)
+        emit = self.on_exchange
+        while done and (limit is None or done[0][0] <= limit):
+            emit(heapq.heappop(done)[2])
+
+    # -- packets ------------------------------------------------------------------------------
+    def feed(self, pkt: Packet) -> None:
+        seg = decode_segment(pkt.linktype, pkt.data, self.stats.flows)
+        if seg is None:
+            return
+        if pkt.ts_ns > self.now:
+            self.now = pkt.ts_ns
+        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        conn = self.conns.get(key)
+        flags = seg.flags
+        if flags & SYN and not flags & ACK and conn is not None and not conn.ignored:
+            base = conn.c2s.base
+            if key == conn.client_key and base is not None and base != (seg.seq + 1) & 0xFFFFFFFF:
+                self._close(conn, pkt)  # port reuse: a new SYN on the same 4-tuple
+                conn = None
+        if conn is None:
+            conn = self._open(seg, key, flags)
+        if conn.ignored:
+            self.stats.non_kafka_bytes += len(seg.payload)
+            if flags & (FIN | RST):
+                self._forget(conn)
+            return
+        conn.clock += 1
+        from_client = key == conn.client_key
+        half, other = (conn.c2s, conn.s2c) if from_client else (conn.s2c, conn.c2s)
+        if flags & SYN and half.base is None:
+            half.start(seg.seq, True)
+            (conn.cf if from_client else conn.sf).synced = True
+        if flags & ACK:
+            other.peer_ack(seg.ack)
+        half.segment(seg.seq, seg.payload, bool(flags & FIN), pkt.no, pkt.ts_ns, conn.clock)
+        if other.heap:
+            other.check_hole(conn.clock, pkt.no, pkt.ts_ns)
+        if not conn.kafka and not conn.ignored and conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
+            conn.ignored = True
+        if conn.ignored:
+            self.stats.non_kafka_connections += 1
+            self.stats.non_kafka_bytes += conn.c2s.delivered + conn.s2c.delivered
+            self._drop_state(conn)
+        elif flags & RST or (conn.c2s.finished and conn.s2c.finished):
+            self._close(conn, pkt)
+        self._release()
+
+    def _open(self, seg, key: tuple, flags: int) -> Connection:  # noqa: ANN001
+        rkey = (seg.dst, seg.dport, seg.src, seg.sport)
+        ports = self.opts.ports
+        if flags & SYN:
+            client_is_src = not flags & ACK
+        elif ports and (seg.dport in ports) != (seg.sport in ports):
+            client_is_src = seg.dport in ports
+        elif (seg.dport in WELL_KNOWN_BROKER_PORTS) != (seg.sport in WELL_KNOWN_BROKER_PORTS):
+            client_is_src = seg.dport in WELL_KNOWN_BROKER_PORTS
+        else:
+            client_is_src = seg.dport < seg.sport
+        if client_is_src:
+            ckey, client, broker = key, (seg.src, seg.sport), (seg.dst, seg.dport)
+        else:
+            ckey, client, broker = rkey, (seg.dst, seg.dport), (seg.src, seg.sport)
+        forced = broker[1] in ports
+        info = ConnInfo(self.next_id, format_endpoint(*client), format_endpoint(*broker))
+        self.next_id += 1
+        conn = Connection(self, info, ckey, forced, bool(flags & SYN))
+        self.conns[key] = conn
+        self.conns[rkey] = conn
+        self.order[info.id] = conn
+        self.stats.connections += 1
+        return conn
+
+    def _forget(self, conn: Connection) -> None:
+        k = conn.client_key
+        for key in (k, (k[2], k[3], k[0], k[1])):
+            if self.conns.get(key) is conn:
+                del self.conns[key]
+
+    def _drop_state(self, conn: Connection) -> None:
+        """A connection judged not Kafka: free its buffers, keep a tombstone to ignore its packets."""
+        conn.c2s.heap.clear()
+        conn.s2c.heap.clear()
+        conn.cf.buf = bytearray()
+        conn.sf.buf = bytearray()
+
+    def _close(self, conn: Connection, pkt: Packet | None) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        pno, ts = (pkt.no, pkt.ts_ns) if pkt else (0, self.now)
+        conn.c2s.flush(pno, ts)
+        conn.s2c.flush(pno, ts)
+        conn.cf.close()
+        conn.sf.close()
+        conn.corr.close()
+        self._forget(conn)
+        self.order.pop(conn.info.id, None)
+        if conn.ignored:
+            return
+        if not conn.kafka:
+            carried = conn.c2s.delivered + conn.s2c.delivered
+            if carried:
+                self.stats.non_kafka_connections += 1
+                self.stats.non_kafka_bytes += carried
+            else:
+                self.stats.empty_connections += 1
+            return
+        st = self.stats
+        st.kafka_connections += 1
+        st.client.add(conn.c2s, conn.cf)
+        st.broker.add(conn.s2c, conn.sf)
+        for side, fr in (("client", conn.cf), ("broker", conn.sf)):
+            for code, off, pk, msg in fr.events:
+                if len(st.events) < st.max_events:
+                    st.events.append((conn.info.id, side, code, off, pk, msg))
+                else:
+                    st.events_dropped += 1
+
+    def expire(self, older_than_ns: int) -> None:
+        """Give up on requests pending since before `older_than_ns` (live mode)."""
+        for conn in list(self.order.values()):
+            conn.corr.expire(older_than_ns)
+        self._release()
+
+    def close(self) -> None:
+        """End of input: close every connection (in order of appearance) and flush the output."""
+        for conn in list(self.order.values()):
+            self._close(conn, None)
+        self._release(final=True)

@@ -1,0 +1,1 @@
+"""Outputs: NDJSON exchanges and JSON documents."""

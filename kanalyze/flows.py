@@ -1,0 +1,178 @@
+"""Link, network and transport layers: a captured packet becomes a TCP segment.
+
+Supported link types: Ethernet (with any number of 802.1Q / 802.1ad / QinQ
+tags), Linux cooked SLL and SLL2, BSD loopback NULL (either byte order) and
+LOOP, raw IPv4/IPv6. Anything else is counted, not guessed at.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from dataclasses import dataclass, field
+
+ETHERNET, NULL, RAW, RAW_BSD, RAW_OPENBSD, LOOP, SLL, IPV4, IPV6, SLL2 = 1, 0, 101, 12, 14, 108, 113, 228, 229, 276
+SUPPORTED_LINKTYPES = {
+    ETHERNET: "Ethernet",
+    NULL: "BSD loopback (NULL)",
+    LOOP: "OpenBSD loopback (LOOP)",
+    RAW: "raw IP",
+    RAW_BSD: "raw IP",
+    RAW_OPENBSD: "raw IP",
+    SLL: "Linux cooked (SLL)",
+    SLL2: "Linux cooked v2 (SLL2)",
+    IPV4: "raw IPv4",
+    IPV6: "raw IPv6",
+}
+VLAN_TYPES = (0x8100, 0x88A8, 0x9100, 0x9200)
+ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
+NULL_IPV6 = (24, 28, 30)
+IPV6_EXT = (0, 43, 60, 51)  # hop-by-hop, routing, destination options, AH
+
+FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+
+_H = struct.Struct("!H")
+_TCP = struct.Struct("!HHIIBB")
+
+
+@dataclass(slots=True)
+class Segment:
+    """A TCP segment with its addresses (raw bytes: 4 for IPv4, 16 for IPv6)."""
+
+    src: bytes
+    sport: int
+    dst: bytes
+    dport: int
+    seq: int
+    ack: int
+    flags: int
+    payload: bytes
+
+
+@dataclass(slots=True)
+class FlowStats:
+    """Packets that did not become TCP segments, by reason."""
+
+    tcp: int = 0
+    not_ip: int = 0
+    not_tcp: int = 0
+    fragments: int = 0
+    malformed: int = 0
+    unsupported_linktypes: dict[int, int] = field(default_factory=dict)
+
+
+def format_endpoint(ip: bytes, port: int) -> str:
+    """'1.2.3.4:9092' or '[::1]:9092'."""
+    addr = ipaddress.ip_address(ip)
+    return f"{addr}:{port}" if addr.version == 4 else f"[{addr}]:{port}"
+
+
+def _network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
+    """(offset of the IP header, IP version 4/6) or None when the packet is not IP."""
+    if linktype == ETHERNET:
+        if len(buf) < 14:
+            return None
+        pos = 12
+        etype = _H.unpack_from(buf, pos)[0]
+        while etype in VLAN_TYPES:
+            pos += 4
+            if len(buf) < pos + 2:
+                return None
+            etype = _H.unpack_from(buf, pos)[0]
+        pos += 2
+    elif linktype == SLL:
+        if len(buf) < 16:
+            return None
+        etype, pos = _H.unpack_from(buf, 14)[0], 16
+    elif linktype == SLL2:
+        if len(buf) < 20:
+            return None
+        etype, pos = _H.unpack_from(buf, 0)[0], 20
+    elif linktype in (NULL, LOOP):
+        if len(buf) < 4:
+            return None
+        fam_be = int.from_bytes(buf[:4], "big")
+        fam = fam_be if linktype == LOOP else (fam_be if fam_be < 256 else int.from_bytes(buf[:4], "little"))
+        if fam == 2:
+            return 4, 4
+        if fam in NULL_IPV6:
+            return 4, 6
+        return None
+    elif linktype in (RAW, RAW_BSD, RAW_OPENBSD, IPV4, IPV6):
+        if not buf:
+            return None
+        v = buf[0] >> 4
+        return (0, v) if v in (4, 6) else None
+    else:
+        return None
+    if etype == ETH_IPV4:
+        return pos, 4
+    if etype == ETH_IPV6:
+        return pos, 6
+    return None
+
+
+def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | None:
+    """The TCP segment in a packet, or None (and a counted reason) when there is none."""
+    if linktype not in SUPPORTED_LINKTYPES:
+        stats.unsupported_linktypes[linktype] = stats.unsupported_linktypes.get(linktype, 0) + 1
+        return None
+    net = _network_offset(linktype, buf)
+    if net is None:
+        stats.not_ip += 1
+        return None
+    pos, version = net
+    n = len(buf)
+    if version == 4:
+        if n < pos + 20 or buf[pos] >> 4 != 4:
+            stats.malformed += 1
+            return None
+        ihl = (buf[pos] & 0x0F) * 4
+        total = _H.unpack_from(buf, pos + 2)[0]
+        frag = _H.unpack_from(buf, pos + 6)[0]
+        proto = buf[pos + 9]
+        if proto != 6:
+            stats.not_tcp += 1
+            return None
+        if frag & 0x3FFF:  # more-fragments flag or a fragment offset
+            stats.fragments += 1
+            return None
+        if ihl < 20:
+            stats.malformed += 1
+            return None
+        src, dst = buf[pos + 12 : pos + 16], buf[pos + 16 : pos + 20]
+        end = pos + total if total else n  # total 0: segmentation offload, trust the capture
+        tpos = pos + ihl
+    else:
+        if n < pos + 40:
+            stats.malformed += 1
+            return None
+        plen = _H.unpack_from(buf, pos + 4)[0]
+        nxt = buf[pos + 6]
+        src, dst = buf[pos + 8 : pos + 24], buf[pos + 24 : pos + 40]
+        tpos = pos + 40
+        end = tpos + plen if plen else n
+        while nxt in IPV6_EXT:
+            if n < tpos + 2:
+                stats.malformed += 1
+                return None
+            hlen = (buf[tpos + 1] + 2) * 4 if nxt == 51 else (buf[tpos + 1] + 1) * 8
+            nxt = buf[tpos]
+            tpos += hlen
+        if nxt == 44:
+            stats.fragments += 1
+            return None
+        if nxt != 6:
+            stats.not_tcp += 1
+            return None
+    end = min(end, n)
+    if end < tpos + 20:
+        stats.malformed += 1
+        return None
+    sport, dport, seq, ack, off, flags = _TCP.unpack_from(buf, tpos)
+    doff = (off >> 4) * 4
+    if doff < 20 or tpos + doff > end:
+        stats.malformed += 1
+        return None
+    stats.tcp += 1
+    return Segment(src, sport, dst, dport, seq, ack, flags, buf[tpos + doff : end])

@@ -1,0 +1,317 @@
+"""Cut one direction's byte stream into Kafka frames (4-byte big-endian size + payload).
+
+A framer is either in sync (the next bytes are a size prefix) or searching:
+at a mid-stream start, after a gap that did not fall inside a known frame, or
+after an absurd size. Searching looks for a plausible request header (client
+side) or for a response whose correlation id a pending request is waiting for
+(broker side); every byte passed over is counted as skipped.
+Accounting per direction: bytes delivered = bytes in frames + bytes skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dissectors.apis import REQUEST_VERSIONS
+from dissectors.quirks import request_header_version
+
+SEARCH_WINDOW = 1024 * 1024  # bytes searched before older unsynced bytes are dropped
+KEEP_TAIL = 64  # bytes kept from a fruitless search (a header may straddle chunks)
+MIN_REQUEST = 8  # api_key + api_version + correlation_id (+ client id in v1+)
+MIN_RESPONSE = 4  # correlation_id
+VERSION_SLACK = 0  # versions accepted above the newest known, when searching
+
+
+@dataclass(slots=True)
+class Pdu:
+    """One Kafka frame. `data` excludes the size prefix; `missing` > 0 when a gap cut it short."""
+
+    data: bytes
+    size: int  # the size prefix's value
+    offset: int  # stream offset of the size prefix
+    first_pkt: int
+    first_ts: int
+    last_pkt: int
+    last_ts: int
+    missing: int = 0
+
+
+def plausible_request(buf: bytes | bytearray, p: int) -> int:
+    """Whether a request header starts at buf[p]: 1 yes, 0 no, -1 not enough bytes to say."""
+    n = len(buf)
+    if n - p < 12:
+        return -1
+    size = int.from_bytes(buf[p : p + 4], "big")
+    if size < MIN_REQUEST or size > 0x7FFFFFFF:
+        return 0
+    api = int.from_bytes(buf[p + 4 : p + 6], "big", signed=True)
+    ver = int.from_bytes(buf[p + 6 : p + 8], "big", signed=True)
+    rng = REQUEST_VERSIONS.get(api)
+    if rng is None or ver < rng[0] or ver > rng[1] + VERSION_SLACK:
+        return 0
+    if int.from_bytes(buf[p + 8 : p + 12], "big", signed=True) < 0:
+        return 0
+    if request_header_version(api, ver) == 0:
+        return 1
+    if n - p < 14:
+        return -1
+    clen = int.from_bytes(buf[p + 12 : p + 14], "big", signed=True)
+    if clen == -1:
+        return 1
+    if clen < 0 or 10 + clen > size:
+        return 0
+    cid = buf[p + 14 : p + 14 + clen]
+    if len(cid) < clen:
+        return -1
+    if any(b < 0x20 or b > 0x7E for b in cid):
+        return 0
+    return 1
+
+
+class Framer:
+    """Push-style framer for one direction; a `StreamSink` for the reassembler."""
+
+    __slots__ = (
+        "client_side",
+        "on_pdu",
+        "expects",
+        "max_frame",
+        "synced",
+        "buf",
+        "buf_offset",
+        "marks",
+        "stream_offset",
+        "skip",
+        "pdu_bytes",
+        "skipped",
+        "frames",
+        "resyncs",
+        "last_pkt",
+        "last_ts",
+        "events",
+    )
+
+    def __init__(
+        self,
+        client_side: bool,
+        on_pdu: Callable[[Pdu], None],
+        expects: Callable[[int], bool],
+        max_frame: int,
+        synced: bool,
+    ) -> None:
+        self.client_side = client_side
+        self.on_pdu = on_pdu
+        self.expects = expects  # broker side: is a response with this correlation id awaited?
+        self.max_frame = max_frame
+        self.synced = synced
+        self.buf = bytearray()
+        self.buf_offset = 0  # stream offset of buf[0]
+        self.marks: list[tuple[int, int, int]] = []  # (stream offset, pkt, ts) where buffered chunks begin
+        self.stream_offset = 0  # stream offset just past the last byte received
+        self.skip = 0  # bytes still to drop: the rest of a frame broken by a gap
+        self.pdu_bytes = 0
+        self.skipped = 0
+        self.frames = 0
+        self.resyncs = 0
+        self.last_pkt = 0
+        self.last_ts = 0
+        self.events: list[tuple[str, int, int, str]] = []  # (code, stream offset, pkt, message)
+
+    # -- StreamSink -------------------------------------------------------------------------
+    def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None:
+        self.last_pkt, self.last_ts = pkt_no, ts_ns
+        start = self.stream_offset
+        self.stream_offset += len(chunk)
+        if self.skip:
+            k = min(self.skip, len(chunk))
+            self.skip -= k
+            self.skipped += k
+            if k == len(chunk):
+                return
+            chunk = chunk[k:]
+            start += k
+            self.buf_offset = start
+        if not self.buf and self.synced:
+            pos = self._frames_in(chunk, pkt_no, ts_ns, start)
+            if pos == len(chunk):
+                return
+            self.buf_offset = start + pos
+            self.buf += memoryview(chunk)[pos:]
+            self.marks.append((start + pos, pkt_no, ts_ns))
+        else:
+            if not self.buf:
+                self.buf_offset = start
+            self.buf += chunk
+            self.marks.append((start, pkt_no, ts_ns))
+        self._process()
+
+    def gap(self, nbytes: int, pkt_no: int, ts_ns: int) -> None:
+        gap_start = self.stream_offset
+        self.stream_offset += nbytes
+        self.last_pkt, self.last_ts = pkt_no, ts_ns
+        if self.skip:
+            used = min(self.skip, nbytes)
+            self.skip -= used
+            if self.skip:
+                return
+            self._note("gap", gap_start, pkt_no, f"{nbytes} bytes lost in a capture gap")
+            self._lose_sync()
+            return
+        self._note("gap", gap_start, pkt_no, f"{nbytes} bytes lost in a capture gap")
+        if self.synced and len(self.buf) >= 4:
+            size = int.from_bytes(self.buf[:4], "big")
+            frame_end = self.buf_offset + 4 + size
+            if size <= self.max_frame and frame_end >= gap_start + nbytes:
+                # the gap lies inside a frame whose size is known: keep its head, skip its tail
+                have = bytes(self.buf[4:])
+                fp, fts = self.marks[0][1], self.marks[0][2]
+                self.pdu_bytes += len(self.buf)
+                self.frames += 1
+                missing = frame_end - gap_start
+                self.skip = frame_end - (gap_start + nbytes)
+                pdu = Pdu(have, size, self.buf_offset, fp, fts, pkt_no, ts_ns, missing)
+                self.buf.clear()
+                self.marks.clear()
+                self.on_pdu(pdu)
+                return
+        self.skipped += len(self.buf)
+        self.buf.clear()
+        self.marks.clear()
+        self._lose_sync()
+
+    # -- internals --------------------------------------------------------------------------
+    def _note(self, code: str, offset: int, pkt: int, message: str) -> None:
+        self.events.append((code, offset, pkt, message))
+
+    def _lose_sync(self) -> None:
+        self.synced = False
+
+    def _frames_in(self, chunk: bytes, pkt_no: int, ts_ns: int, start: int) -> int:
+        """Emit every complete frame in a chunk that starts on a frame boundary; return where the rest begins."""
+        n = len(chunk)
+        pos = 0
+        mf = self.max_frame
+        on_pdu = self.on_pdu
+        while pos + 4 <= n:
+            size = int.from_bytes(chunk[pos : pos + 4], "big")
+            end = pos + 4 + size
+            if size > mf or size < MIN_RESPONSE:
+                return pos  # let _process report it and resync
+            if end > n:
+                return pos
+            self.pdu_bytes += 4 + size
+            self.frames += 1
+            on_pdu(Pdu(chunk[pos + 4 : end], size, start + pos, pkt_no, ts_ns, pkt_no, ts_ns))
+            pos = end
+        return pos
+
+    def _first_mark(self, offset: int) -> tuple[int, int]:
+        """(pkt, ts) of the chunk holding stream offset `offset`; drops marks before it."""
+        marks = self.marks
+        i = 0
+        while i + 1 < len(marks) and marks[i + 1][0] <= offset:
+            i += 1
+        if i:
+            del marks[:i]
+        return marks[0][1], marks[0][2]
+
+    def _consume(self, k: int) -> None:
+        del self.buf[:k]
+        self.buf_offset += k
+        if not self.buf:
+            self.marks.clear()
+
+    def _process(self) -> None:
+        buf = self.buf
+        while buf:
+            if not self.synced and not self._search():
+                return
+            if len(buf) < 4:
+                return
+            size = int.from_bytes(buf[:4], "big")
+            if size > self.max_frame or size < MIN_RESPONSE:
+                self._note(
+                    "frame_too_large" if size > self.max_frame else "bad_length",
+                    self.buf_offset,
+                    self.last_pkt,
+                    f"frame size {size} is not plausible; searching for the next frame",
+                )
+                self._lose_sync()
+                continue
+            if len(buf) < 4 + size:
+                return
+            fp, fts = self._first_mark(self.buf_offset)
+            data = bytes(memoryview(buf)[4 : 4 + size])
+            pdu = Pdu(data, size, self.buf_offset, fp, fts, self.last_pkt, self.last_ts)
+            self.pdu_bytes += 4 + size
+            self.frames += 1
+            self._consume(4 + size)
+            self.on_pdu(pdu)
+
+    def _search(self) -> bool:
+        """Find a plausible frame start in the buffer; drop what precedes it. True when synced."""
+        buf = self.buf
+        n = len(buf)
+        p = 0
+        found = -1
+        top = self.max_frame >> 24
+        while p + 4 <= n:
+            if buf[p] > top:  # the size's first byte alone rules this position out
+                p += 1
+                continue
+            if self.client_side:
+                v = plausible_request(buf, p)
+                if v == 1:
+                    found = p
+                    break
+                if v == -1:
+                    break  # wait for more bytes before judging this position
+            else:
+                if n - p < 8:
+                    break
+                size = int.from_bytes(buf[p : p + 4], "big")
+                if MIN_RESPONSE <= size <= self.max_frame and self.expects(
+                    int.from_bytes(buf[p + 4 : p + 8], "big", signed=True)
+                ):
+                    found = p
+                    break
+            p += 1
+        if found >= 0:
+            if found:
+                self._skip_bytes(found, "resync")
+            self.synced = True
+            self.resyncs += 1
+            return True
+        # nothing yet: keep the undecided tail, drop the rest once the window is exceeded
+        drop = p if p + 4 > n else 0
+        if n > SEARCH_WINDOW:
+            drop = max(drop, n - KEEP_TAIL)
+        if drop:
+            self._skip_bytes(drop, "search")
+        return False
+
+    def _skip_bytes(self, k: int, why: str) -> None:
+        self._note("skipped_bytes", self.buf_offset, self.last_pkt, f"{k} bytes skipped ({why})")
+        self.skipped += k
+        self._consume(k)
+
+    def close(self) -> None:
+        """End of stream: a partial frame becomes a truncated PDU (if its header is there) or skipped bytes."""
+        if self.buf and self.synced and len(self.buf) >= 4 + MIN_REQUEST:
+            size = int.from_bytes(self.buf[:4], "big")
+            if size <= self.max_frame:
+                fp, fts = self._first_mark(self.buf_offset)
+                have = bytes(self.buf[4:])
+                pdu = Pdu(have, size, self.buf_offset, fp, fts, self.last_pkt, self.last_ts, 4 + size - len(self.buf))
+                self.pdu_bytes += len(self.buf)
+                self.frames += 1
+                self.buf.clear()
+                self.marks.clear()
+                self.on_pdu(pdu)
+                return
+        if self.buf:
+            self._note("incomplete_frame", self.buf_offset, self.last_pkt, f"{len(self.buf)} bytes at end of stream are not a whole frame")
+            self.skipped += len(self.buf)
+            self.buf.clear()
+            self.marks.clear()

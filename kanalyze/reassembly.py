@@ -1,0 +1,195 @@
+"""One direction of a TCP connection turned back into an ordered byte stream.
+
+Policy (documented in docs/architecture.md):
+- In-order data is passed on at once, without copying.
+- Out-of-order segments wait in a heap until the hole before them fills.
+- Retransmitted bytes already passed on are dropped: the first copy wins. A
+  retransmission whose bytes differ from what was delivered is counted as an
+  overlap conflict (checked against the last delivered segment).
+- A hole becomes an explicit gap (never zero-filled) when the peer has
+  acknowledged past it and a few more packets went by without it arriving
+  (the capture lost it), when the waiting data exceeds a limit, or at FIN/RST/
+  end of input.
+Sequence numbers are unwrapped relative to the next expected byte, so streams
+longer than 4 GiB and captures that start mid-connection both work.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Protocol
+
+MASK = 0xFFFFFFFF
+HALF = 0x80000000
+
+
+class StreamSink(Protocol):
+    """Receives one direction's bytes in order."""
+
+    def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None: ...
+
+    def gap(self, nbytes: int, pkt_no: int, ts_ns: int) -> None: ...
+
+
+@dataclass(slots=True)
+class ReassemblyLimits:
+    max_ooo_bytes: int = 32 * 1024 * 1024
+    max_ooo_segments: int = 8192
+    hole_patience_packets: int = 16  # packets to wait after the peer acked past a hole
+
+
+class HalfStream:
+    """Sequence-space bookkeeping for one direction; pushes bytes to its sink."""
+
+    __slots__ = (
+        "sink",
+        "limits",
+        "base",
+        "next",
+        "heap",
+        "ooo_bytes",
+        "order",
+        "acked",
+        "fin_at",
+        "hole_since",
+        "last_chunk",
+        "last_chunk_at",
+        "delivered",
+        "gap_bytes",
+        "retransmitted",
+        "overlap_conflicts",
+        "gaps",
+        "clock",
+    )
+
+    def __init__(self, sink: StreamSink, limits: ReassemblyLimits) -> None:
+        self.sink = sink
+        self.limits = limits
+        self.base: int | None = None  # raw sequence number of stream byte 0
+        self.next = 0  # next expected stream offset
+        self.heap: list[tuple[int, int, bytes, int, int]] = []
+        self.ooo_bytes = 0
+        self.order = 0
+        self.acked = -1  # highest stream offset the peer acknowledged
+        self.fin_at: int | None = None
+        self.hole_since: int | None = None
+        self.last_chunk = b""
+        self.last_chunk_at = 0
+        self.delivered = 0
+        self.gap_bytes = 0
+        self.retransmitted = 0
+        self.overlap_conflicts = 0
+        self.gaps = 0
+        self.clock = 0  # the connection's packet counter, for hole patience
+
+    def start(self, seq: int, syn: bool) -> None:
+        """Fix stream offset 0 (the SYN consumes one sequence number)."""
+        self.base = (seq + 1) & MASK if syn else seq
+
+    def _rel(self, seq: int) -> int:
+        d = (seq - self.base - self.next) & MASK  # type: ignore[operator]
+        return self.next + (d - (MASK + 1) if d >= HALF else d)
+
+    @property
+    def finished(self) -> bool:
+        return self.fin_at is not None and self.next >= self.fin_at and not self.heap
+
+    def segment(self, seq: int, payload: bytes, fin: bool, pkt_no: int, ts_ns: int, clock: int) -> None:
+        """Take one segment's payload (and FIN) at raw sequence number `seq`."""
+        if self.base is None:
+            self.start(seq, False)
+        self.clock = clock
+        n = len(payload)
+        rel = self._rel(seq)
+        if fin:
+            self.fin_at = max(self.fin_at or 0, rel + n)
+        if not n:
+            return
+        nxt = self.next
+        if rel == nxt and not self.heap:
+            self._deliver(payload, rel, pkt_no, ts_ns)
+            return
+        end = rel + n
+        if end <= nxt:
+            self._retransmission(payload, rel)
+            return
+        if rel < nxt:
+            self._retransmission(payload[: nxt - rel], rel)
+            self._deliver(payload[nxt - rel :], nxt, pkt_no, ts_ns)
+            self._drain()
+            return
+        heapq.heappush(self.heap, (rel, self.order, payload, pkt_no, ts_ns))
+        self.order += 1
+        self.ooo_bytes += n
+        if self.hole_since is None:
+            self.hole_since = clock
+        lim = self.limits
+        if self.ooo_bytes > lim.max_ooo_bytes or len(self.heap) > lim.max_ooo_segments:
+            self._gap_to(self.heap[0][0], pkt_no, ts_ns)
+
+    def peer_ack(self, ack: int) -> None:
+        """The other side acknowledged up to raw sequence number `ack`."""
+        if self.base is None:
+            return
+        rel = self._rel(ack)
+        if rel > self.acked:
+            self.acked = rel
+
+    def check_hole(self, clock: int, pkt_no: int, ts_ns: int) -> None:
+        """Give up on a hole the peer has acknowledged past, after some patience."""
+        self.clock = clock
+        if (
+            self.heap
+            and self.hole_since is not None
+            and self.acked > self.next
+            and clock - self.hole_since >= self.limits.hole_patience_packets
+        ):
+            self._gap_to(min(self.acked, self.heap[0][0]), pkt_no, ts_ns)
+
+    def flush(self, pkt_no: int, ts_ns: int) -> None:
+        """End of the stream: every remaining hole becomes a gap, waiting data is delivered."""
+        while self.heap:
+            self._gap_to(self.heap[0][0], pkt_no, ts_ns)
+
+    def _deliver(self, chunk: bytes, rel: int, pkt_no: int, ts_ns: int) -> None:
+        self.next = rel + len(chunk)
+        self.delivered += len(chunk)
+        self.last_chunk = chunk
+        self.last_chunk_at = rel
+        self.sink.data(chunk, pkt_no, ts_ns)
+
+    def _retransmission(self, payload: bytes, rel: int) -> None:
+        self.retransmitted += len(payload)
+        lc, at = self.last_chunk, self.last_chunk_at
+        lo, hi = max(rel, at), min(rel + len(payload), at + len(lc))
+        if lo < hi and payload[lo - rel : hi - rel] != lc[lo - at : hi - at]:
+            self.overlap_conflicts += 1
+
+    def _drain(self) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= self.next:
+            rel, _, payload, pkt_no, ts_ns = heapq.heappop(heap)
+            self.ooo_bytes -= len(payload)
+            nxt = self.next
+            if rel + len(payload) <= nxt:
+                self._retransmission(payload, rel)
+                continue
+            if rel < nxt:
+                self._retransmission(payload[: nxt - rel], rel)
+            self._deliver(payload[nxt - rel :] if rel < nxt else payload, nxt, pkt_no, ts_ns)
+        if not heap:
+            self.hole_since = None
+
+    def _gap_to(self, target: int, pkt_no: int, ts_ns: int) -> None:
+        if target > self.next:
+            n = target - self.next
+            self.gap_bytes += n
+            self.gaps += 1
+            self.next = target
+            self.last_chunk = b""
+            self.sink.gap(n, pkt_no, ts_ns)
+        self.hole_since = None
+        self._drain()
+        if self.heap and self.hole_since is None:
+            self.hole_since = self.clock  # a new hole: patience restarts
