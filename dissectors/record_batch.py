@@ -30,7 +30,13 @@ from dissectors.context import DecodeContext
 from dissectors.control_records import decode_control
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import RAW, STRUCT, Node
-from dissectors.record_values import VarintError, iso_timestamp, read_varint, render_bytes
+from dissectors.record_values import (
+    VarintError,
+    iso_timestamp,
+    read_varint,
+    render_bytes,
+    render_raw,
+)
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -137,9 +143,7 @@ def decode_batch_v2(
             diags.append(
                 Diagnostic(Code.UNKNOWN_CODEC, pos + 21, f"unknown codec id {codec} in attributes")
             )
-            batch["raw_records"] = render_bytes(
-                buf[rec_start:batch_end], ctx.limits.max_value_bytes
-            )
+            batch["raw_records"] = render_raw(buf[rec_start:batch_end], ctx.limits.max_value_bytes)
             records, nodes = [], []
         elif partial:  # a cut compressed batch: nothing to inflate reliably
             records, nodes = [], []

@@ -86,3 +86,12 @@ def render_bytes(data: bytes | memoryview | None, max_bytes: int | None = None) 
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return {"b64": base64.b64encode(raw).decode("ascii")}
+
+
+def render_raw(data: bytes | memoryview, max_bytes: int | None = None) -> dict[str, object]:
+    """Undecodable bytes (e.g. records under an unknown codec): always base64, with the size."""
+    size = len(data)
+    if max_bytes is not None and size > max_bytes:
+        kept = base64.b64encode(data[:max_bytes]).decode("ascii")
+        return {"b64": kept, "truncated": True, "size": size}
+    return {"b64": base64.b64encode(data).decode("ascii"), "size": size}

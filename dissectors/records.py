@@ -59,7 +59,9 @@ def decode_records(
         pos = offset
         while pos is not None and pos < end:
             magic = view[pos + MAGIC_OFFSET] if pos + MAGIC_OFFSET < end else None
-            if magic == 2 or magic is None:  # too short to tell: the modern layout is the likelier
+            if magic is None:  # cut before the magic byte: a partial entry of unknown format
+                child, pos = _unknown_partial(view, pos, end, source), None
+            elif magic == 2:
                 child, pos = decode_batch_v2(view, pos, end, source, ctx)
             elif magic in (0, 1):
                 child, pos = decode_message_set_entry(view, pos, end, source, ctx)
@@ -79,6 +81,31 @@ def decode_records(
     if node.diagnostics and isinstance(node.value, dict):
         node.value["diagnostics"] = [d.to_json() for d in node.diagnostics]
     return node
+
+
+def _unknown_partial(view: memoryview, pos: int, end: int, source: int) -> Node:
+    """Fewer than 17 bytes left (a Fetch cut at max_bytes): partial, format unknown."""
+    avail = end - pos
+    batch = dict.fromkeys(_BATCH_KEYS)
+    batch.update(partial=True, records=[], diagnostics=[])
+    if avail >= 8:
+        batch["base_offset"] = int.from_bytes(view[pos : pos + 8], "big", signed=True)
+    if avail >= 12:
+        batch["length"] = int.from_bytes(view[pos + 8 : pos + 12], "big", signed=True)
+    return Node("batch", STRUCT, pos, avail, batch, [], source)
+
+
+_BATCH_KEYS = (
+    "base_offset",
+    "magic",
+    "codec",
+    "crc_ok",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "is_transactional",
+    "is_control",
+)
 
 
 def _bad_magic(

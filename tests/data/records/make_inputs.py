@@ -13,14 +13,18 @@ from __future__ import annotations
 import gzip
 import struct
 import sys
+import warnings
 import zlib
 from pathlib import Path
 
 import crc32c
 import lz4.frame
 import zstandard
-from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+with warnings.catch_warnings():  # kafka-python 3.0.12 warns at import (importlib.resources)
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 HERE = Path(__file__).resolve().parent
 TS = 1_700_000_000_000
