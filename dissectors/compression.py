@@ -112,11 +112,21 @@ def _gzip(data: memoryview, cap: int) -> Decompressed:
             return Decompressed(b"".join(out))
 
 
+_SNAPPY_MAX_RATIO = 64  # a 3-byte copy op yields at most 64 bytes: no real block expands more
+
+
+class _SnappyCorrupt(ValueError):
+    pass
+
+
 def _snappy_len(block: memoryview) -> int:
     """The uncompressed length announced by a raw snappy block's varint preamble."""
     import cramjam
 
-    return int(cramjam.snappy.decompress_raw_len(block))
+    n = int(cramjam.snappy.decompress_raw_len(block))
+    if n > _SNAPPY_MAX_RATIO * len(block) + 64:
+        raise _SnappyCorrupt(f"block of {len(block)} bytes announces an impossible {n} bytes")
+    return n
 
 
 def _snappy_raw(block: memoryview) -> bytes:

@@ -114,4 +114,4 @@ def _decode_kraft(
     node = decode_message(name, version, buf, off, off + length, ctx)
     for n in node.walk():
         diags.extend(n.diagnostics)
-    return node_to_json(node)
+    return node_to_json(node, ctx)

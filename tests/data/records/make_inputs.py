@@ -53,9 +53,7 @@ def record(offset_delta: int, key: bytes | None, value: bytes | None, body_hook=
 
 
 def batch(records: bytes, count: int, attributes: int = 0, base_offset: int = 0) -> bytes:
-    head = struct.pack(
-        ">hiqqqhii", attributes, count - 1, TS, TS + count - 1, -1, -1, -1, count
-    )
+    head = struct.pack(">hiqqqhii", attributes, count - 1, TS, TS + count - 1, -1, -1, -1, count)
     body = head + records
     crc = crc32c.crc32c(body)
     return struct.pack(">qiibI", base_offset, 9 + len(body), 0, 2, crc) + body
@@ -174,11 +172,15 @@ def _bomb(codec: int, compress) -> bytes:
 
 
 def gzip_bomb() -> bytes:
-    return _bomb(1, lambda d: gzip.compress(d, compresslevel=9, mtime=0)) + builder_batch(2, base_offset=1)
+    return _bomb(1, lambda d: gzip.compress(d, compresslevel=9, mtime=0)) + builder_batch(
+        2, base_offset=1
+    )
 
 
 def zstd_bomb() -> bytes:
-    return _bomb(4, lambda d: zstandard.ZstdCompressor(level=3).compress(d)) + builder_batch(2, base_offset=1)
+    return _bomb(4, lambda d: zstandard.ZstdCompressor(level=3).compress(d)) + builder_batch(
+        2, base_offset=1
+    )
 
 
 def unknown_codec() -> bytes:
@@ -219,7 +221,12 @@ def bad_magic() -> bytes:
 # name -> (maker, expected diagnostic codes per batch, records decoded per batch, partial flags)
 CASES = {
     "crc_mismatch": (crc_mismatch, [["crc_mismatch"], []], [3, 2], [False, False]),
-    "truncated_batch": (truncated_batch, [["bad_record", "bad_record"], []], [2, 2], [False, False]),
+    "truncated_batch": (
+        truncated_batch,
+        [["bad_record", "bad_record"], []],
+        [2, 2],
+        [False, False],
+    ),
     "partial_trailing_batch": (partial_trailing_batch, [[], []], [3, 2], [False, True]),
     "bad_varint": (bad_varint, [["bad_varint"]], [2], [False]),
     "gzip_bomb": (gzip_bomb, [["decompression_limit"], []], [0, 2], [False, False]),

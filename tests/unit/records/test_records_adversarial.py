@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from records_inputs import DATA, MAKER
 
 import dissectors.record_batch as record_batch
 from dissectors.context import DecodeContext, Limits
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.records import decode_records
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "records"
-
-
-def _load_maker():
-    spec = importlib.util.spec_from_file_location("records_make_inputs", DATA / "make_inputs.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("records_make_inputs", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-MAKER = _load_maker()
 CASES = MAKER.CASES
 
 
@@ -36,7 +21,9 @@ def test_committed_inputs_are_what_the_script_makes():
     fresh = MAKER.build_all()
     assert sorted(fresh) == sorted(p.stem for p in DATA.glob("*.bin"))
     for name, data in fresh.items():
-        assert (DATA / f"{name}.bin").read_bytes() == data, f"{name}.bin is stale: rerun make_inputs.py"
+        assert (DATA / f"{name}.bin").read_bytes() == data, (
+            f"{name}.bin is stale: rerun make_inputs.py"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

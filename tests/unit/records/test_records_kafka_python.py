@@ -212,7 +212,9 @@ def kafka_python_records(buf):
 @pytest.mark.parametrize("codec", [0, 1, 2, 3])
 def test_legacy_matches_kafka_python(magic, codec):
     if magic == 0 and codec == 3:
-        pytest.skip("kafka-python needs xxhash for KafkaLZ4; covered by tests/data/records/legacy_lz4_v0.bin")
+        pytest.skip(
+            "kafka-python needs xxhash for KafkaLZ4; covered by tests/data/records/legacy_lz4_v0.bin"
+        )
     buf = build_legacy(magic, codec)
     node, _ = decode(buf)
     batches = node.value["batches"]
@@ -299,7 +301,9 @@ def test_generated_record_sets_roundtrip(records, codec, base, pid):
     buf = build_v2(records, codec, False, *producer, base_offset=base)
     (batch,) = decode(buf)[0].value["batches"]
     compare_v2(batch, DefaultRecordBatch(buf))
-    for i, (mine, (ts, key, value, headers)) in enumerate(zip(batch["records"], records, strict=True)):
+    for i, (mine, (ts, key, value, headers)) in enumerate(
+        zip(batch["records"], records, strict=True)
+    ):
         assert mine["offset"] == base + i
         assert mine["timestamp_ms"] == ts
         assert (as_bytes(mine["key"]), as_bytes(mine["value"])) == (key, value)
