@@ -95,8 +95,8 @@ class _Blocks:
         return len(self._buf) - self._pos
 
 
-def _open(path: str) -> tuple[BinaryIO, str]:
-    """Open a path ('-' is stdin), transparently un-gzipping; return (stream, display name)."""
+def _open(path: str) -> tuple[BinaryIO, str, list[BinaryIO]]:
+    """Open a path ('-' is stdin), transparently un-gzipping; return (stream, display name, to close)."""
     if path == "-":
         raw: BinaryIO = sys.stdin.buffer
         name = "<stdin>"
@@ -106,10 +106,12 @@ def _open(path: str) -> tuple[BinaryIO, str]:
         except OSError as e:
             raise CaptureError(f"{path}: cannot open: {e.strerror or e}") from None
         name = path
+    owned = [] if raw is sys.stdin.buffer else [raw]
     head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
     if head == GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb"), name  # type: ignore[return-value]
-    return raw, name
+        gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        return gz, name, [gz, *owned]  # type: ignore[list-item, return-value]
+    return raw, name, owned
 
 
 def read_capture(path: str, stats: CaptureStats | None = None, file_index: int = 0) -> Iterator[Packet]:
@@ -119,7 +121,7 @@ def read_capture(path: str, stats: CaptureStats | None = None, file_index: int =
     diagnostic in `stats` and ends the file.
     """
     stats = stats if stats is not None else CaptureStats()
-    f, name = _open(path)
+    f, name, owned = _open(path)
     stats.files.append(name)
     try:
         try:
@@ -142,8 +144,8 @@ def read_capture(path: str, stats: CaptureStats | None = None, file_index: int =
         except (OSError, EOFError, gzip.BadGzipFile, ValueError) as e:
             _diag(stats, name, Code.BAD_CAPTURE, 0, f"read error: {e}")
     finally:
-        if f is not sys.stdin.buffer:
-            f.close()
+        for g in owned:
+            g.close()
 
 
 def _diag(stats: CaptureStats, name: str, code: Code, offset: int, msg: str) -> None:

@@ -196,9 +196,9 @@ class Engine:
             (conn.cf if from_client else conn.sf).synced = True
         if flags & ACK:
             other.peer_ack(seg.ack)
+            if other.heap:
+                other.check_hole(conn.clock, pkt.no, pkt.ts_ns, now=bool(seg.payload))
         half.segment(seg.seq, seg.payload, bool(flags & FIN), pkt.no, pkt.ts_ns, conn.clock)
-        if other.heap:
-            other.check_hole(conn.clock, pkt.no, pkt.ts_ns)
         if not conn.kafka and not conn.ignored and conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
             conn.ignored = True
         if conn.ignored:

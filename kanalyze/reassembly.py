@@ -114,10 +114,12 @@ class HalfStream:
         if end <= nxt:
             self._retransmission(payload, rel)
             return
-        if rel < nxt:
-            self._retransmission(payload[: nxt - rel], rel)
-            self._deliver(payload[nxt - rel :], nxt, pkt_no, ts_ns)
-            self._drain()
+        if rel <= nxt:
+            if rel < nxt:
+                self._retransmission(payload[: nxt - rel], rel)
+                payload = payload[nxt - rel :]
+            self._deliver(payload, nxt, pkt_no, ts_ns)
+            self._drain(pkt_no, ts_ns)
             return
         heapq.heappush(self.heap, (rel, self.order, payload, pkt_no, ts_ns))
         self.order += 1
@@ -136,14 +138,16 @@ class HalfStream:
         if rel > self.acked:
             self.acked = rel
 
-    def check_hole(self, clock: int, pkt_no: int, ts_ns: int) -> None:
-        """Give up on a hole the peer has acknowledged past, after some patience."""
+    def check_hole(self, clock: int, pkt_no: int, ts_ns: int, now: bool = False) -> None:
+        """Give up on a hole the peer has acknowledged past: at once when the peer is already
+        answering (`now`), otherwise after some patience (captures may list an ACK before the
+        data it acknowledges)."""
         self.clock = clock
         if (
             self.heap
             and self.hole_since is not None
             and self.acked > self.next
-            and clock - self.hole_since >= self.limits.hole_patience_packets
+            and (now or clock - self.hole_since >= self.limits.hole_patience_packets)
         ):
             self._gap_to(min(self.acked, self.heap[0][0]), pkt_no, ts_ns)
 
@@ -166,10 +170,12 @@ class HalfStream:
         if lo < hi and payload[lo - rel : hi - rel] != lc[lo - at : hi - at]:
             self.overlap_conflicts += 1
 
-    def _drain(self) -> None:
+    def _drain(self, pkt_no: int, ts_ns: int) -> None:
+        """Deliver waiting segments that now connect; they count as arriving with the current
+        packet (the one that completed them), as tshark reports reassembled data."""
         heap = self.heap
         while heap and heap[0][0] <= self.next:
-            rel, _, payload, pkt_no, ts_ns = heapq.heappop(heap)
+            rel, _, payload, _pno, _ts = heapq.heappop(heap)
             self.ooo_bytes -= len(payload)
             nxt = self.next
             if rel + len(payload) <= nxt:
@@ -190,6 +196,6 @@ class HalfStream:
             self.last_chunk = b""
             self.sink.gap(n, pkt_no, ts_ns)
         self.hole_since = None
-        self._drain()
+        self._drain(pkt_no, ts_ns)
         if self.heap and self.hole_since is None:
             self.hole_since = self.clock  # a new hole: patience restarts
