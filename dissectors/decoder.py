@@ -24,7 +24,7 @@ from types import ModuleType
 from dissectors import schemas
 from dissectors.context import DecodeContext
 from dissectors.diagnostics import Code, Diagnostic
-from dissectors.node import ARRAY, PRIM, RAW, RECORDS, STRUCT, Node
+from dissectors.node import ARRAY, PRIM, RAW, STRUCT, Node
 from dissectors.primitives import (
     FIXED,
     INT8,
@@ -190,7 +190,7 @@ def _records_reader(compact: bool) -> tuple[Reader, int]:
     def read_records(buf, pos, end, ctx, out, name):
         n, p = read_length(buf, pos, end, compact, True)
         if n < 0:
-            out.append(Node(name, RECORDS, pos, p - pos, None))
+            out.append(Node(name, PRIM, pos, p - pos, None))  # null records
             return p
         nxt = p + n
         if nxt > end:
