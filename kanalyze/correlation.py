@@ -188,7 +188,7 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
 class Correlator:
     """Pending requests of one connection; emits an `Exchange` per pair, orphan or timeout."""
 
-    __slots__ = ("conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending")
+    __slots__ = ("conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending", "unanswered")
 
     def __init__(
         self,
@@ -205,6 +205,7 @@ class Correlator:
         self.max_pending = max_pending
         self.sasl_raw = False  # SaslHandshake v0 succeeded: raw SASL tokens may follow
         self.raw_pending: deque[Message] = deque()
+        self.unanswered: deque[tuple[Message, int | None]] = deque()  # acks=0 Produce requests
 
     def expects(self, corr: int) -> bool:
         return corr in self.pending
@@ -227,7 +228,12 @@ class Correlator:
         api, ver, corr = header["request_api_key"], header["request_api_version"], header["correlation_id"]
         acks = produce_acks(ver, pdu.data, body_at) if api == API_PRODUCE else None  # type: ignore[arg-type]
         if acks == 0:
-            self.emit(self._exchange(msg, None, OK, acks))
+            # no response is due; held until a later response proves none is coming (some
+            # brokers answer anyway: then the answer is attached)
+            self.unanswered.append((msg, acks))
+            self.on_pending(msg)
+            if len(self.unanswered) > self.max_pending:
+                self._settle_unanswered(None)
             return True
         queue = self.pending.get(corr)  # type: ignore[arg-type]
         if queue is None:
@@ -254,6 +260,14 @@ class Correlator:
             return
         corr = int.from_bytes(pdu.data[0:4], "big", signed=True)
         queue = self.pending.get(corr)
+        if not queue and self.unanswered:
+            for i, (m, _a) in enumerate(self.unanswered):
+                if m.header["correlation_id"] == corr:
+                    queue = deque([self.unanswered[i]])
+                    del self.unanswered[i]
+                    self.pending[corr] = queue
+                    self.count += 1
+                    break
         if not queue:
             header: dict[str, object] = {"correlation_id": corr}
             resp = Message(pdu, header, 4)
@@ -264,6 +278,8 @@ class Correlator:
             del self.pending[corr]
         self.count -= 1
         req.done = True
+        if self.unanswered:
+            self._settle_unanswered(req.pdu.last_ts)
         api, ver = req.header["request_api_key"], req.header["request_api_version"]
         header, body_at, diags = parse_response_header(pdu.data, api, ver)  # type: ignore[arg-type]
         if pdu.missing:
@@ -286,6 +302,17 @@ class Correlator:
             resp,
             acks,
         )
+
+    def _settle_unanswered(self, before_ts: int | None) -> None:
+        """acks=0 Produce requests sent before `before_ts` are done; with None, the oldest are
+        released until the backlog is within `max_pending`."""
+        q = self.unanswered
+        while q and (before_ts is None or q[0][0].pdu.last_ts <= before_ts):
+            req, acks = q.popleft()
+            req.done = True
+            self.emit(self._exchange(req, None, OK, acks))
+            if before_ts is None and len(q) <= self.max_pending:
+                break
 
     def _evict_oldest(self) -> None:
         oldest = min(self.pending, key=lambda c: self.pending[c][0][0].pdu.last_ts)
@@ -310,7 +337,11 @@ class Correlator:
                 del self.pending[corr]
 
     def close(self) -> None:
-        """Connection over: every request still waiting is `no_response`."""
+        """Connection over: every request still waiting is `no_response` (acks=0 ones are `ok`)."""
+        while self.unanswered:
+            req, acks = self.unanswered.popleft()
+            req.done = True
+            self.emit(self._exchange(req, None, OK, acks))
         waiting = [item for q in self.pending.values() for item in q]
         waiting.sort(key=lambda item: item[0].pdu.last_ts)
         self.pending.clear()
