@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dissectors import decoder, quirks
 from dissectors.context import DecodeContext
 from dissectors.diagnostics import Code
-from dissectors.node import ARRAY, PRIM, RAW, STRUCT, Node
-from dissectors.primitives import INT16, INT32
+from dissectors.node import ARRAY, PRIM, STRUCT, Node
+from dissectors.primitives import INT16
 from dissectors.secrets import SecretBytes, SecretStr
 
 NULL_UUID = "00000000-0000-0000-0000-000000000000"
@@ -290,18 +290,6 @@ def decode_raw_sasl(buf, offset: int, end: int, ctx: DecodeContext) -> Node:
     return Node("sasl", STRUCT, offset, auth.length, None, [auth])
 
 
-def looks_like_kafka_request(buf, offset: int, end: int) -> bool:
-    """Cheap check used to tell a raw SASL token from a Kafka request header."""
-    if end - offset < 8:
-        return False
-    from dissectors.apis import REQUEST_VERSIONS
-
-    key = INT16.unpack_from(buf, offset)[0]
-    ver = INT16.unpack_from(buf, offset + 2)[0]
-    versions = REQUEST_VERSIONS.get(key)
-    return versions is not None and versions[0] <= ver <= versions[1] and INT32.size <= end - offset
-
-
 HOOKS = {
     (3, False): _learn_topics,
     (11, True): _join_group_request,
@@ -316,4 +304,4 @@ HOOKS = {
     (75, False): _learn_topics,
 }
 
-__all__ = ["HOOKS", "RAW", "decode_raw_sasl", "decode_request", "embed_versioned", "parse_sasl"]
+__all__ = ["HOOKS", "decode_raw_sasl", "decode_request", "embed_versioned", "parse_sasl"]

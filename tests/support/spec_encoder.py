@@ -234,3 +234,38 @@ def _encode_scalar(out: bytearray, s: Spec, v, flexible: bool, element: bool) ->
             if v is None:
                 return
         _encode_struct(out, s.fields, v, flexible)
+
+
+def random_struct(fields: tuple[Spec, ...], seed: int = 0, **overrides) -> dict:
+    """A tame random struct for `fields` (no tagged fields) with some fields set explicitly."""
+    global _TAME
+    _TAME = True
+    try:
+        out = _random_struct(fields, random.Random(seed), 0, False)
+    finally:
+        _TAME = False
+    out.update(overrides)
+    return out
+
+
+def field(fields: tuple[Spec, ...], name: str) -> Spec:
+    return next(s for s in fields if s.name == name)
+
+
+def encode_api(api_key: int, version: int, is_request: bool, value: dict) -> bytes:
+    layout = layout_of(api_defs(api_key, is_request), version)
+    assert layout is not None
+    return encode(layout, value)
+
+
+def api_layout(api_key: int, version: int, is_request: bool) -> Layout:
+    layout = layout_of(api_defs(api_key, is_request), version)
+    assert layout is not None
+    return layout
+
+
+def encode_message(name: str, version: int, value: dict) -> bytes:
+    """int16 version + the structure, as embedded in group protocol bytes."""
+    layout = layout_of(message_defs(name), version)
+    assert layout is not None
+    return struct.pack(">h", version) + encode(layout, value)
