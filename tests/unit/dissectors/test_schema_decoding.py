@@ -10,7 +10,6 @@ import pytest
 from dissectors import decoder
 from dissectors.context import DecodeContext
 from dissectors.decoder import decode_body, decode_message
-from dissectors.diagnostics import Code
 from dissectors.jsonify import node_to_json
 from dissectors.node import ARRAY, PRIM, RAW, STRUCT, Node
 from tests.support import spec_encoder as se
