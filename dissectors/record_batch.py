@@ -295,34 +295,61 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
 
 
 def _record(buf, pos, end, base_offset, base_ts, log_append, ts_type, max_value) -> dict:
+    """One record's fields from buf[pos:end] (after its length varint).
+
+    Hot path: one-byte varints (the common case) are decoded inline.
+    """
     attributes = buf[pos]
     ts_delta, pos = read_varint(buf, pos + 1, end, 10)
-    offset_delta, pos = read_varint(buf, pos, end)
-    key_len, pos = read_varint(buf, pos, end)
+    b = buf[pos] if pos < end else 0x80
+    if b < 0x80:
+        offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+    else:
+        offset_delta, pos = read_varint(buf, pos, end)
+    b = buf[pos] if pos < end else 0x80
+    if b < 0x80:
+        key_len, pos = (b >> 1) ^ -(b & 1), pos + 1
+    else:
+        key_len, pos = read_varint(buf, pos, end)
     key_off = pos
-    pos = _skip(pos, key_len, end, "key")
+    if key_len > 0:
+        pos += key_len
+        if pos > end or key_len < -1:
+            raise RecordError(key_off, f"key length {key_len} does not fit in the record")
+    elif key_len < -1:
+        raise RecordError(key_off, f"key length {key_len} is invalid")
     value_len, pos = read_varint(buf, pos, end)
     value_off = pos
-    pos = _skip(pos, value_len, end, "value")
-    count, pos = read_varint(buf, pos, end)
-    if count < 0 or count > (end - pos) // 2:
-        raise RecordError(pos, f"header count {count} does not fit in the record")
+    if value_len > 0:
+        pos += value_len
+        if pos > end:
+            raise RecordError(value_off, f"value length {value_len} does not fit in the record")
+    elif value_len < -1:
+        raise RecordError(value_off, f"value length {value_len} is invalid")
+    b = buf[pos] if pos < end else 0x80
+    if b < 0x80:
+        count, pos = (b >> 1) ^ -(b & 1), pos + 1
+    else:
+        count, pos = read_varint(buf, pos, end)
     headers = []
-    for _ in range(count):
-        hk_len, pos = read_varint(buf, pos, end)
-        if hk_len < 0:
-            raise RecordError(pos, f"header key length {hk_len}")
-        hk = pos
-        pos = _skip(pos, hk_len, end, "header key")
-        hv_len, pos = read_varint(buf, pos, end)
-        hv = pos
-        pos = _skip(pos, hv_len, end, "header value")
-        headers.append(
-            {
-                "key": render_bytes(buf[hk : hk + hk_len]),
-                "value": render_bytes(buf[hv : hv + hv_len] if hv_len >= 0 else None, max_value),
-            }
-        )
+    if count:
+        if count < 0 or count > (end - pos) // 2:
+            raise RecordError(pos, f"header count {count} does not fit in the record")
+        for _ in range(count):
+            hk_len, pos = read_varint(buf, pos, end)
+            if hk_len < 0:
+                raise RecordError(pos, f"header key length {hk_len}")
+            hk = pos
+            pos = _skip(pos, hk_len, end, "header key")
+            hv_len, pos = read_varint(buf, pos, end)
+            hv = pos
+            pos = _skip(pos, hv_len, end, "header value")
+            headers.append(
+                {
+                    "key": render_bytes(buf[hk : hk + hk_len]),
+                    "value": None if hv_len < 0 else render_bytes(buf[hv : hv + hv_len], max_value),
+                }
+            )
     ts = log_append if log_append is not None else base_ts + ts_delta
     return {
         "offset": base_offset + offset_delta,
@@ -331,10 +358,10 @@ def _record(buf, pos, end, base_offset, base_ts, log_append, ts_type, max_value)
         "timestamp_ms": ts,
         "timestamp_type": ts_type,
         "attributes": attributes,
-        "key": render_bytes(buf[key_off : key_off + key_len] if key_len >= 0 else None, max_value),
-        "value": render_bytes(
-            buf[value_off : value_off + value_len] if value_len >= 0 else None, max_value
-        ),
+        "key": None if key_len < 0 else render_bytes(buf[key_off : key_off + key_len], max_value),
+        "value": None
+        if value_len < 0
+        else render_bytes(buf[value_off : value_off + value_len], max_value),
         "headers": headers,
         "_spans": (key_off, key_len, value_off, value_len),
         "_end": pos,

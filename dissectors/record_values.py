@@ -54,15 +54,33 @@ def read_varint(buf: memoryview, pos: int, end: int, max_bytes: int = 5) -> tupl
     raise VarintError(start, f"varint longer than {max_bytes} bytes")
 
 
+_SECONDS: dict[int, str | None] = {}  # "YYYY-MM-DDTHH:MM:SS" per epoch second, bounded
+
+
 def iso_timestamp(ms: int | None) -> str | None:
-    """Milliseconds since the epoch as ISO-8601 UTC with ms precision and 'Z'; -1/None → None."""
+    """Milliseconds since the epoch as ISO-8601 UTC with ms precision and 'Z'; -1/None → None.
+
+    Out-of-range values (beyond year 1..9999) give None. The formatted second
+    is cached: records of a batch share a handful of seconds.
+    """
     if ms is None or ms == -1:
         return None
-    try:
-        t = _EPOCH + timedelta(milliseconds=ms)
-    except OverflowError:
+    sec, milli = divmod(ms, 1000)
+    prefix = _SECONDS.get(sec, _MISSING)
+    if prefix is _MISSING:
+        try:
+            prefix = (_EPOCH + timedelta(seconds=sec)).isoformat()[:19]
+        except OverflowError:
+            prefix = None
+        if len(_SECONDS) >= 4096:
+            _SECONDS.clear()
+        _SECONDS[sec] = prefix
+    if prefix is None:
         return None
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    return f"{prefix}.{milli:03d}Z"
+
+
+_MISSING = object()
 
 
 def render_bytes(data: bytes | memoryview | None, max_bytes: int | None = None) -> object:
@@ -81,11 +99,10 @@ def render_bytes(data: bytes | memoryview | None, max_bytes: int | None = None) 
                 continue
             return {"text": text, "truncated": True, "size": size}
         return {"b64": base64.b64encode(kept).decode("ascii"), "truncated": True, "size": size}
-    raw = bytes(data)
     try:
-        return raw.decode("utf-8")
+        return str(data, "utf-8")
     except UnicodeDecodeError:
-        return {"b64": base64.b64encode(raw).decode("ascii")}
+        return {"b64": base64.b64encode(data).decode("ascii")}
 
 
 def render_raw(data: bytes | memoryview, max_bytes: int | None = None) -> dict[str, object]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from records_inputs import DATA, MAKER
 
 import dissectors.record_batch as record_batch
@@ -151,3 +155,25 @@ def test_one_exception_boundary(monkeypatch):
     with pytest.raises(RuntimeError):
         decode_records(buf, 0, len(buf), DecodeContext(strict=True))
     assert record_batch.decode_batch_v2 is not boom  # only the entry point's name was patched
+
+
+VALID = _valid_multi_batch()
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), min_size=1, max_size=6
+    ),
+    cut=st.integers(0, len(VALID)),
+)
+def test_mutated_input_never_raises_and_stays_json(edits, cut):
+    buf = bytearray(VALID)
+    for pos, byte in edits:
+        buf[pos] = byte
+    ctx = DecodeContext(strict=True)
+    node = decode_records(bytes(buf[:cut]), 0, cut, ctx)
+    json.dumps(node.value)  # JSON-ready whatever the damage
+    for n in node.walk():
+        limit = cut if n.source == 0 else len(ctx.buffers[n.source - 1])
+        assert n.offset >= 0 and n.offset + n.length <= limit
