@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except CaptureError:
+    except CaptureError as e:
+        sys.stderr.write(f"kanalyze: error: {e}\n")
         return 2
     except BrokenPipeError:
         # the reader went away (e.g. `| head`); not an error worth a traceback

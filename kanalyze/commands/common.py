@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from dissectors.context import DecodeContext, Limits
 from kanalyze.engine import EngineOptions
+from kanalyze.session import Session
 
 
 def positive_int(text: str) -> int:
@@ -46,3 +48,17 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
 def decode_context(args: argparse.Namespace) -> DecodeContext:
     limits = Limits(max_frame_bytes=args.max_frame, max_decompressed_bytes=args.max_decompressed, max_value_bytes=args.max_value_bytes)
     return DecodeContext(limits=limits, show_secrets=args.show_secrets, decode_records=not args.no_records)
+
+
+def report_capture_problems(session: Session) -> None:
+    """Damage found inside capture files goes to stderr (the output stays machine-readable)."""
+    for name, d in session.capture.diagnostics:
+        sys.stderr.write(f"kanalyze: {name}: offset {d.offset}: {d.message}\n")
+    if session.engine is not None:
+        skipped = session.engine.stats.client.skipped + session.engine.stats.broker.skipped
+        gaps = session.engine.stats.client.gaps + session.engine.stats.broker.gaps
+        if skipped or gaps:
+            sys.stderr.write(
+                f"kanalyze: {skipped} bytes skipped while resynchronizing, {gaps} bytes lost in capture gaps "
+                "(see `kanalyze summary`)\n"
+            )

@@ -11,6 +11,7 @@ from kanalyze.commands.common import (
     add_input_arguments,
     decode_context,
     engine_options,
+    report_capture_problems,
 )
 from kanalyze.export.ndjson import ExchangeEncoder
 from kanalyze.session import Session
@@ -39,6 +40,5 @@ def run(args: argparse.Namespace) -> int:
             out.close()
         else:
             out.flush()
-    for _name, _d in session.capture.diagnostics:
-        pass
+    report_capture_problems(session)
     return 0

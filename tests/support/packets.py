@@ -74,8 +74,7 @@ def pcapng(sections: list[tuple[list[int], list[tuple[int, float, bytes]]]]) -> 
     out = []
     for linktypes, pkts in sections:
         out.append(_block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1)))
-        for lt in linktypes:
-            out.append(_block(1, struct.pack("<HHI", lt, 0, 262144)))
+        out.extend(_block(1, struct.pack("<HHI", lt, 0, 262144)) for lt in linktypes)
         for iface, ts, data in pkts:
             t = round(ts * 1e6)
             out.append(_block(6, struct.pack("<IIIII", iface, t >> 32, t & 0xFFFFFFFF, len(data), len(data)) + data))

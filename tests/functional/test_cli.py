@@ -1,0 +1,117 @@
+"""The command line as a user meets it: useful output, clear errors, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CAP = ROOT / "captures" / "lib_codecs.pcap"
+
+
+def kanalyze(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", *args], input=stdin, capture_output=True, timeout=120, cwd=ROOT
+    )
+
+
+def test_export_to_file_and_stdout_agree(tmp_path):
+    out = tmp_path / "x.ndjson"
+    a = kanalyze("export", str(CAP), "-o", str(out))
+    b = kanalyze("export", str(CAP))
+    assert a.returncode == 0 and b.returncode == 0
+    assert out.read_bytes() == b.stdout
+    rows = [json.loads(line) for line in b.stdout.splitlines()]
+    assert len(rows) > 20 and all(r["schema"] == "kanalyze.exchange/1" for r in rows)
+
+
+def test_stdin_pipe():
+    r = kanalyze("export", "--header-only", "-", stdin=CAP.read_bytes())
+    assert r.returncode == 0
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert rows and all(row["request"] is None or row["request"]["body"] is None for row in rows)
+
+
+def test_summary_json_adds_up():
+    r = kanalyze("summary", "--json", str(CAP))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["exchanges"] == sum(a["count"] for a in doc["apis"]) == sum(doc["status"].values())
+    for side in ("client_to_broker", "broker_to_client"):
+        b = doc["bytes"][side]
+        assert b["stream"] == b["decoded"] + b["skipped"] + b["gaps"] > 0
+
+
+def test_summary_text():
+    r = kanalyze("summary", str(CAP))
+    assert r.returncode == 0
+    text = r.stdout.decode()
+    assert "Produce" in text and "Fetch" in text and "client_to_broker" in text
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"", b"empty"),
+        (b"just some text\n", b"not a pcap"),
+        (bytes(range(256)) * 64, b"not a pcap"),
+    ],
+    ids=["empty", "text", "binary"],
+)
+def test_bad_inputs_give_clear_errors(tmp_path, content, needle):
+    f = tmp_path / "bad.pcap"
+    f.write_bytes(content)
+    for cmd in ("export", "summary"):
+        r = kanalyze(cmd, str(f))
+        assert r.returncode == 2
+        assert needle in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_missing_file_and_bad_options():
+    r = kanalyze("export", "/no/such/file.pcap")
+    assert r.returncode == 2 and b"cannot open" in r.stderr and b"Traceback" not in r.stderr
+    r = kanalyze("export", str(CAP), "--port", "99999")
+    assert r.returncode == 2 and b"not a TCP port" in r.stderr
+    r = kanalyze("frobnicate")
+    assert r.returncode == 2 and b"invalid choice" in r.stderr
+    r = kanalyze()
+    assert r.returncode == 2
+
+
+def test_unsupported_link_type_is_reported(tmp_path):
+    from tests.support import packets as P
+
+    f = tmp_path / "lt.pcap"
+    f.write_bytes(P.pcap([(1.0, b"\x00" * 60)], linktype=147))
+    r = kanalyze("summary", "--json", str(f))
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["packets_not_tcp"]["unsupported_linktypes"] == {"147": 1}
+
+
+def test_every_prefix_of_a_capture_is_handled(tmp_path):
+    """Cut a real capture at many byte positions: always exchanges or a clear error, never a crash."""
+    from kanalyze.capture import CaptureError
+    from kanalyze.session import Session
+
+    data = CAP.read_bytes()
+    cuts = sorted({*range(0, 200, 7), *range(200, len(data), max(1, len(data) // 150)), len(data)})
+    full = None
+    for n in cuts:
+        f = tmp_path / "p.pcap"
+        f.write_bytes(data[:n])
+        s = Session([str(f)])
+        try:
+            exs = list(s.exchanges())
+        except CaptureError:
+            assert n < 24
+            continue
+        st = s.engine.stats
+        for side in (st.client, st.broker):
+            assert side.stream == side.frames + side.skipped + side.gaps
+        if n == len(data):
+            full = len(exs)
+    assert full and full > 20
