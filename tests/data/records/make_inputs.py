@@ -218,6 +218,17 @@ def bad_magic() -> bytes:
     return bytes(b) + builder_batch(2, base_offset=1)
 
 
+def legacy_unknown_codec() -> bytes:
+    inner = legacy_message(0, 1, 0, b"k", b"v")
+    return legacy_message(0, 1, 6, None, inner) + legacy_message(1, 1, 0, b"k1", b"v1")
+
+
+def legacy_inner_crc_mismatch() -> bytes:
+    inner = bytearray(b"".join(legacy_message(i, 1, 0, b"k%d" % i, b"v%d" % i) for i in range(3)))
+    inner[-1] ^= 0x20  # the last inner message's value changes, its CRC does not
+    return legacy_message(2, 1, 1, None, gzip.compress(bytes(inner), mtime=0))
+
+
 # name -> (maker, expected diagnostic codes per batch, records decoded per batch, partial flags)
 CASES = {
     "crc_mismatch": (crc_mismatch, [["crc_mismatch"], []], [3, 2], [False, False]),
@@ -236,6 +247,8 @@ CASES = {
     "wrong_key_length_v1": (wrong_key_length_v1, [["bad_length"], []], [0, 1], [False, False]),
     "xerial_snappy": (xerial_snappy, [[]], [40], [False]),
     "legacy_lz4_v0": (legacy_lz4_v0, [[]], [3], [False]),
+    "legacy_unknown_codec": (legacy_unknown_codec, [["unknown_codec"], []], [0, 1], [False, False]),
+    "legacy_inner_crc_mismatch": (legacy_inner_crc_mismatch, [["crc_mismatch"]], [3], [False]),
     "bad_magic": (bad_magic, [["bad_magic"], []], [0, 2], [False, False]),
 }
 

@@ -177,3 +177,25 @@ def test_mutated_input_never_raises_and_stays_json(edits, cut):
     for n in node.walk():
         limit = cut if n.source == 0 else len(ctx.buffers[n.source - 1])
         assert n.offset >= 0 and n.offset + n.length <= limit
+
+
+def test_legacy_inner_crc_mismatch_marks_that_message():
+    (b,) = decode((DATA / "legacy_inner_crc_mismatch.bin").read_bytes()).value["batches"]
+    assert b["crc_ok"] is True  # the wrapper is intact
+    assert [r["crc_ok"] for r in b["records"]] == [True, True, False]
+    assert [r["offset"] for r in b["records"]] == [0, 1, 2]
+    assert "decompressed buffer 1" in b["diagnostics"][0]["message"]
+
+
+def test_legacy_nesting_and_null_wrapper():
+    m = MAKER
+    inner = m.legacy_message(0, 0, 0, b"k", b"v")
+    lvl2 = m.legacy_message(0, 0, 1, None, m.gzip.compress(inner, mtime=0))
+    lvl3 = m.legacy_message(0, 0, 1, None, m.gzip.compress(lvl2, mtime=0))
+    lvl4 = m.legacy_message(0, 0, 1, None, m.gzip.compress(lvl3, mtime=0))
+    (two,) = decode(lvl3).value["batches"]  # one nested level more than Kafka allows: tolerated
+    assert two["diagnostics"] == [] and [r["value"] for r in two["records"]] == ["v"]
+    (three,) = decode(lvl4).value["batches"]
+    assert [d["code"] for d in three["diagnostics"]] == ["nesting_too_deep"]
+    (null,) = decode(m.legacy_message(0, 1, 2, None, None)).value["batches"]
+    assert [d["code"] for d in null["diagnostics"]] == ["bad_record"]

@@ -308,3 +308,32 @@ def test_generated_record_sets_roundtrip(records, codec, base, pid):
         assert mine["timestamp_ms"] == ts
         assert (as_bytes(mine["key"]), as_bytes(mine["value"])) == (key, value)
         assert [(h["key"], as_bytes(h["value"])) for h in mine["headers"]] == headers
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    msgs=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=24)),
+            st.one_of(st.none(), st.binary(max_size=200)),
+        ),
+        min_size=1,
+        max_size=15,
+    ),
+    magic=st.sampled_from([0, 1]),
+    codec=st.sampled_from([0, 1, 2]),
+    last=st.integers(min_value=0, max_value=2**40),
+)
+def test_generated_legacy_sets_match_kafka_python(msgs, magic, codec, last):
+    b = LegacyRecordBatchBuilder(magic, codec, 1 << 30)
+    for i, (key, value) in enumerate(msgs):
+        b.append(i, 1_600_000_000_000 + i if magic else None, key, value)
+    buf = bytes(b.build())
+    if codec:
+        buf = _set_wrapper(buf, last + len(msgs) - 1)  # as a broker stores it
+    ours = [r for batch in decode(buf)[0].value["batches"] for r in batch["records"]]
+    ref = kafka_python_records(buf)
+    assert [(r["offset"], r["timestamp_ms"]) for r in ours] == [
+        (r.offset, r.timestamp) for r in ref
+    ]
+    assert [(as_bytes(r["key"]), as_bytes(r["value"])) for r in ours] == msgs
