@@ -126,7 +126,7 @@ class Tcpdump:
         with contextlib.suppress(FileNotFoundError):
             out.unlink()
         self.proc = subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-s", "0", "-U", "-n", "-w", str(out), f"tcp port {port}"],
+            ["tcpdump", "-i", "lo", "-s", "0", "-U", "--immediate-mode", "-n", "-w", str(out), f"tcp port {port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         # tcpdump prints "listening on lo ..." once the filter is installed and it is capturing.
@@ -189,7 +189,7 @@ def cfk_client_info() -> dict[str, Any]:
 
     return {
         "library": "confluent-kafka",
-        "version": confluent_kafka.version()[0],
+        "version": confluent_kafka.__version__,
         "librdkafka": confluent_kafka.libversion()[0],
     }
 
@@ -356,6 +356,15 @@ def tshark_requests(pcap: Path, port: int) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: tuple(int(x) for x in kv[0].split(":"))))
 
 
+def pcap_packet_count(pcap: Path) -> int:
+    if not pcap.exists():
+        return 0
+    import dpkt
+
+    with pcap.open("rb") as fh:
+        return sum(1 for _ in dpkt.pcap.Reader(fh))
+
+
 def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
     description, fn, opts = SCENARIOS[name]
     port = free_port(used_ports)
@@ -374,7 +383,16 @@ def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
         broker.stop()
     if crashed:
         ctx.note("the broker process exited during the scenario")
-    ctx.truth["tcpdump"] = tcpdump_msg.splitlines()[-2:] if tcpdump_msg else []
+    stats = [ln for ln in tcpdump_msg.splitlines() if "packets" in ln]
+    ctx.truth["tcpdump"] = stats
+    counts = {ln.split(" packets ")[1]: int(ln.split()[0]) for ln in stats if ln.split()[0].isdigit()}
+    # on lo the filter sees every packet twice (outgoing and incoming; libpcap keeps one copy)
+    in_file = pcap_packet_count(ctx.pcap)
+    ctx.truth["packets"] = in_file
+    if (counts.get("captured", 0) * 2 < counts.get("received by filter", 0) or counts.get("dropped by kernel", 0)
+            or in_file != counts.get("captured", -1)):
+        error = error or f"tcpdump lost packets: {stats}"
+        ctx.note(f"tcpdump lost packets: {stats}")
     ctx.truth["tshark_requests"] = tshark_requests(ctx.pcap, port) if ctx.pcap.exists() else {}
     ctx.truth["duration_s"] = round(time.monotonic() - t0, 2)
     (HERE / f"{name}.truth.json").write_text(json.dumps(ctx.truth, indent=1) + "\n")

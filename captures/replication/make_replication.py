@@ -1,0 +1,507 @@
+#!/usr/bin/env python3
+"""Replication scenarios on the wire: a fake partition leader, fake followers, producers and
+consumers talking real TCP on loopback while tcpdump records, plus the truth the leader knew.
+
+Every Produce / Fetch / OffsetCommit request and response is encoded by kafka-python's protocol
+classes (``kafka.protocol.old``) and record batches by ``DefaultRecordBatchBuilder`` -- an encoder
+independent of kanalyze. The leader is a small model of Kafka's replica manager:
+
+* leader LEO advances when a Produce is appended (duplicates and rejected batches are not);
+* a follower's Fetch ``fetch_offset`` is the leader's *remote LEO* for it; the ISR expands when a
+  follower's fetch offset reaches the HW, and the leader then sets
+  HW = max(HW, min(leader LEO, remote LEO of every in-sync follower));
+* an ISR shrink is scripted and always lets the HW pass the dropped follower (so it is visible);
+* a follower's own LEO is its fetch offset, then the end of what a Fetch response returned;
+  its HW = min(its LEO, the HW in that response).
+
+For every wire message that touches a partition the truth gets one step with the leader's state
+after handling it (``leader_leo``, ``high_watermark``, ``log_start_offset``,
+``last_stable_offset``, ``followers`` {id: {leo, remote_leo, hw}}, ``isr``). Steps the wire
+cannot show at that moment carry ``"observable": false``.
+
+Usage::
+
+    python captures/replication/make_replication.py            # all scenarios
+    python captures/replication/make_replication.py --only textbook
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol.old.commit import OffsetCommitRequest, OffsetCommitResponse
+    from kafka.protocol.old.fetch import FetchRequest, FetchResponse
+    from kafka.protocol.old.produce import ProduceRequest, ProduceResponse
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+HERE = Path(__file__).resolve().parent
+HOST = "127.0.0.1"
+TRUTH_SCHEMA = "kanalyze-replication-truth/1"
+PRODUCE_V = 5
+FETCH_V = 9
+COMMIT_V = 2
+NONE, OUT_OF_ORDER_SEQUENCE_NUMBER = 0, 45
+
+
+# --------------------------------------------------------------------------- wire
+
+
+class Tcpdump:
+    def __init__(self, port: int, out: Path) -> None:
+        self.proc = subprocess.Popen(
+            ["tcpdump", "-i", "lo", "-s", "0", "-U", "-n", "-w", str(out), f"tcp port {port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        assert self.proc.stderr is not None
+        line = self.proc.stderr.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"tcpdump failed to start: {line!r}")
+        time.sleep(0.3)
+
+    def stop(self) -> str:
+        time.sleep(0.5)
+        self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=10)
+        return err.strip()
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    def exact(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("peer closed")
+            buf += chunk
+        return buf
+
+    (size,) = struct.unpack(">i", exact(4))
+    return exact(size)
+
+
+class Conn:
+    """One client connection to the fake leader: the client end and the leader's accepted end."""
+
+    def __init__(self, server: socket.socket, client_id: str) -> None:
+        self.client_id = client_id
+        self.client = socket.create_connection(server.getsockname())
+        self.client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.leader, _ = server.accept()
+        self.leader.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.next_corr = 1
+
+    def send(self, req: Any) -> int:
+        corr = self.next_corr
+        self.next_corr += 1
+        req.with_header(correlation_id=corr, client_id=self.client_id)
+        self.client.sendall(req.encode(header=True, framed=True))
+        _read_frame(self.leader)  # the leader reads the request off its socket
+        time.sleep(0.002)
+        return corr
+
+    def answer(self, rsp: Any, corr: int) -> None:
+        rsp.with_header(correlation_id=corr)
+        self.leader.sendall(rsp.encode(header=True, framed=True))
+        _read_frame(self.client)
+        time.sleep(0.002)
+
+    def close(self) -> None:
+        self.client.close()
+        self.leader.close()
+
+
+# --------------------------------------------------------------------------- leader model
+
+
+def batch_bytes(base_offset: int, records: list[tuple[bytes, bytes]], pid: int = -1, epoch: int = -1,
+                seq: int = -1, leader_epoch: int = 0) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
+                                  producer_epoch=epoch, base_sequence=seq, batch_size=1 << 20)
+    ts = int(time.time() * 1000)
+    for i, (k, v) in enumerate(records):
+        b.append(i, timestamp=ts, key=k, value=v, headers=[])
+    data = bytearray(b.build())
+    struct.pack_into(">q", data, 0, base_offset)  # set by the broker; outside the CRC
+    struct.pack_into(">i", data, 12, leader_epoch)
+    return bytes(data)
+
+
+class Partition:
+    def __init__(self, topic: str, index: int, followers: list[int]) -> None:
+        self.topic, self.index = topic, index
+        self.leo = 0
+        self.hw = 0
+        self.log_start = 0
+        self.batches: list[tuple[int, int, bytes]] = []  # (base offset, count, bytes)
+        self.remote: dict[int, int] = {}
+        self.fol_leo: dict[int, int] = {}
+        self.fol_hw: dict[int, int] = {}
+        self.isr: set[int] = set(followers)
+        self.acked: dict[tuple[int, int, int], int] = {}  # idempotence: (pid, epoch, seq) -> base offset
+        self.next_seq: dict[tuple[int, int], int] = {}
+
+    def advance_hw(self) -> None:
+        if not self.remote:
+            return
+        known = [self.remote[f] for f in self.isr if f in self.remote]
+        if len(known) != len(self.isr):
+            return
+        self.hw = max(self.hw, min([self.leo, *known]))
+
+    def state(self, event: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "event": event,
+            "topic": self.topic,
+            "partition": self.index,
+            "leader_leo": self.leo,
+            "high_watermark": self.hw,
+            "log_start_offset": self.log_start,
+            "last_stable_offset": self.hw,
+            "followers": {
+                str(f): {"leo": self.fol_leo[f], "remote_leo": self.remote[f], "hw": self.fol_hw.get(f)}
+                for f in sorted(self.remote)
+            },
+            "isr": sorted(self.isr),
+            **extra,
+        }
+
+
+class Leader:
+    def __init__(self, name: str, description: str) -> None:
+        self.name = name
+        self.server = socket.socket()
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind((HOST, 0))
+        self.server.listen(16)
+        self.port = self.server.getsockname()[1]
+        self.parts: dict[tuple[str, int], Partition] = {}
+        self.steps: list[dict[str, Any]] = []
+        self.expect: list[dict[str, Any]] = []
+        self.conns: list[Conn] = []
+        self.truth: dict[str, Any] = {"schema": TRUTH_SCHEMA, "scenario": name, "description": description,
+                                      "pcap": f"{name}.pcap", "broker": {"host": HOST, "port": self.port}}
+
+    def topic(self, name: str, partitions: int, followers: list[int]) -> None:
+        for i in range(partitions):
+            self.parts[(name, i)] = Partition(name, i, followers)
+
+    def connect(self, client_id: str) -> Conn:
+        c = Conn(self.server, client_id)
+        self.conns.append(c)
+        return c
+
+    def step(self, p: Partition, event: str, **extra: Any) -> None:
+        self.steps.append(p.state(event, **extra))
+
+    # ---- produce
+    def produce(self, conn: Conn, acks: int, data: dict[tuple[str, int], int], pid: int = -1, epoch: int = -1,
+                seq: dict[tuple[str, int], int] | None = None, client: str = "") -> dict[str, Any]:
+        """Send a Produce of `count` records per partition; the leader appends (unless it rejects)."""
+        topics: dict[str, list[tuple[int, bytes]]] = {}
+        results = {}
+        for key, count in data.items():
+            p = self.parts[key]
+            s = (seq or {}).get(key, -1)
+            recs = [(f"k{p.leo + i}".encode(), f"value {i} of {count}".encode()) for i in range(count)]
+            raw = batch_bytes(0, recs, pid, epoch, s)
+            topics.setdefault(key[0], []).append((key[1], raw))
+            observable = True
+            if pid >= 0 and (pid, epoch, s) in p.acked:
+                results[key] = (NONE, p.acked[(pid, epoch, s)], count)  # duplicate: deduplicated
+            elif pid >= 0 and p.next_seq.get((pid, epoch), 0) != s:
+                results[key] = (OUT_OF_ORDER_SEQUENCE_NUMBER, -1, count)  # rejected
+                observable = False  # the wire cannot tell a rejection before the response
+            else:
+                base = p.leo
+                p.batches.append((base, count, batch_bytes(base, recs, pid, epoch, s)))
+                p.leo += count
+                if pid >= 0:
+                    p.acked[(pid, epoch, s)] = base
+                    p.next_seq[(pid, epoch)] = s + count
+                results[key] = (NONE, base, count)
+                p.advance_hw()
+            self.step(p, "produce", observable=observable)
+        req = ProduceRequest[PRODUCE_V](
+            transactional_id=None, acks=acks, timeout_ms=30000,
+            topic_data=[(t, list(ps)) for t, ps in topics.items()],
+        )
+        corr = conn.send(req)
+        return {"conn": conn, "corr": corr, "results": results, "acks": acks, "client": client or conn.client_id}
+
+    def produce_answer(self, pending: dict[str, Any]) -> None:
+        by_topic: dict[str, list[tuple]] = {}
+        for key, (err, base, _count) in pending["results"].items():
+            p = self.parts[key]
+            by_topic.setdefault(key[0], []).append((key[1], err, base, -1, p.log_start))
+        rsp = ProduceResponse[PRODUCE_V](responses=list(by_topic.items()), throttle_time_ms=0)
+        pending["conn"].answer(rsp, pending["corr"])
+        for key in pending["results"]:
+            self.step(self.parts[key], "produce_response")
+
+    def can_ack(self, pending: dict[str, Any]) -> bool:
+        return all(self.parts[k].hw >= base + n for k, (err, base, n) in pending["results"].items() if err == NONE)
+
+    # ---- fetch
+    def fetch(self, conn: Conn, replica: int, offsets: dict[tuple[str, int], int], leader_epoch: int = 0,
+              isolation: int = 0) -> dict[str, Any]:
+        topics: dict[str, list[tuple]] = {}
+        for key, off in offsets.items():
+            topics.setdefault(key[0], []).append((key[1], leader_epoch, off, -1, 1 << 20))
+            if replica >= 0:
+                p = self.parts[key]
+                p.remote[replica] = off
+                p.fol_leo[replica] = off
+                if replica in p.fol_hw:
+                    p.fol_hw[replica] = min(p.fol_hw[replica], off)
+                elif off == 0:
+                    p.fol_hw[replica] = 0
+                if replica not in p.isr and off >= p.hw:
+                    p.isr.add(replica)
+                p.advance_hw()
+                self.step(p, "follower_fetch", replica=replica)
+        req = FetchRequest[FETCH_V](
+            replica_id=replica, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation,
+            session_id=0, session_epoch=-1, topics=list(topics.items()), forgotten_topics_data=[],
+        )
+        corr = conn.send(req)
+        return {"conn": conn, "corr": corr, "replica": replica, "offsets": dict(offsets)}
+
+    def fetch_answer(self, pending: dict[str, Any], max_batches: int | None = None,
+                     shrink: dict[tuple[str, int], list[int]] | None = None,
+                     hw_override: dict[tuple[str, int], int] | None = None) -> None:
+        replica = pending["replica"]
+        by_topic: dict[str, list[tuple]] = {}
+        for key, off in pending["offsets"].items():
+            p = self.parts[key]
+            for f in (shrink or {}).get(key, []):
+                p.isr.discard(f)
+                p.advance_hw()
+                assert p.hw > p.remote.get(f, 0), "a shrink must be visible: the HW must pass the dropped follower"
+            if hw_override and key in hw_override:
+                p.hw = hw_override[key]
+            # what the wire shows: an in-sync follower below the HW the leader reports is out of the ISR
+            for f in list(p.isr):
+                if f in p.remote and p.remote[f] < p.hw:
+                    p.isr.discard(f)
+            limit = p.hw if replica < 0 else p.leo
+            chosen = [b for b in p.batches if b[0] + b[1] > off and b[0] < limit]
+            if max_batches is not None:
+                chosen = chosen[:max_batches]
+            raw = b"".join(b[2] for b in chosen)
+            by_topic.setdefault(key[0], []).append((key[1], NONE, p.hw, p.hw, p.log_start, [], raw))
+            if replica >= 0:
+                end = chosen[-1][0] + chosen[-1][1] if chosen else off
+                p.fol_leo[replica] = end
+                p.fol_hw[replica] = min(end, p.hw)
+                self.step(p, "follower_fetch_response", replica=replica)
+            else:
+                pending.setdefault("position", {})[key] = chosen[-1][0] + chosen[-1][1] if chosen else off
+                self.step(p, "fetch_response")
+        rsp = FetchResponse[FETCH_V](throttle_time_ms=0, error_code=0, session_id=0, responses=list(by_topic.items()))
+        pending["conn"].answer(rsp, pending["corr"])
+
+    def commit(self, conn: Conn, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        topics: dict[str, list[tuple]] = {}
+        for (t, i), off in offsets.items():
+            topics.setdefault(t, []).append((i, off, ""))
+        req = OffsetCommitRequest[COMMIT_V](group_id=group, generation_id_or_member_epoch=1, member_id="member-1",
+                                            retention_time_ms=-1, topics=list(topics.items()))
+        corr = conn.send(req)
+        rsp = OffsetCommitResponse[COMMIT_V](topics=[(t, [(i, 0) for i, _o, _m in ps]) for t, ps in topics.items()])
+        conn.answer(rsp, corr)
+
+    def finish(self, tcpdump: Tcpdump) -> None:
+        for c in self.conns:
+            c.close()
+        self.server.close()
+        msg = tcpdump.stop()
+        self.truth["tcpdump"] = [ln for ln in msg.splitlines() if "packets" in ln]
+        self.truth["steps"] = self.steps
+        final: dict[str, Any] = {}
+        for st in self.steps:
+            final[f"{st['topic']}-{st['partition']}"] = {k: v for k, v in st.items() if k not in ("event", "replica", "observable")}
+        self.truth["final"] = final
+        self.truth["expected_findings"] = self.expect
+        (HERE / f"{self.name}.truth.json").write_text(json.dumps(self.truth, indent=1) + "\n")
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def textbook() -> Leader:
+    ld = Leader("textbook", "one partition, two replicas (leader 1, follower 2), empty logs: produce 1 record, "
+                            "follower Fetch(0) gets it with HW 0, follower Fetch(1) moves the HW to 1")
+    ld.topic("tb", 1, [2])
+    td = Tcpdump(ld.port, HERE / "textbook.pcap")
+    f2 = ld.connect("broker-2-fetcher")
+    prod = ld.connect("tb-producer")
+    P = ("tb", 0)
+    pending = ld.fetch(f2, 2, {P: 0})          # the follower's fetch waits in purgatory
+    pr = ld.produce(prod, 1, {P: 1})           # producer writes 1 record
+    ld.produce_answer(pr)                      # textbook row 1: LEO 1, remote 0, HW 0, follower 0/0
+    ld.fetch_answer(pending)                   # row 2: the record and HW 0 -> follower LEO 1, HW 0
+    pending = ld.fetch(f2, 2, {P: 1})          # remote LEO 1 -> HW 1
+    ld.fetch_answer(pending)                   # row 3: follower HW 1
+    ld.truth["textbook_rows"] = [
+        {"after": "producer writes 1 record", "step": 2},
+        {"after": "follower Fetch(offset=0) answered with the record and HW 0", "step": 3},
+        {"after": "follower Fetch(offset=1) answered with HW 1", "step": 5},
+    ]
+    ld.finish(td)
+    return ld
+
+
+def isr() -> Leader:
+    ld = Leader("isr", "three partitions, leader 1, followers 2 and 3; follower 3 stops fetching, drops out "
+                       "of the ISR of the partitions it lags on, comes back and rejoins; acks=all producers "
+                       "wait for the HW; a read_uncommitted consumer")
+    ld.topic("rep", 3, [2, 3])
+    td = Tcpdump(ld.port, HERE / "isr.pcap")
+    f2, f3 = ld.connect("broker-2-fetcher"), ld.connect("broker-3-fetcher")
+    pall, pone, cons = ld.connect("p-all"), ld.connect("p-one"), ld.connect("c-1")
+    P0, P1, P2 = ("rep", 0), ("rep", 1), ("rep", 2)
+
+    def offs(fid: int) -> dict[tuple[str, int], int]:
+        return {k: ld.parts[k].fol_leo.get(fid, 0) for k in (P0, P1, P2)}
+
+    a = ld.fetch(f2, 2, offs(2))
+    b = ld.fetch(f3, 3, offs(3))
+    w1 = ld.produce(pall, -1, {P0: 3, P1: 2})          # acks=all: waits for the HW
+    ld.fetch_answer(a)
+    ld.fetch_answer(b)
+    a = ld.fetch(f2, 2, offs(2))
+    b = ld.fetch(f3, 3, offs(3))
+    ld.fetch_answer(a)
+    ld.fetch_answer(b)
+    assert ld.can_ack(w1)
+    ld.produce_answer(w1)
+    o1 = ld.produce(pone, 1, {P2: 4})                  # acks=1: answered at once
+    ld.produce_answer(o1)
+    # follower 3 stops fetching
+    a = ld.fetch(f2, 2, offs(2))
+    ld.fetch_answer(a)
+    a = ld.fetch(f2, 2, offs(2))
+    ld.fetch_answer(a, shrink={P2: [3]})               # leader drops 3 from rep-2's ISR; HW passes it
+    w2 = ld.produce(pall, -1, {P0: 2})
+    a = ld.fetch(f2, 2, offs(2))
+    ld.fetch_answer(a)
+    assert not ld.can_ack(w2)                          # follower 3 holds rep-0's HW back
+    a = ld.fetch(f2, 2, offs(2))
+    ld.fetch_answer(a, shrink={P0: [3]})
+    assert ld.can_ack(w2)
+    ld.produce_answer(w2)
+    c = ld.fetch(cons, -1, {P0: 0, P2: 0})
+    ld.fetch_answer(c)
+    # follower 3 comes back, catches up one batch per fetch and rejoins
+    b = ld.fetch(f3, 3, offs(3))
+    ld.fetch_answer(b, max_batches=1)
+    b = ld.fetch(f3, 3, offs(3))
+    ld.fetch_answer(b, max_batches=1)
+    b = ld.fetch(f3, 3, offs(3))
+    ld.fetch_answer(b)
+    assert ld.parts[P0].isr == {2, 3} and ld.parts[P2].isr == {2, 3}
+    w3 = ld.produce(pall, -1, {P1: 3})
+    a = ld.fetch(f2, 2, offs(2))
+    b = ld.fetch(f3, 3, offs(3))
+    ld.fetch_answer(a)
+    ld.fetch_answer(b)
+    a = ld.fetch(f2, 2, offs(2))
+    b = ld.fetch(f3, 3, offs(3))
+    ld.fetch_answer(b)
+    ld.fetch_answer(a)
+    assert ld.can_ack(w3)
+    ld.produce_answer(w3)
+    c = ld.fetch(cons, -1, {P0: 5, P1: 0, P2: 4})
+    ld.fetch_answer(c)
+    ld.expect = [
+        {"kind": "isr_shrink", "topic": "rep", "partition": 2, "replica": 3},
+        {"kind": "isr_shrink", "topic": "rep", "partition": 0, "replica": 3},
+        {"kind": "isr_expand", "topic": "rep", "partition": 0, "replica": 3},
+        {"kind": "isr_expand", "topic": "rep", "partition": 2, "replica": 3},
+    ]
+    ld.truth["producers"] = [
+        {"client_id": "p-all", "acks": -1, "idempotent": False, "partitions": {"rep-0": {"records": 5, "batches": 2}, "rep-1": {"records": 5, "batches": 2}}},
+        {"client_id": "p-one", "acks": 1, "idempotent": False, "partitions": {"rep-2": {"records": 4, "batches": 1}}},
+    ]
+    ld.finish(td)
+    return ld
+
+
+def anomalies() -> Leader:
+    ld = Leader("anomalies", "one partition, leader 1, follower 2, an idempotent producer and a consumer group; "
+                             "injected: duplicate batch, sequence gap (rejected), HW regression, follower "
+                             "truncation after a leader epoch change, commit ahead of consumption")
+    ld.topic("anom", 1, [2])
+    td = Tcpdump(ld.port, HERE / "anomalies.pcap")
+    f2, prod, cons = ld.connect("broker-2-fetcher"), ld.connect("p-idem"), ld.connect("c-anom")
+    P = ("anom", 0)
+    PID, EP = 1000, 0
+    a = ld.fetch(f2, 2, {P: 0})
+    pr = ld.produce(prod, 1, {P: 3}, PID, EP, {P: 0})
+    ld.produce_answer(pr)
+    ld.fetch_answer(a)
+    a = ld.fetch(f2, 2, {P: 3})
+    pr = ld.produce(prod, 1, {P: 2}, PID, EP, {P: 3})
+    ld.produce_answer(pr)
+    ld.fetch_answer(a)
+    pr = ld.produce(prod, 1, {P: 2}, PID, EP, {P: 3})      # the same batch again: duplicate
+    ld.produce_answer(pr)
+    pr = ld.produce(prod, 1, {P: 1}, PID, EP, {P: 7})      # expected 5: sequence gap, rejected
+    ld.produce_answer(pr)
+    a = ld.fetch(f2, 2, {P: 5})
+    ld.fetch_answer(a)                                     # HW 5
+    c = ld.fetch(cons, -1, {P: 0})
+    ld.fetch_answer(c, hw_override={P: 3})                 # injected: the leader reports HW 3 after 5
+    # leader epoch 1: the follower truncates to 3 (below its position 5) and fetches again from there
+    a = ld.fetch(f2, 2, {P: 3}, leader_epoch=1)
+    ld.fetch_answer(a)
+    a = ld.fetch(f2, 2, {P: 5}, leader_epoch=1)
+    ld.fetch_answer(a)                                     # HW 5 again
+    ld.commit(cons, "g-anom", {P: 3})                      # the consumer fetched 0..2 (position 3): fine
+    c = ld.fetch(cons, -1, {P: 3}, leader_epoch=1)
+    ld.fetch_answer(c)                                     # position 5
+    ld.commit(cons, "g-anom", {P: 9})                      # injected: commit ahead of consumption (position 5)
+    ld.expect = [
+        {"kind": "duplicate_sequence", "severity": "warning"},
+        {"kind": "sequence_gap", "severity": "error"},
+        {"kind": "hw_regression", "severity": "error"},
+        {"kind": "follower_truncation", "severity": "warning"},
+        {"kind": "leader_epoch_change", "severity": "info"},
+        {"kind": "commit_ahead_of_consumption", "severity": "warning"},
+    ]
+    ld.truth["producers"] = [
+        {"client_id": "p-idem", "producer_id": PID, "producer_epoch": EP, "acks": 1, "idempotent": True,
+         "partitions": {"anom-0": {"first_sequence": 0, "last_sequence": 7, "batches": 4, "duplicates": 1, "gaps": 1}}},
+    ]
+    ld.truth["committed"] = [{"group": "g-anom", "topic": "anom", "partition": 0, "offset": 9}]
+    ld.finish(td)
+    return ld
+
+
+SCENARIOS = {"textbook": textbook, "isr": isr, "anomalies": anomalies}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
+    args = ap.parse_args()
+    for name in args.only or SCENARIOS:
+        ld = SCENARIOS[name]()
+        print(f"{name}: {len(ld.steps)} steps, port {ld.port}, {ld.truth['tcpdump']}")  # noqa: T201
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
