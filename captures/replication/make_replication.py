@@ -61,7 +61,7 @@ NONE, OUT_OF_ORDER_SEQUENCE_NUMBER = 0, 45
 class Tcpdump:
     def __init__(self, port: int, out: Path) -> None:
         self.proc = subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-s", "0", "-U", "-n", "-w", str(out), f"tcp port {port}"],
+            ["tcpdump", "-i", "lo", "-s", "0", "-U", "-n", "--immediate-mode", "-w", str(out), f"tcp port {port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         assert self.proc.stderr is not None
