@@ -17,11 +17,12 @@ and a raw node (re-raised when `ctx.strict`).
 from __future__ import annotations
 
 import importlib
+import struct
 from collections.abc import Callable
 from functools import cache, lru_cache
 from types import ModuleType
 
-from dissectors import schemas
+from dissectors import quirks, schemas
 from dissectors.context import DecodeContext
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import ARRAY, PRIM, RAW, STRUCT, Node
@@ -264,7 +265,7 @@ def _array_reader(elem: Reader, elem_min: int, compact: bool, nullable: bool) ->
         out.append(node)
         try:
             for i in range(n):
-                pos = elem(buf, pos, end, ctx, children, str(i))
+                pos = elem(buf, pos, end, ctx, children, _index(i))
         except DecodeError as err:
             _fail(node, err)
             raise
@@ -272,6 +273,52 @@ def _array_reader(elem: Reader, elem_min: int, compact: bool, nullable: bool) ->
         return pos
 
     return read_array
+
+
+_INDEX = tuple(str(i) for i in range(4096))  # element names, shared
+
+
+def _index(i: int) -> str:
+    return _INDEX[i] if i < 4096 else str(i)
+
+
+def _fixed_array_reader(ftype: str, compact: bool, nullable: bool) -> Reader:
+    """Arrays of fixed-size numbers: one unpack for all elements."""
+    st = FIXED[ftype]
+    size = st.size
+    code = st.format[1:]
+    formats: dict[int, struct.Struct] = {}
+
+    def read_fixed_array(buf, pos, end, ctx, out, name):
+        start = pos
+        n, pos = read_length(buf, pos, end, compact, True)
+        if n < 0:
+            node = Node(name, ARRAY, start, pos - start, None, None)
+            if not nullable:
+                node.diagnostics.append(Diagnostic(Code.BAD_LENGTH, start, f"{name}: null in a non-nullable array"))
+            out.append(node)
+            return pos
+        if n > end - pos or n > ctx.limits.max_array_count:
+            raise DecodeError(Code.ARRAY_TOO_LARGE, start, f"{name}: {n} elements cannot fit in {end - pos} bytes")
+        nxt = pos + n * size
+        if nxt > end:
+            children: list[Node] = []
+            node = Node(name, ARRAY, start, 0, n, children)
+            out.append(node)
+            err = short(pos, n * size, end, f"{name}: {n} elements")
+            _fail(node, err)
+            raise err
+        fmt = formats.get(n)
+        if fmt is None:
+            fmt = formats[n] = struct.Struct(f">{n}{code}")
+            if len(formats) > 256:
+                formats.clear()
+        vals = fmt.unpack_from(buf, pos)
+        children = [Node(_index(i), PRIM, pos + i * size, size, v) for i, v in enumerate(vals)]
+        out.append(Node(name, ARRAY, start, nxt - start, n, children))
+        return nxt
+
+    return read_fixed_array
 
 
 def _read_tagged(buf, pos, end, ctx, children, tagged, node):
@@ -333,6 +380,8 @@ def _field_reader(f: dict, structs: dict, v: int, flex: bool) -> tuple[Reader, i
     secret = f["name"] in SECRET_FIELDS
     if ftype.startswith("[]"):
         base = ftype[2:]
+        if base in FIXED and base != "uuid":
+            return _fixed_array_reader(base, fflex, nullable), 1 if fflex else 4
         if base in _PRIMS:
             elem, emin = _prim_reader(base, fflex, False, secret)
         else:
@@ -436,6 +485,8 @@ def decode_body(
     diagnostic; an internal bug becomes INTERNAL_ERROR (re-raised if ctx.strict)."""
     mv, end = _view(buf, end)
     try:
+        if not is_request:
+            api_version = quirks.response_body_version(api_key, api_version, mv, offset, end)
         reader = body_reader(api_key, api_version, is_request)
         if reader is None:
             if schemas.API_MODULES.get(api_key) is None:
@@ -459,7 +510,9 @@ def decode_body(
         return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {exc!r}")
 
 
-def decode_message(name: str, version: int, buf, offset: int, end: int, ctx: DecodeContext) -> Node:
+def decode_message(
+    name: str, version: int, buf: bytes | memoryview, offset: int, end: int, ctx: DecodeContext
+) -> Node:
     """Decode a non-API structure (e.g. "LeaderChangeMessage") occupying buf[offset:end]."""
     mv, end = _view(buf, end)
     try:

@@ -154,6 +154,8 @@ def decode_request(buf, start: int, end: int, ctx: DecodeContext) -> list[Node] 
     """A full request (header + body) inside `buf[start:end]`: [header, body] nodes."""
     api_key = INT16.unpack_from(buf, start)[0]
     api_version = INT16.unpack_from(buf, start + 2)[0]
+    if api_key == quirks.API_ENVELOPE:
+        return None
     reader = decoder.message_reader(
         "RequestHeader", quirks.request_header_version(api_key, api_version)
     )
@@ -262,7 +264,7 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
 def _sasl_node(node: Node) -> None:
     """Turn an auth_bytes PRIM node into a parsed struct, or mark it secret as a whole."""
     value = node.value
-    if not isinstance(value, bytes):
+    if not isinstance(value, bytes) or not value:
         return
     start, _ = _data_span(node)
     parsed = parse_sasl(bytes(value), start)

@@ -42,3 +42,27 @@ def response_header_version(api_key: int, api_version: int) -> int:
     if api_key == API_API_VERSIONS:
         return 0
     return 1 if _flexible(RESPONSE_FLEXIBLE_FROM, api_key, api_version) else 0
+
+
+UNSUPPORTED_VERSION_ERROR = 35
+
+
+def response_body_version(api_key: int, api_version: int, buf, offset: int, end: int) -> int:
+    """The version a response body is actually encoded in.
+
+    A broker that cannot serve the requested ApiVersions version answers with an
+    ApiVersions *v0* body carrying UNSUPPORTED_VERSION (35) and its own version
+    ranges, so that the client can retry with a version both understand."""
+    if (
+        api_key == API_API_VERSIONS
+        and api_version > 0
+        and end - offset >= 2
+        and buf[offset] == 0
+        and buf[offset + 1] == UNSUPPORTED_VERSION_ERROR
+    ):
+        return 0
+    return api_version
+
+
+# Kafka never nests an Envelope inside an Envelope; we do not decode one that does.
+API_ENVELOPE = 58

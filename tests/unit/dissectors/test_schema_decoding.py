@@ -203,3 +203,15 @@ def test_request_header_client_id_is_never_compact() -> None:
     assert codes(hdr) == []
     assert hdr.child("ClientId").value == "cli"
     assert hdr.child("ClientId").kind == PRIM
+
+
+def test_api_versions_unsupported_version_answer_is_a_v0_body() -> None:
+    v0 = se.encode_api(18, 0, False, {"ErrorCode": 35, "ApiKeys": [{"ApiKey": 18, "MinVersion": 0, "MaxVersion": 2}]})
+    for asked in (3, 4, 9):  # flexible versions, and one above the known range
+        body = decode(18, asked, False, v0)
+        assert codes(body) == [], asked
+        j = node_to_json(body, DecodeContext())
+        assert j == {"error_code": 35, "error_code_name": "UNSUPPORTED_VERSION",
+                     "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 2}]}
+    ok = se.encode_api(18, 3, False, se.random_struct(se.api_layout(18, 3, False).fields, ErrorCode=0))
+    assert codes(decode(18, 3, False, ok)) == []

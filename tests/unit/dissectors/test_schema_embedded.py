@@ -187,3 +187,15 @@ def test_delegation_token_hmacs_are_redacted() -> None:
         layout = se.api_layout(key, version, req)
         body = decode(key, version, req, se.encode(layout, se.random_struct(layout.fields, Hmac=b"\xaa")))
         assert node_to_json(body, DecodeContext())["hmac"] == "<redacted 1 bytes>"
+
+
+def test_nested_envelopes_are_not_unwrapped() -> None:
+    inner = b"\x00\x3a\x00\x00\x00\x00\x00\x01\x00\x00" + b"\x00" * 8  # an Envelope request header
+    value = {"RequestData": inner, "RequestPrincipal": None, "ClientHostAddress": b""}
+    body = decode(58, 0, True, se.encode_api(58, 0, True, value))
+    assert body.child("RequestData").value == inner
+
+
+def test_empty_auth_bytes_stay_empty() -> None:
+    j = node_to_json(_auth_request(b""), DecodeContext())
+    assert j == {"auth_bytes": {"b64": ""}}
