@@ -139,7 +139,7 @@ def batch_bytes(base_offset: int, records: list[tuple[bytes, bytes]], pid: int =
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, followers: list[int]) -> None:
+    def __init__(self, topic: str, index: int) -> None:
         self.topic, self.index = topic, index
         self.leo = 0
         self.hw = 0
@@ -148,7 +148,9 @@ class Partition:
         self.remote: dict[int, int] = {}
         self.fol_leo: dict[int, int] = {}
         self.fol_hw: dict[int, int] = {}
-        self.isr: set[int] = set(followers)
+        self.isr: set[int] = set()  # followers are known (and in sync) from their first fetch
+        self.lso: int | None = None  # as last reported in a Fetch response
+        self.log_start_seen = False
         self.acked: dict[tuple[int, int, int], int] = {}  # idempotence: (pid, epoch, seq) -> base offset
         self.next_seq: dict[tuple[int, int], int] = {}
 
@@ -167,8 +169,8 @@ class Partition:
             "partition": self.index,
             "leader_leo": self.leo,
             "high_watermark": self.hw,
-            "log_start_offset": self.log_start,
-            "last_stable_offset": self.hw,
+            "log_start_offset": self.log_start if self.log_start_seen else None,
+            "last_stable_offset": self.lso,
             "followers": {
                 str(f): {"leo": self.fol_leo[f], "remote_leo": self.remote[f], "hw": self.fol_hw.get(f)}
                 for f in sorted(self.remote)
@@ -193,9 +195,9 @@ class Leader:
         self.truth: dict[str, Any] = {"schema": TRUTH_SCHEMA, "scenario": name, "description": description,
                                       "pcap": f"{name}.pcap", "broker": {"host": HOST, "port": self.port}}
 
-    def topic(self, name: str, partitions: int, followers: list[int]) -> None:
+    def topic(self, name: str, partitions: int) -> None:
         for i in range(partitions):
-            self.parts[(name, i)] = Partition(name, i, followers)
+            self.parts[(name, i)] = Partition(name, i)
 
     def connect(self, client_id: str) -> Conn:
         c = Conn(self.server, client_id)
@@ -245,6 +247,7 @@ class Leader:
         for key, (err, base, _count) in pending["results"].items():
             p = self.parts[key]
             by_topic.setdefault(key[0], []).append((key[1], err, base, -1, p.log_start))
+            p.log_start_seen = True
         rsp = ProduceResponse[PRODUCE_V](responses=list(by_topic.items()), throttle_time_ms=0)
         pending["conn"].answer(rsp, pending["corr"])
         for key in pending["results"]:
@@ -261,13 +264,14 @@ class Leader:
             topics.setdefault(key[0], []).append((key[1], leader_epoch, off, -1, 1 << 20))
             if replica >= 0:
                 p = self.parts[key]
+                first = replica not in p.remote
                 p.remote[replica] = off
                 p.fol_leo[replica] = off
                 if replica in p.fol_hw:
                     p.fol_hw[replica] = min(p.fol_hw[replica], off)
                 elif off == 0:
                     p.fol_hw[replica] = 0
-                if replica not in p.isr and off >= p.hw:
+                if first or (replica not in p.isr and off >= p.hw):
                     p.isr.add(replica)
                 p.advance_hw()
                 self.step(p, "follower_fetch", replica=replica)
@@ -301,6 +305,7 @@ class Leader:
                 chosen = chosen[:max_batches]
             raw = b"".join(b[2] for b in chosen)
             by_topic.setdefault(key[0], []).append((key[1], NONE, p.hw, p.hw, p.log_start, [], raw))
+            p.lso, p.log_start_seen = p.hw, True
             if replica >= 0:
                 end = chosen[-1][0] + chosen[-1][1] if chosen else off
                 p.fol_leo[replica] = end
@@ -343,7 +348,7 @@ class Leader:
 def textbook() -> Leader:
     ld = Leader("textbook", "one partition, two replicas (leader 1, follower 2), empty logs: produce 1 record, "
                             "follower Fetch(0) gets it with HW 0, follower Fetch(1) moves the HW to 1")
-    ld.topic("tb", 1, [2])
+    ld.topic("tb", 1)
     td = Tcpdump(ld.port, HERE / "textbook.pcap")
     f2 = ld.connect("broker-2-fetcher")
     prod = ld.connect("tb-producer")
@@ -367,7 +372,7 @@ def isr() -> Leader:
     ld = Leader("isr", "three partitions, leader 1, followers 2 and 3; follower 3 stops fetching, drops out "
                        "of the ISR of the partitions it lags on, comes back and rejoins; acks=all producers "
                        "wait for the HW; a read_uncommitted consumer")
-    ld.topic("rep", 3, [2, 3])
+    ld.topic("rep", 3)
     td = Tcpdump(ld.port, HERE / "isr.pcap")
     f2, f3 = ld.connect("broker-2-fetcher"), ld.connect("broker-3-fetcher")
     pall, pone, cons = ld.connect("p-all"), ld.connect("p-one"), ld.connect("c-1")
@@ -443,7 +448,7 @@ def anomalies() -> Leader:
     ld = Leader("anomalies", "one partition, leader 1, follower 2, an idempotent producer and a consumer group; "
                              "injected: duplicate batch, sequence gap (rejected), HW regression, follower "
                              "truncation after a leader epoch change, commit ahead of consumption")
-    ld.topic("anom", 1, [2])
+    ld.topic("anom", 1)
     td = Tcpdump(ld.port, HERE / "anomalies.pcap")
     f2, prod, cons = ld.connect("broker-2-fetcher"), ld.connect("p-idem"), ld.connect("c-anom")
     P = ("anom", 0)
@@ -476,7 +481,7 @@ def anomalies() -> Leader:
     ld.expect = [
         {"kind": "duplicate_sequence", "severity": "warning"},
         {"kind": "sequence_gap", "severity": "error"},
-        {"kind": "hw_regression", "severity": "error"},
+        {"kind": "hw_regression", "severity": "warning"},
         {"kind": "follower_truncation", "severity": "warning"},
         {"kind": "leader_epoch_change", "severity": "info"},
         {"kind": "commit_ahead_of_consumption", "severity": "warning"},
@@ -498,7 +503,12 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", choices=sorted(SCENARIOS))
     args = ap.parse_args()
     for name in args.only or SCENARIOS:
-        ld = SCENARIOS[name]()
+        for _attempt in range(5):  # a capture with kernel drops is redone: the pcap must be complete
+            ld = SCENARIOS[name]()
+            if any(ln.startswith("0 packets dropped by kernel") for ln in ld.truth["tcpdump"]):
+                break
+        else:
+            raise SystemExit(f"{name}: tcpdump kept dropping packets")
         print(f"{name}: {len(ld.steps)} steps, port {ld.port}, {ld.truth['tcpdump']}")  # noqa: T201
     return 0
 

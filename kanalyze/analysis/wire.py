@@ -1,0 +1,83 @@
+"""Small readers over decoded bodies that hide version differences (field renames, topic ids)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+
+def topic_of(t: dict) -> str:
+    """A topic's name: `name`/`topic` by version, else the name resolved from its id, else the id."""
+    for key in ("name", "topic", "topic_name", "topic_id"):
+        v = t.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return "?"
+
+
+def batches(records: object) -> list[dict]:
+    if isinstance(records, dict):
+        b = records.get("batches")
+        if isinstance(b, list):
+            return [x for x in b if isinstance(x, dict)]
+    return []
+
+
+def batch_end(b: dict) -> int | None:
+    """The offset after a batch (base offset + last offset delta + 1)."""
+    base, delta = b.get("base_offset"), b.get("last_offset_delta")
+    if isinstance(base, int) and isinstance(delta, int):
+        return base + delta + 1
+    return None
+
+
+def batch_count(b: dict) -> int:
+    n = b.get("record_count")
+    if isinstance(n, int) and n >= 0:
+        return n
+    d = b.get("last_offset_delta")
+    return d + 1 if isinstance(d, int) else 0
+
+
+def produce_partitions(req: dict | None) -> Iterator[tuple[str, int, list[dict]]]:
+    for t in (req or {}).get("topic_data") or []:
+        name = topic_of(t)
+        for p in t.get("partition_data") or []:
+            yield name, p.get("index", p.get("partition", -1)), batches(p.get("records"))
+
+
+def produce_results(rsp: dict | None) -> Iterator[tuple[str, int, dict]]:
+    for t in (rsp or {}).get("responses") or []:
+        name = topic_of(t)
+        for p in t.get("partition_responses") or []:
+            yield name, p.get("index", p.get("partition_index", -1)), p
+
+
+def fetch_replica(req: dict | None) -> int:
+    """The fetching replica: `replica_id` (< v15) or `replica_state.replica_id`; -1 for consumers."""
+    if not req:
+        return -1
+    rid = req.get("replica_id")
+    if isinstance(rid, int) and rid >= 0:
+        return rid
+    st = req.get("replica_state")
+    if isinstance(st, dict) and isinstance(st.get("replica_id"), int):
+        return st["replica_id"]
+    return -1
+
+
+def fetch_requests(req: dict | None) -> Iterator[tuple[str, int, dict]]:
+    for t in (req or {}).get("topics") or []:
+        name = topic_of(t)
+        for p in t.get("partitions") or []:
+            yield name, p.get("partition", p.get("partition_index", -1)), p
+
+
+def fetch_responses(rsp: dict | None) -> Iterator[tuple[str, int, dict]]:
+    for t in (rsp or {}).get("responses") or []:
+        name = topic_of(t)
+        for p in t.get("partitions") or []:
+            yield name, p.get("partition_index", p.get("partition", -1)), p
+
+
+def tp(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
