@@ -89,7 +89,7 @@ class Connection:
         "ignored",
         "clock",
         "closed",
-        "delivered_before_ignore",
+        "last_seen",
     )
 
     def __init__(self, engine: Engine, info: ConnInfo, client_key: tuple, forced: bool, syn_seen: bool) -> None:
@@ -100,6 +100,7 @@ class Connection:
         self.ignored = False
         self.clock = 0
         self.closed = False
+        self.last_seen = 0  # ns timestamp of the connection's latest packet
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
@@ -184,11 +185,13 @@ class Engine:
         if conn is None:
             conn = self._open(seg, key, flags)
         if conn.ignored:
+            conn.last_seen = pkt.ts_ns
             self.stats.non_kafka_bytes += len(seg.payload)
             if flags & (FIN | RST):
                 self._forget(conn)
             return
         conn.clock += 1
+        conn.last_seen = pkt.ts_ns
         from_client = key == conn.client_key
         half, other = (conn.c2s, conn.s2c) if from_client else (conn.s2c, conn.c2s)
         if flags & SYN and half.base is None:
@@ -285,6 +288,18 @@ class Engine:
         for conn in list(self.order.values()):
             conn.corr.expire(older_than_ns)
         self._release()
+
+    def expire_idle(self, older_than_ns: int) -> int:
+        """Close connections with no packet since `older_than_ns` (live mode keeps memory flat).
+        Returns how many were closed."""
+        idle = [c for c in self.order.values() if c.last_seen < older_than_ns]
+        for conn in idle:
+            self._close(conn, None)
+        stale = [k for k, c in self.conns.items() if c.ignored and c.last_seen < older_than_ns]
+        for k in stale:
+            del self.conns[k]
+        self._release()
+        return len(idle)
 
     def close(self) -> None:
         """End of input: close every connection (in order of appearance) and flush the output."""

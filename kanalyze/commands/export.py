@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from kanalyze.commands.common import (
@@ -29,11 +28,10 @@ def run(args: argparse.Namespace) -> int:
     session = Session(args.files, engine_options(args))
     enc = ExchangeEncoder(decode_context(args), decode=not args.header_only)
     out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
-    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
     try:
         write = out.write
         for ex in session.exchanges():
-            write(dumps(enc.encode(ex)))
+            write(enc.line(ex))
             write("\n")
     finally:
         if out is not sys.stdout:

@@ -7,6 +7,7 @@ learned from earlier Metadata responses.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from dissectors.context import DecodeContext
@@ -15,6 +16,9 @@ from dissectors.node import Node
 from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 
 SCHEMA_VERSION = "kanalyze.exchange/1"
+
+dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_HEADER_KEYS = ("request_api_key", "request_api_version", "correlation_id", "client_id")
 
 
 def ts_seconds(ts_ns: int) -> float:
@@ -39,6 +43,8 @@ class ExchangeEncoder:
     def __init__(self, ctx: DecodeContext | None = None, decode: bool = True) -> None:
         self.template = ctx or DecodeContext()
         self.decode = decode
+        self._conn_json: dict[int, str] = {}
+        self._str_json: dict[str | None, str] = {}
 
     def _ctx(self) -> DecodeContext:
         return replace(self.template, buffers=[])
@@ -96,3 +102,55 @@ class ExchangeEncoder:
         if ex.acks is not None:
             out["acks"] = ex.acks
         return out
+
+    # -- one NDJSON line --------------------------------------------------------------------
+    def line(self, ex: Exchange) -> str:
+        """The exchange as one JSON text; equal to `dumps(self.encode(ex))`, built directly
+        (about 5x faster) when bodies are not decoded, the header-only indexing path."""
+        if self.decode:
+            return dumps(self.encode(ex))
+        conn = self._conn_json.get(ex.conn.id)
+        if conn is None:
+            c = ex.conn
+            conn = self._conn_json[c.id] = dumps({"id": c.id, "client": c.client, "broker": c.broker})
+        lat = ex.latency_ns
+        acks = "" if ex.acks is None else f',"acks":{ex.acks}'
+        return (
+            f'{{"schema":"{SCHEMA_VERSION}","connection":{conn},"api_key":{_num(ex.api_key)},'
+            f'"api":{self._str(ex.api)},"api_version":{_num(ex.api_version)},'
+            f'"correlation_id":{_num(ex.correlation_id)},"client_id":{self._str(ex.client_id)},'
+            f'"status":"{ex.status}","latency_ms":{"null" if lat is None else repr(round(lat / 1e6, 3))},'
+            f'"request":{self._msg_line(ex.request)},"response":{self._msg_line(ex.response)}{acks}}}'
+        )
+
+    def _str(self, value: str | None) -> str:
+        out = self._str_json.get(value)
+        if out is None:
+            out = dumps(value)
+            if len(self._str_json) < 10_000:
+                self._str_json[value] = out
+        return out
+
+    def _msg_line(self, msg: Message | None) -> str:
+        if msg is None:
+            return "null"
+        pdu = msg.pdu
+        h = msg.header
+        if len(h) == 4 and tuple(h) == _HEADER_KEYS:
+            header = (
+                f'{{"request_api_key":{h["request_api_key"]},"request_api_version":{h["request_api_version"]},'
+                f'"correlation_id":{h["correlation_id"]},"client_id":{self._str(h["client_id"])}}}'  # type: ignore[arg-type]
+            )
+        elif len(h) == 1 and "correlation_id" in h:
+            header = f'{{"correlation_id":{h["correlation_id"]}}}'
+        else:
+            header = dumps(h)
+        diags = dumps([d.to_json() for d in msg.diagnostics]) if msg.diagnostics else "[]"
+        return (
+            f'{{"frame":{pdu.last_pkt},"first_frame":{pdu.first_pkt},"ts":{ts_seconds(pdu.last_ts)!r},'
+            f'"size":{pdu.size + 4},"header":{header},"body":null,"diagnostics":{diags}}}'
+        )
+
+
+def _num(value: int | None) -> str:
+    return "null" if value is None else str(value)

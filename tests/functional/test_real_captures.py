@@ -95,3 +95,15 @@ def test_frames_and_times_match_packets():
     ok = [r for r in rows if r["status"] == "ok" and r["response"]]
     assert all(r["response"]["frame"] > r["request"]["frame"] for r in ok)
     assert all(abs(r["latency_ms"] - (r["response"]["ts"] - r["request"]["ts"]) * 1000) < 0.01 for r in ok)
+
+
+@pytest.mark.parametrize("cap", CAPTURES, ids=lambda p: p.stem)
+def test_fast_header_only_lines_equal_the_generic_encoding(cap):
+    from kanalyze.export.ndjson import dumps
+
+    enc = ExchangeEncoder(decode=False)
+    s = Session([str(cap)])
+    for ex in s.exchanges():
+        line = enc.line(ex)
+        assert line == dumps(enc.encode(ex))
+        assert json.loads(line)["schema"] == "kanalyze.exchange/1"

@@ -271,3 +271,21 @@ def test_output_is_ordered_by_start_time(tmp_path):
     pkts += [a.send(True, apiv_request(1)), b.send(True, apiv_request(1)), b.send(False, apiv_response(1)), a.send(False, apiv_response(1))]
     exs, _ = run_pcap(tmp_path, pkts + a.close() + b.close())
     assert [e.conn.client for e in exs] == ["10.0.0.1:1111", "10.0.0.1:2222"]
+
+
+def test_idle_connections_are_expired(tmp_path):
+    from kanalyze.capture import read_captures
+    from kanalyze.engine import Engine
+
+    c = P.Conversation()
+    pkts = c.handshake() + [c.send(True, apiv_request(1))]
+    f = tmp_path / "idle.pcap"
+    f.write_bytes(P.pcap([(100.0 + i, p) for i, p in enumerate(pkts)], 101))
+    out = []
+    eng = Engine(out.append)
+    for pkt in read_captures([str(f)]):
+        eng.feed(pkt)
+    assert out == [] and len(eng.order) == 1
+    assert eng.expire_idle(10**9 * 1000) == 1
+    assert [(e.correlation_id, e.status) for e in out] == [(1, "no_response")]
+    assert not eng.order and not eng.conns
