@@ -200,6 +200,12 @@ def cfk_offset(err: Any, msg: Any) -> int | None:
     return off if err is None and off is not None and off >= 0 else None
 
 
+def cfk_ts(msg: Any) -> int | None:
+    """Record timestamp (ms) librdkafka reports, None when it has none."""
+    kind, ts = msg.timestamp()
+    return ts if kind != 0 and ts >= 0 else None
+
+
 def cfk_produce(port: int, topic: str, records: list[dict[str, Any]], conf: dict[str, Any],
                 partition: int | None = None, flush: bool = True) -> list[dict[str, Any]]:
     from confluent_kafka import Producer
@@ -211,7 +217,7 @@ def cfk_produce(port: int, topic: str, records: list[dict[str, Any]], conf: dict
         entry = {
             "topic": msg.topic(), "partition": msg.partition(), "key": rec["key"], "value": rec["value"],
             "headers": rec.get("headers", []),
-            "offset": cfk_offset(err, msg),
+            "offset": cfk_offset(err, msg), "timestamp_ms": cfk_ts(msg),
             "error": None if err is None else str(err.name()),
         }
         out.append(entry)
@@ -259,7 +265,7 @@ def cfk_consume(port: int, topics: list[str], expect: int, group: str, conf: dic
 
 def cfk_msg(m: Any) -> dict[str, Any]:
     return {
-        "topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+        "topic": m.topic(), "partition": m.partition(), "offset": m.offset(), "timestamp_ms": cfk_ts(m),
         "key": b(m.key()), "value": b(m.value()), "headers": hdrs(m.headers()),
     }
 
@@ -386,10 +392,12 @@ def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
     stats = [ln for ln in tcpdump_msg.splitlines() if "packets" in ln]
     ctx.truth["tcpdump"] = stats
     counts = {ln.split(" packets ")[1]: int(ln.split()[0]) for ln in stats if ln.split()[0].isdigit()}
-    # on lo the filter sees every packet twice (outgoing and incoming; libpcap keeps one copy)
+    # on lo the filter sees (almost) every packet twice, outgoing and incoming, and libpcap keeps one
+    # copy; a lost tail shows as a much larger difference (without --immediate-mode: 40 % lost)
     in_file = pcap_packet_count(ctx.pcap)
     ctx.truth["packets"] = in_file
-    if (counts.get("captured", 0) * 2 < counts.get("received by filter", 0) or counts.get("dropped by kernel", 0)
+    received = counts.get("received by filter", 0)
+    if (counts.get("captured", 0) * 2 < received - 2 - received // 100 or counts.get("dropped by kernel", 0)
             or in_file != counts.get("captured", -1)):
         error = error or f"tcpdump lost packets: {stats}"
         ctx.note(f"tcpdump lost packets: {stats}")
@@ -552,7 +560,7 @@ def sc_lib_txn(ctx: Ctx) -> None:
         def report(err: Any, msg: Any, entries: list[dict[str, Any]] = entries) -> None:
             entries.append({"topic": msg.topic(), "partition": msg.partition(), "key": b(msg.key()),
                             "value": b(msg.value()), "headers": hdrs(msg.headers()),
-                            "offset": cfk_offset(err, msg),
+                            "offset": cfk_offset(err, msg), "timestamp_ms": cfk_ts(msg),
                             "error": None if err is None else err.name()})
 
         p.begin_transaction()
@@ -657,6 +665,7 @@ def kp_produce(ctx: Ctx, client: str, topic: str, records: list[dict[str, Any]],
             md = f.get(timeout=1)
             entries.append({"topic": md.topic, "partition": md.partition, "key": r["key"], "value": r["value"],
                             "headers": r["headers"], "offset": md.offset if md.offset >= 0 else None,
+                            "timestamp_ms": md.timestamp if md.timestamp >= 0 else None,
                             "error": None})
         except Exception as e:  # noqa: BLE001 - a rejected record is part of the truth
             entries.append({"topic": topic, "partition": partition, "key": r["key"], "value": r["value"],
@@ -680,7 +689,8 @@ def kp_consume(ctx: Ctx, client: str, topics: list[str], expect: int, group: str
     deadline = time.monotonic() + timeout
     while len(got) < expect and time.monotonic() < deadline:
         for tp_recs in c.poll(timeout_ms=500).values():
-            got.extend({"topic": m.topic, "partition": m.partition, "offset": m.offset, "key": b(m.key),
+            got.extend({"topic": m.topic, "partition": m.partition, "offset": m.offset, "timestamp_ms": m.timestamp,
+                        "key": b(m.key),
                         "value": b(m.value), "headers": hdrs(m.headers)} for m in tp_recs)
     ctx.consumed(client, group, got)
     if group and got:
@@ -780,7 +790,7 @@ def sc_aio_group(ctx: Ctx) -> None:
                                               headers=[(k, v.encode()) for k, v in r["headers"]],
                                               partition=i % 2)
                 entries.append({"topic": md.topic, "partition": md.partition, "key": r["key"],
-                                "value": r["value"], "headers": r["headers"], "offset": md.offset, "error": None})
+                                "value": r["value"], "headers": r["headers"], "offset": md.offset, "timestamp_ms": md.timestamp, "error": None})
             ctx.produced(pname, "gzip", entries)
             tm = getattr(prod, "_txn_manager", None)
             if tm is not None and getattr(tm, "producer_id", -1) >= 0:
@@ -803,7 +813,8 @@ def sc_aio_group(ctx: Ctx) -> None:
                     batch = await c.getmany(timeout_ms=300)
                     for msgs in batch.values():
                         ctx.consumed(member, group, [
-                            {"topic": m.topic, "partition": m.partition, "offset": m.offset, "key": b(m.key),
+                            {"topic": m.topic, "partition": m.partition, "offset": m.offset,
+                             "timestamp_ms": m.timestamp, "key": b(m.key),
                              "value": b(m.value), "headers": hdrs(m.headers)} for m in msgs])
                     if batch:
                         await c.commit()
