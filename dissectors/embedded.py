@@ -66,7 +66,9 @@ def _max_version(name: str) -> int:
     return mod.MESSAGE[-1]["valid"][1]
 
 
-def embed_versioned(node: Node, message: str, buf, ctx: DecodeContext, require_clean: bool) -> bool:
+def embed_versioned(
+    node: Node, message: str, buf: bytes | memoryview, ctx: DecodeContext, require_clean: bool
+) -> bool:
     """Replace a bytes node by `message` decoded from it (int16 version first). With
     `require_clean`, only when the bytes decode without any diagnostic."""
     value = node.value
@@ -150,7 +152,7 @@ def _envelope_request(body: Node, version: int, buf, ctx: DecodeContext) -> None
                 n.kind, n.value, n.children = STRUCT, None, inner
 
 
-def decode_request(buf, start: int, end: int, ctx: DecodeContext) -> list[Node] | None:
+def decode_request(buf: bytes | memoryview, start: int, end: int, ctx: DecodeContext) -> list[Node] | None:
     """A full request (header + body) inside `buf[start:end]`: [header, body] nodes."""
     api_key = INT16.unpack_from(buf, start)[0]
     api_version = INT16.unpack_from(buf, start + 2)[0]
@@ -282,7 +284,7 @@ def _sasl_authenticate(body: Node, version: int, buf, ctx: DecodeContext) -> Non
         _sasl_node(n)
 
 
-def decode_raw_sasl(buf, offset: int, end: int, ctx: DecodeContext) -> Node:
+def decode_raw_sasl(buf: bytes | memoryview, offset: int, end: int, ctx: DecodeContext) -> Node:
     """An un-headered SASL token (what v0 SaslHandshake clients send after the handshake):
     a STRUCT "sasl" with one AuthBytes child, parsed when recognized, secret otherwise."""
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)

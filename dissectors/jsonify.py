@@ -76,7 +76,7 @@ def node_to_json(node: Node, ctx: DecodeContext) -> object:
             out[key] = value
             if _is_error_key(key) and isinstance(value, int):
                 out[f"{key}_name"] = error_name(value)
-        if "topic_id" in out and "topic_name" not in out and "name" not in out and "topic" not in out:
+        if "topic_id" in out and "topic_name" not in out and not isinstance(out.get("name", out.get("topic")), str):
             name = ctx.topic_names.get(out["topic_id"])  # type: ignore[arg-type]
             if name is not None:
                 out["topic_name"] = name

@@ -177,10 +177,22 @@ def uvarint(n: int) -> bytes:
     return bytes(out)
 
 
+_FRAMING = [0]
+
+
 def encode(layout: Layout, value: dict) -> bytes:
     out = bytearray()
     _encode_struct(out, layout.fields, value, layout.flexible)
     return bytes(out)
+
+
+def framing_bytes(layout: Layout, value: dict) -> int:
+    """How many bytes of `encode(layout, value)` are framing rather than field data:
+    array counts, tag sections (count, tag numbers, sizes), nullable-struct markers
+    and the length prefix of non-null records. Strings/bytes own their prefixes."""
+    _FRAMING[0] = 0
+    encode(layout, value)
+    return _FRAMING[0]
 
 
 def _encode_struct(out: bytearray, fields, value: dict, flexible: bool) -> None:
@@ -194,9 +206,13 @@ def _encode_struct(out: bytearray, fields, value: dict, flexible: bool) -> None:
             continue
         _encode_field(out, s, value[s.name], flexible)
     if flexible:
-        out += uvarint(len(tagged))
+        head = uvarint(len(tagged))
+        out += head
+        _FRAMING[0] += len(head)
         for tag, data in sorted(tagged):
-            out += uvarint(tag) + uvarint(len(data)) + data
+            head = uvarint(tag) + uvarint(len(data))
+            _FRAMING[0] += len(head)
+            out += head + data
 
 
 def _length(out: bytearray, n: int | None, compact: bool, wide: bool) -> None:
@@ -208,7 +224,9 @@ def _length(out: bytearray, n: int | None, compact: bool, wide: bool) -> None:
 
 def _encode_field(out: bytearray, s: Spec, v, flexible: bool) -> None:
     if s.array:
+        before = len(out)
         _length(out, None if v is None else len(v), s.compact, True)
+        _FRAMING[0] += len(out) - before
         for item in v or ():
             _encode_scalar(out, s, item, flexible, element=True)
         return
@@ -226,11 +244,15 @@ def _encode_scalar(out: bytearray, s: Spec, v, flexible: bool, element: bool) ->
         _length(out, None if data is None else len(data), s.compact, False)
         out += data or b""
     elif t in ("bytes", "records"):
+        before = len(out)
         _length(out, None if v is None else len(v), s.compact, True)
+        if t == "records" and v is not None:
+            _FRAMING[0] += len(out) - before
         out += v or b""
     else:  # struct
         if s.nullable and not element:
             out += struct.pack(">b", -1 if v is None else 1)
+            _FRAMING[0] += 1
             if v is None:
                 return
         _encode_struct(out, s.fields, v, flexible)

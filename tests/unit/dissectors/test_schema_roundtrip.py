@@ -24,7 +24,7 @@ import pytest
 from dissectors import apis, schemas
 from dissectors.context import DecodeContext
 from dissectors.decoder import decode_body, decode_message
-from dissectors.node import PRIM, STRUCT, Node
+from dissectors.node import PRIM, RAW, RECORDS, STRUCT, Node
 from tests.support import spec_encoder as se
 
 # bytes fields that embedded-protocol hooks may legitimately turn into structs
@@ -41,9 +41,20 @@ KIO_KNOWN = {(87, 0, False)}
 KP_KNOWN = {(18, v, False) for v in range(1, 5)} | {(20, v, True) for v in range(1, 7)}
 
 
-def assert_spans(node: Node, start: int, end: int) -> None:
+def assert_spans(node: Node, start: int, end: int, framing: int) -> None:
+    """Children inside their parent and disjoint, the root exactly the body, and the
+    leaves covering every non-framing byte: together, every byte exactly once."""
     assert (node.offset, node.offset + node.length) == (start, end), node.name
     _check_children(node)
+    assert sum(n.length for n in _leaves(node)) == (end - start) - framing
+
+
+def _leaves(node: Node):
+    if node.kind in (PRIM, RAW, RECORDS) or node.name in EMBEDDED and node.kind == STRUCT:
+        yield node
+        return
+    for c in node.children or ():
+        yield from _leaves(c)
 
 
 def _check_children(node: Node) -> None:
@@ -94,7 +105,7 @@ def check(key: int, version: int, is_request: bool, data: bytes, expected: dict,
         if got[name] == "<embedded>":
             got[name] = expected[name]
     assert got == expected
-    assert_spans(body, 0, len(data))
+    assert_spans(body, 0, len(data), se.framing_bytes(layout, expected))
     for cut in range(len(data)):
         part = decode_body(key, version, is_request, data, 0, cut, ctx)
         assert part.offset == 0
@@ -128,7 +139,7 @@ def test_message_round_trip(name: str) -> None:
             node = decode_message(name, version, data, 0, len(data), DecodeContext(strict=True))
             assert not [d for n in node.walk() for d in n.diagnostics]
             assert values(node, layout.fields) == value
-            assert_spans(node, 0, len(data))
+            assert_spans(node, 0, len(data), se.framing_bytes(layout, value))
             for cut in range(len(data)):
                 decode_message(name, version, data, 0, cut, DecodeContext(strict=True))
 
