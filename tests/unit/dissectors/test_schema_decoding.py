@@ -215,3 +215,41 @@ def test_api_versions_unsupported_version_answer_is_a_v0_body() -> None:
                      "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 2}]}
     ok = se.encode_api(18, 3, False, se.random_struct(se.api_layout(18, 3, False).fields, ErrorCode=0))
     assert codes(decode(18, 3, False, ok)) == []
+
+
+def test_corrupted_bodies_never_raise() -> None:
+    """Bit-flipped samples of every (api, version, direction), strict: no exception escapes
+    the walker, the hooks (embedded protocols, SASL, topic learning) or jsonify."""
+    import random
+
+    from dissectors import apis
+
+    for key in apis.API_NAMES:
+        for is_request, table in ((True, apis.REQUEST_VERSIONS), (False, apis.RESPONSE_VERSIONS)):
+            lo, hi = table[key]
+            for version in range(lo, hi + 1):
+                layout = se.api_layout(key, version, is_request)
+                rng = random.Random(f"corrupt/{key}/{version}/{is_request}")
+                for _ in range(4):
+                    data = bytearray(se.encode(layout, se.random_value(layout, rng)))
+                    for _ in range(rng.randint(1, 4)):
+                        if data:
+                            data[rng.randrange(len(data))] = rng.randrange(256)
+                    ctx = DecodeContext(strict=True)
+                    body = decode_body(key, version, is_request, bytes(data), 0, len(data), ctx)
+                    node_to_json(body, ctx)
+                    for n in body.walk():
+                        assert n.offset >= 0 and n.offset + n.length <= len(data)
+
+
+def test_raw_sasl_on_arbitrary_tokens_never_raises() -> None:
+    import random
+
+    from dissectors.embedded import decode_raw_sasl
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        token = bytes(rng.choice(b"nyp=,\x00\x01acr\xc3\xa9") for _ in range(rng.randint(0, 12)))
+        node = decode_raw_sasl(token, 0, len(token), DecodeContext(strict=True))
+        node_to_json(node, DecodeContext())
+        assert all(n.offset >= 0 and n.offset + n.length <= len(token) for n in node.walk())
