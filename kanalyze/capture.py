@@ -154,34 +154,50 @@ def _diag(stats: CaptureStats, name: str, code: Code, offset: int, msg: str) -> 
 
 def _read_pcap(f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: int) -> Iterator[Packet]:
     endian, ns_mult = PCAP_MAGICS[magic]
-    src = _Blocks(f, magic)
-    src.take(4)
-    hdr = src.take(20)
-    if hdr is None:
+    hdr = f.read(20)
+    if len(hdr) < 20:
         raise CaptureError(f"{name}: pcap global header is truncated")
     _vmaj, _vmin, _zone, _sigfigs, _snap, network = struct.unpack(endian + "HHiIII", hdr)
     linktype = network & 0x0FFFFFFF
-    rec = struct.Struct(endian + "IIII")
+    unpack = struct.Struct(endian + "IIII").unpack_from
+    buf = b""
+    pos = 0
+    base = 24  # file offset of buf[0]
     no = 0
-    while True:
-        off = src.consumed
-        h = src.take(16)
-        if h is None:
-            if src.leftover():
-                _diag(stats, name, Code.BAD_CAPTURE, off, f"truncated packet record header ({src.leftover()} bytes)")
-            return
-        sec, frac, incl, orig = rec.unpack(h)
-        if incl > MAX_RECORD:
-            _diag(stats, name, Code.BAD_CAPTURE, off, f"packet record claims {incl} bytes; file damaged, stopping")
-            return
-        data = src.take(incl)
-        if data is None:
-            _diag(stats, name, Code.BAD_CAPTURE, off, f"truncated packet record: {incl} bytes announced, {src.leftover()} present")
-            return
-        no += 1
-        stats.packets += 1
-        stats.bytes += incl
-        yield Packet(0, sec * 1_000_000_000 + frac * ns_mult, linktype, data, fi, no)
+    nbytes = 0
+    try:
+        while True:
+            n = len(buf)
+            if n - pos < 16:
+                more = f.read(BLOCK)
+                if not more:
+                    if n - pos:
+                        _diag(stats, name, Code.BAD_CAPTURE, base + pos, f"truncated packet record header ({n - pos} bytes)")
+                    return
+                buf, base, pos = buf[pos:] + more, base + pos, 0
+                continue
+            sec, frac, incl, _orig = unpack(buf, pos)
+            if incl > MAX_RECORD:
+                _diag(stats, name, Code.BAD_CAPTURE, base + pos, f"packet record claims {incl} bytes; file damaged, stopping")
+                return
+            end = pos + 16 + incl
+            if end > n:
+                more = f.read(max(BLOCK, end - n))
+                if not more:
+                    _diag(
+                        stats, name, Code.BAD_CAPTURE, base + pos,
+                        f"truncated packet record: {incl} bytes announced, {n - pos - 16} present",
+                    )
+                    return
+                buf, base, pos = buf[pos:] + more, base + pos, 0
+                continue
+            no += 1
+            nbytes += incl
+            yield Packet(0, sec * 1_000_000_000 + frac * ns_mult, linktype, buf[pos + 16 : end], fi, no)
+            pos = end
+    finally:
+        stats.packets += no
+        stats.bytes += nbytes
 
 
 _TSRESOL_DEFAULT = 1_000  # ns per tick at the default 10^-6

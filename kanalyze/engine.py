@@ -208,9 +208,12 @@ class Engine:
             self.stats.non_kafka_connections += 1
             self.stats.non_kafka_bytes += conn.c2s.delivered + conn.s2c.delivered
             self._drop_state(conn)
-        elif flags & RST or (conn.c2s.finished and conn.s2c.finished):
+        elif flags & RST or (
+            conn.c2s.fin_at is not None and conn.s2c.fin_at is not None and conn.c2s.finished and conn.s2c.finished
+        ):
             self._close(conn, pkt)
-        self._release()
+        if self.done:
+            self._release()
 
     def _open(self, seg, key: tuple, flags: int) -> Connection:  # noqa: ANN001
         rkey = (seg.dst, seg.dport, seg.src, seg.sport)

@@ -32,6 +32,7 @@ IPV6_EXT = (0, 43, 60, 51)  # hop-by-hop, routing, destination options, AH
 FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 
 _H = struct.Struct("!H")
+_HH = _H
 _TCP = struct.Struct("!HHIIBB")
 
 
@@ -114,6 +115,18 @@ def _network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
 
 def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | None:
     """The TCP segment in a packet, or None (and a counted reason) when there is none."""
+    if linktype == ETHERNET and len(buf) >= 54 and buf[12] == 8 and buf[13] == 0 and buf[14] == 0x45 and buf[23] == 6:
+        # fast path: untagged Ethernet, IPv4 without options, TCP
+        total, frag = _HH.unpack_from(buf, 16)[0], _HH.unpack_from(buf, 20)[0]
+        if not frag & 0x3FFF:
+            end = 14 + total if total else len(buf)
+            if end > len(buf):
+                end = len(buf)
+            sport, dport, seq, ack, off, flags = _TCP.unpack_from(buf, 34)
+            doff = (off >> 4) * 4
+            if doff >= 20 and 34 + doff <= end:
+                stats.tcp += 1
+                return Segment(buf[26:30], sport, buf[30:34], dport, seq, ack, flags, buf[34 + doff : end])
     if linktype not in SUPPORTED_LINKTYPES:
         stats.unsupported_linktypes[linktype] = stats.unsupported_linktypes.get(linktype, 0) + 1
         return None

@@ -270,12 +270,12 @@ class Framer:
             else:
                 if n - p < 8:
                     break
-                size = int.from_bytes(buf[p : p + 4], "big")
-                if MIN_RESPONSE <= size <= self.max_frame and self.expects(
-                    int.from_bytes(buf[p + 4 : p + 8], "big", signed=True)
-                ):
+                v = self._response_chain(buf, p)
+                if v == 1:
                     found = p
                     break
+                if v == -1 and p == 0:
+                    break  # the buffer may start on a frame whose successor has not arrived yet
             p += 1
         if found >= 0:
             if found:
@@ -290,6 +290,24 @@ class Framer:
         if drop:
             self._skip_bytes(drop, "search")
         return False
+
+    def _response_chain(self, buf: bytearray, p: int, hops: int = 8) -> int:
+        """Whether a response starts at buf[p]: 1 when it, or a frame reached by following
+        sizes from it, carries a correlation id a pending request awaits; 0 no; -1 undecided.
+        The chain lets a mid-stream start keep the responses before the first awaited one
+        (reported as request_missing) instead of skipping them."""
+        n = len(buf)
+        q = p
+        for _ in range(hops):
+            if n - q < 8:
+                return -1
+            size = int.from_bytes(buf[q : q + 4], "big")
+            if size < MIN_RESPONSE or size > self.max_frame:
+                return 0
+            if self.expects(int.from_bytes(buf[q + 4 : q + 8], "big", signed=True)):
+                return 1
+            q += 4 + size
+        return 0
 
     def _skip_bytes(self, k: int, why: str) -> None:
         self._note("skipped_bytes", self.buf_offset, self.last_pkt, f"{k} bytes skipped ({why})")

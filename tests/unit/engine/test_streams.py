@@ -145,9 +145,14 @@ def test_mid_stream_start(tmp_path):
     pkts = [c.send(True, stream[cut:])]
     pkts.append(c.send(False, b"".join(apiv_response(i) for i in range(1, 6))))
     exs, s = run_pcap(tmp_path, pkts)
-    assert _pairs(exs) == [(18, i, "ok") for i in (3, 4, 5)]
+    # responses 1 and 2 lead, by their sizes, to response 3 that a seen request awaits:
+    # they are kept as request_missing rather than skipped
+    assert _pairs(exs) == [(18, i, "ok") for i in (3, 4, 5)] + [
+        (None, 1, "request_missing"),
+        (None, 2, "request_missing"),
+    ]
     assert s.engine.stats.client.skipped == len(apiv_request(2)) - 5
-    assert s.engine.stats.broker.skipped == 2 * len(apiv_response(1))
+    assert s.engine.stats.broker.skipped == 0
     _balanced(s)
 
 
