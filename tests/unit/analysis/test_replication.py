@@ -1,0 +1,137 @@
+"""Replication analysis against captures whose bytes kafka-python encoded (captures/replication/).
+
+captures/replication/make_replication.py ran a fake leader, followers, producers and a consumer
+over real loopback TCP under tcpdump and wrote the leader's state after every wire message.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from dissectors.context import DecodeContext
+from kanalyze.analysis.report import analyze
+from kanalyze.engine import EngineOptions
+from kanalyze.session import Session
+
+ROOT = Path(__file__).resolve().parents[3]
+REP = ROOT / "captures" / "replication"
+STATE = ("event", "leader_leo", "high_watermark", "log_start_offset", "last_stable_offset", "isr")
+
+
+def truth(name: str) -> dict:
+    return json.loads((REP / f"{name}.truth.json").read_text())
+
+
+@cache
+def report(name: str) -> dict:
+    port = truth(name)["broker"]["port"]
+    s = Session([str(REP / f"{name}.pcap")], EngineOptions(ports=frozenset({port})))
+    return analyze(s.exchanges(), DecodeContext(strict=True))
+
+
+def timelines(doc: dict) -> dict[tuple[str, int], list[dict]]:
+    return {(p["topic"], p["partition"]): p["timeline"] for p in doc["replication"]}
+
+
+def comparable(entry: dict) -> dict:
+    out = {k: entry[k] for k in STATE}
+    out["followers"] = {f: {k: v[k] for k in ("leo", "remote_leo", "hw")} for f, v in entry["followers"].items()}
+    return out
+
+
+def test_textbook_case_step_by_step() -> None:
+    """One partition, leader 1 + follower 2, empty logs: the three rows of the textbook table."""
+    tl = timelines(report("textbook"))[("tb", 0)]
+    rows = [(e["event"], e["leader_leo"], e["followers"]["2"]["remote_leo"], e["high_watermark"],
+             e["followers"]["2"]["leo"], e["followers"]["2"]["hw"]) for e in tl]
+    assert rows == [
+        # event                    leader LEO, remote LEO, leader HW, follower LEO, follower HW
+        ("follower_fetch", 0, 0, 0, 0, 0),            # Fetch(0) waits in the leader's purgatory
+        ("produce", 1, 0, 0, 0, 0),                   # the producer writes 1 record
+        ("produce_response", 1, 0, 0, 0, 0),          # row 1: 1 | 0 | 0 | 0 | 0
+        ("follower_fetch_response", 1, 0, 0, 1, 0),   # row 2: record + HW 0 -> 1 | 0 | 0 | 1 | 0
+        ("follower_fetch", 1, 1, 1, 1, 0),            # Fetch(1): remote LEO 1, HW = min(1, 1) = 1
+        ("follower_fetch_response", 1, 1, 1, 1, 1),   # row 3: HW 1 in the response -> 1 | 1 | 1 | 1 | 1
+    ]
+    t = truth("textbook")
+    for row in t["textbook_rows"]:
+        assert comparable(tl[row["step"]]) == comparable(t["steps"][row["step"]])
+    # the frames are the wire order: requests before their responses, the produce inside the fetch's wait
+    frames = [e["frame"] for e in tl]
+    assert frames == sorted(frames)
+    doc = report("textbook")
+    assert [f for f in doc["findings"] if f["severity"] != "info"] == []
+    part = doc["replication"][0]
+    assert part["final"]["high_watermark"] == 1 and part["final"]["isr"] == [2]
+    assert part["hw_advance_latency_ms"]["count"] == 1  # offset 0 became committed once
+
+
+@pytest.mark.parametrize("name", ["textbook", "isr", "anomalies"])
+def test_timelines_equal_the_generator_truth(name: str) -> None:
+    t = truth(name)
+    got = timelines(report(name))
+    expected: dict[tuple[str, int], list[dict]] = {}
+    for st in t["steps"]:
+        expected.setdefault((st["topic"], st["partition"]), []).append(st)
+    assert set(got) == set(expected)
+    checked = 0
+    for key, steps in expected.items():
+        assert len(got[key]) == len(steps), key
+        for i, (g, e) in enumerate(zip(got[key], steps, strict=True)):
+            if e.get("observable", True):
+                assert comparable(g) == comparable(e), (key, i)
+                checked += 1
+    assert checked >= len(t["steps"]) - 1
+    finals = {f"{p['topic']}-{p['partition']}": p["final"] for p in report(name)["replication"]}
+    for key, fin in t["final"].items():
+        assert {k: finals[key][k] for k in STATE if k != "event"} == {k: fin[k] for k in STATE if k != "event"}
+
+
+def test_isr_shrinks_and_expands_where_the_leader_did() -> None:
+    t = truth("isr")
+    doc = report("isr")
+    seen = [(f["kind"], f["topic"], f["partition"], f["replica"]) for f in doc["findings"]
+            if f["kind"] in ("isr_shrink", "isr_expand")]
+    assert sorted(seen) == sorted((e["kind"], e["topic"], e["partition"], e["replica"]) for e in t["expected_findings"])
+    # acks=all producers waited for the HW: the response arrives after the followers' fetches
+    rep0 = next(p for p in doc["replication"] if p["partition"] == 0)
+    assert rep0["acks_all_latency_ms"]["total"]["count"] == 2
+    assert rep0["acks_all_latency_ms"]["replication"]["count"] == 2
+    assert rep0["hw_advance_latency_ms"]["count"] == 2
+    assert set(rep0["sources"]) == {"produce_requests", "produce_acks", "follower_fetch",
+                                    "follower_fetch_responses", "consumer_fetch_responses"}
+    prods = {p["client_id"]: p for p in doc["producers"]}
+    for want in t["producers"]:
+        got = prods[want["client_id"]]
+        assert got["acks"] == want["acks"] and got["idempotent"] == want["idempotent"]
+        for key, v in want["partitions"].items():
+            assert {k: got["partitions"][key][k] for k in v} == v
+
+
+def test_injected_anomalies_are_detected() -> None:
+    t = truth("anomalies")
+    doc = report("anomalies")
+    kinds = {(f["kind"], f["severity"]) for f in doc["findings"]}
+    for e in t["expected_findings"]:
+        assert (e["kind"], e["severity"]) in kinds, e
+    trunc = next(f for f in doc["findings"] if f["kind"] == "follower_truncation")
+    assert (trunc["previous"], trunc["offset"], trunc["replica"]) == (5, 3, 2)
+    reg = next(f for f in doc["findings"] if f["kind"] == "hw_regression")
+    assert (reg["previous"], reg["high_watermark"]) == (5, 3)
+    ahead = next(f for f in doc["findings"] if f["kind"] == "commit_ahead_of_consumption")
+    assert (ahead["committed"], ahead["position"]) == (9, 5)
+    gap = next(f for f in doc["findings"] if f["kind"] == "sequence_gap")
+    assert (gap["expected"], gap["sequence"]) == (5, 7)
+    # the first commit (3, at the consumer's position) is not flagged
+    assert sum(f["kind"] == "commit_ahead_of_consumption" for f in doc["findings"]) == 1
+    prod = doc["producers"][0]
+    want = t["producers"][0]
+    assert (prod["producer_id"], prod["producer_epoch"], prod["idempotent"]) == (want["producer_id"], want["producer_epoch"], True)
+    got = prod["partitions"]["anom-0"]
+    assert {k: got[k] for k in want["partitions"]["anom-0"]} == want["partitions"]["anom-0"]
+    assert prod["errors"] == {"OUT_OF_ORDER_SEQUENCE_NUMBER": 1}
+    assert doc["groups"][0]["committed"] == {"anom-0": 9}
