@@ -287,6 +287,9 @@ def generate(spec_dirs: list[Path]) -> dict[str, str]:
 
 def write(files: dict[str, str], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.py"):  # generated modules no longer produced (a renamed API)
+        if stale.name not in files and stale.read_text().startswith(HEADER):
+            stale.unlink()
     for name, text in files.items():
         path = (out / name).resolve()
         path.write_text(text)
@@ -304,8 +307,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def order_spec_dirs(dirs: list[Path]) -> list[Path]:
-    """Oldest first. The 4.x client set is newer than trunk-2024-10; otherwise keep the given order."""
-    return sorted(dirs, key=lambda d: 1 if "4.x" in d.name else 0)
+    """Oldest first, judged from the data: over the messages every set defines, the newer
+    set declares higher newest versions (a released version never disappears from the
+    top end). Ties keep the order given on the command line."""
+    names = set.intersection(*({p.name for p in d.glob("*.json")} for d in dirs))
+
+    def newest(d: Path) -> int:
+        total = 0
+        for name in sorted(names):
+            valid = parse_range(load_spec(d / name)["validVersions"])
+            total += valid[1] if valid and valid[1] is not None else 0
+        return total
+
+    return sorted(dirs, key=newest)
 
 
 if __name__ == "__main__":
