@@ -1,0 +1,192 @@
+"""Analyzer rules on hand-made events: transactions, groups (classic and KIP-848), sequences,
+ordering, bounded collections."""
+
+from __future__ import annotations
+
+from kanalyze.analysis.consumers import _markers, aborted_batch
+from kanalyze.analysis.events import BodyDecoder, Event, Item, ordered_events
+from kanalyze.analysis.findings import Findings
+from kanalyze.analysis.groups import GroupAnalyzer, burrow_status
+from kanalyze.analysis.producers import ProducerAnalyzer
+from kanalyze.analysis.transactions import TransactionAnalyzer
+from kanalyze.correlation import ConnInfo, Exchange, Message
+from kanalyze.framing import Pdu
+
+DEC = BodyDecoder()
+
+
+def msg(frame: int, ts: int) -> Message:
+    return Message(Pdu(b"", 0, 0, frame, ts, frame, ts), {}, 0)
+
+
+def exchange(api: int, req: dict | None, rsp: dict | None, frame: int, client: str = "c", conn: int = 1,
+             acks: int | None = None) -> tuple[Event, Event]:
+    if api == 0 and acks is None:
+        acks = (req or {}).get("acks")
+    ex = Exchange(ConnInfo(conn, "10.0.0.1:5000", "10.0.0.2:9092"), api, 0, frame, client, "ok",
+                  msg(frame, frame * 1000), msg(frame + 1, (frame + 1) * 1000), acks)
+    item = Item(ex, DEC, req, rsp, {"req", "rsp"})
+    return Event(True, item, frame, frame * 1000), Event(False, item, frame + 1, (frame + 1) * 1000)
+
+
+def feed(analyzer, *pairs: tuple[Event, Event]) -> None:
+    for req, rsp in pairs:
+        analyzer.feed(req)
+        analyzer.feed(rsp)
+
+
+def batch(pid: int, epoch: int, seq: int, n: int, txn: bool = False, crc: int = 1) -> dict:
+    return {"base_offset": 0, "last_offset_delta": n - 1, "record_count": n, "producer_id": pid, "producer_epoch": epoch,
+            "base_sequence": seq, "is_transactional": txn, "is_control": False, "crc": crc, "base_timestamp": 5}
+
+
+def produce(tid: str | None, topic: str, part: int, batches: list[dict]) -> dict:
+    return {"transactional_id": tid, "acks": -1,
+            "topic_data": [{"name": topic, "partition_data": [{"index": part, "records": {"batches": batches}}]}]}
+
+
+def produce_ok(topic: str, part: int, base: int, err: int = 0) -> dict:
+    return {"responses": [{"name": topic, "partition_responses": [{"index": part, "error_code": err, "base_offset": base}]}]}
+
+
+def test_transaction_state_machine_and_anomalies() -> None:
+    f = Findings()
+    ta = TransactionAnalyzer(f)
+    feed(ta,
+         exchange(10, {"key": "tx", "key_type": 1}, {"error_code": 0, "host": "b", "port": 9092}, 1),
+         exchange(22, {"transactional_id": "tx"}, {"error_code": 0, "producer_id": 7, "producer_epoch": 2}, 3),
+         exchange(24, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 7,
+                       "v3_and_below_producer_epoch": 2, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]},
+                  {"results_by_topic_v3_and_below": []}, 5),
+         exchange(0, produce("tx", "t", 0, [batch(7, 2, 0, 3, True)]), produce_ok("t", 0, 0), 7),
+         exchange(0, produce("tx", "t", 1, [batch(7, 2, 0, 1, True)]), produce_ok("t", 1, 0), 9),  # not added
+         exchange(25, {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "group_id": "g"},
+                  {"error_code": 0}, 11),
+         exchange(28, {"transactional_id": "tx", "group_id": "g", "producer_id": 7, "producer_epoch": 2,
+                       "topics": [{"name": "in", "partitions": [{"partition_index": 0, "committed_offset": 42}]}]},
+                  {"topics": []}, 13),
+         exchange(26, {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "committed": True},
+                  {"error_code": 0}, 15),
+         exchange(26, {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "committed": False},
+                  {"error_code": 0}, 17),  # EndTxn with nothing added
+         exchange(24, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 7,
+                       "v3_and_below_producer_epoch": 1, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]},
+                  {"results_by_topic_v3_and_below": [{"name": "t", "results_by_partition": [
+                      {"partition_index": 0, "partition_error_code": 90}]}]}, 19),  # zombie epoch 1, fenced
+         )
+    txns = ta.to_json()
+    assert [(t["outcome"], t["partitions"]) for t in txns[:2]] == [("committed", ["t-0", "t-1"]), ("aborted", [])]
+    assert txns[0]["states"] == ["Ongoing", "PrepareCommit", "CompleteCommit"]
+    assert txns[0]["groups"] == ["g"] and txns[0]["offsets"] == {"in-0": 42}
+    assert txns[0]["producer_id"] == 7 and txns[0]["producer_epoch"] == 2
+    assert txns[2]["outcome"] == "incomplete"
+    kinds = [x["kind"] for x in f.to_json()]
+    assert kinds.count("produce_to_unadded_partition") == 1
+    assert kinds.count("end_txn_without_partitions") == 1
+    assert kinds.count("fenced_epoch") == 2  # the stale epoch on the wire, and PRODUCER_FENCED
+
+
+def test_sequences_duplicates_gaps_retries() -> None:
+    f = Findings()
+    pa = ProducerAnalyzer(f)
+    feed(pa,
+         exchange(0, produce(None, "t", 0, [batch(5, 0, 0, 2)]), produce_ok("t", 0, 0), 1),
+         exchange(0, produce(None, "t", 0, [batch(5, 0, 2, 2)]), produce_ok("t", 0, 2), 3),
+         exchange(0, produce(None, "t", 0, [batch(5, 0, 2, 2)]), produce_ok("t", 0, 2), 5),      # duplicate
+         exchange(0, produce(None, "t", 0, [batch(5, 0, 9, 1)]), produce_ok("t", 0, -1, 45), 7),  # gap
+         exchange(0, produce(None, "t", 1, [batch(-1, -1, -1, 3, crc=77)]), produce_ok("t", 1, 0), 9, client="plain"),
+         exchange(0, produce(None, "t", 1, [batch(-1, -1, -1, 3, crc=77)]), produce_ok("t", 1, 3), 11, client="plain"),
+         )
+    idem, plain = pa.to_json()
+    assert idem["partitions"]["t-0"] == {"first_sequence": 0, "last_sequence": 9, "batches": 4, "records": 7,
+                                         "duplicates": 1, "gaps": 1, "overlaps": 0, "retries": 0}
+    assert idem["errors"] == {"OUT_OF_ORDER_SEQUENCE_NUMBER": 1} and idem["acks"] == -1
+    assert not plain["idempotent"] and plain["partitions"]["t-1"]["retries"] == 1
+    found = {(x["kind"], x["severity"]) for x in f.to_json()}
+    assert {("duplicate_sequence", "warning"), ("sequence_gap", "error"), ("produce_error", "error"),
+            ("non_idempotent_retry", "warning")} <= found
+
+
+def test_classic_group_generations_and_heartbeat_errors() -> None:
+    f = Findings()
+    ga = GroupAnalyzer(f, hw_of=lambda t, p: 100)
+    assignment = {"version": 0, "assigned_partitions": [{"topic": "t", "partitions": [1, 0]}], "user_data": None}
+    feed(ga,
+         exchange(11, {"group_id": "g", "member_id": "", "protocol_type": "consumer"},
+                  {"error_code": 0, "generation_id": 4, "protocol_name": "range", "leader": "m1", "member_id": "m1",
+                   "members": [{"member_id": "m1"}]}, 1, client="c1"),
+         exchange(14, {"group_id": "g", "generation_id": 4, "member_id": "m1",
+                       "assignments": [{"member_id": "m1", "assignment": assignment}]},
+                  {"error_code": 0, "assignment": assignment}, 3, client="c1"),
+         exchange(12, {"group_id": "g", "generation_id": 4, "member_id": "m1"}, {"error_code": 25}, 5, client="c1"),
+         exchange(8, {"group_id": "g", "topics": [{"name": "t", "partitions": [
+             {"partition_index": 0, "committed_offset": 10}]}]}, {"topics": []}, 7, client="c1"),
+         exchange(8, {"group_id": "g", "topics": [{"name": "t", "partitions": [
+             {"partition_index": 0, "committed_offset": 4}]}]}, {"topics": []}, 9, client="c1"),
+         exchange(13, {"group_id": "g", "member_id": "m1"}, {"error_code": 0}, 11, client="c1"),
+         )
+    (g,) = ga.to_json()
+    assert g["generations"][0]["assignments"] == {"m1": ["t-0", "t-1"]}
+    assert g["rebalances"][0]["assignor"] == "range" and g["rebalances"][0]["duration_ms"] == 0.003
+    (m,) = g["members"]
+    assert m["assignment"] == ["t-0", "t-1"] and m["left"] and m["heartbeat_errors"] == {"UNKNOWN_MEMBER_ID": 1}
+    assert g["committed"] == {"t-0": 4} and g["lag"]["t-0"]["status"] == "REWIND" and g["lag"]["t-0"]["lag"] == 96
+    assert {x["kind"] for x in f.to_json()} == {"heartbeat_error", "commit_rewind"}
+
+
+def test_kip848_consumer_group_heartbeat() -> None:
+    f = Findings()
+    ga = GroupAnalyzer(f)
+    feed(ga,
+         exchange(68, {"group_id": "g2", "member_id": "", "member_epoch": 0, "server_assignor": "uniform"},
+                  {"error_code": 0, "member_id": "x", "member_epoch": 1,
+                   "assignment": {"topic_partitions": [{"topic_id": "id-1", "topic_name": "t", "partitions": [0, 1]}]}},
+                  1, client="k"),
+         exchange(68, {"group_id": "g2", "member_id": "x", "member_epoch": 1},
+                  {"error_code": 0, "member_id": "x", "member_epoch": 2,
+                   "assignment": {"topic_partitions": [{"topic_id": "id-1", "topic_name": "t", "partitions": [1]}]}},
+                  3, client="k"),
+         exchange(68, {"group_id": "g2", "member_id": "x", "member_epoch": -1},
+                  {"error_code": 0, "member_id": "x", "member_epoch": -1, "assignment": None}, 5, client="k"),
+         )
+    (g,) = ga.to_json()
+    assert g["protocol"] == "consumer"
+    (m,) = g["members"]
+    assert m["generations"] == [1, 2] and m["assignment"] == ["t-1"] and m["left"]
+    assert [a["partitions"] for a in m["assignments"]] == [["t-0", "t-1"], ["t-1"]]
+    assert [r["assignor"] for r in g["rebalances"]] == ["uniform", None]
+
+
+def test_burrow_status() -> None:
+    assert burrow_status([], 0, 60) == "OK"
+    assert burrow_status([(0, 5, 5), (1, 9, 9)], 2, 60) == "OK"
+    assert burrow_status([(0, 5, 9), (1, 4, 9)], 2, 60) == "REWIND"
+    assert burrow_status([(0, 5, 9), (1, 5, 12)], 2, 60) == "STALL"
+    assert burrow_status([(0, 5, 9)], 100, 60) == "STOP"
+    assert burrow_status([(0, 1, 3), (1, 2, 6), (2, 3, 9)], 3, 60) == "WARN"
+    assert burrow_status([(0, 1, 9), (1, 5, 9), (2, 8, 9)], 3, 60) == "OK"
+
+
+def test_aborted_batches_follow_their_marker() -> None:
+    ctl = [{"base_offset": 3, "is_control": True, "producer_id": 1, "records": [{"control": {"type": "COMMIT"}}]},
+           {"base_offset": 7, "is_control": True, "producer_id": 1, "records": [{"control": {"type": "ABORT"}}]}]
+    m = _markers(ctl)
+    assert [aborted_batch(m, 1, b) for b in (0, 4, 8)] == [False, True, False]
+    assert not aborted_batch(m, 2, 4)
+
+
+def test_events_come_out_in_wire_order() -> None:
+    # a fetch waits (frames 1 -> 6) while a produce is answered (2 -> 3): exchanges arrive in start order
+    a = Exchange(ConnInfo(1, "a:1", "b:2"), 1, 4, 1, "f", "ok", msg(1, 10), msg(6, 60))
+    b = Exchange(ConnInfo(2, "a:3", "b:2"), 0, 3, 1, "p", "ok", msg(2, 20), msg(3, 30))
+    c = Exchange(ConnInfo(2, "a:3", "b:2"), 0, 3, 2, "p", "ok", msg(4, 40), None)
+    order = [(e.frame, e.is_request) for e in ordered_events([a, b, c], DEC)]
+    assert order == [(1, True), (2, True), (3, False), (4, True), (6, False)]
+
+
+def test_findings_are_bounded() -> None:
+    f = Findings(cap_per_kind=3)
+    for i in range(10):
+        f.add("warning", "x", "m", [i + 1])
+    out = f.to_json()
+    assert len(out) == 4 and out[-1]["kind"] == "findings_dropped" and out[-1]["count"] == 7
