@@ -306,6 +306,9 @@ class LiveSession:
         self._subscribers: list[Callable[[Exchange], None]] = []
         self._tickers: list[Callable[[LiveSession], None]] = []
         self._stop = threading.Event()
+        # refreshed every tick, safe to read from other threads (metrics endpoint, TUI)
+        self.pending = 0
+        self.open_connections = 0
         eo = self.opts.engine
         if eo.pending_timeout_ns is None:
             eo.pending_timeout_ns = int(self.opts.pending_timeout_s * 1e9)
@@ -334,8 +337,7 @@ class LiveSession:
         for fn in self._subscribers:
             fn(ex)
 
-    @property
-    def pending(self) -> int:
+    def _count_pending(self) -> int:
         return sum(c.corr.count for c in self.engine.order.values())
 
     def housekeeping(self, now_ns: int) -> None:
@@ -343,6 +345,8 @@ class LiveSession:
         eng = self.engine
         eng.expire(now_ns - int(o.pending_timeout_s * 1e9))
         self.stats.idle_closed += eng.expire_idle(now_ns - int(o.idle_timeout_s * 1e9))
+        self.pending = self._count_pending()
+        self.open_connections = len(eng.order)
         self.source.update_counters()
         if self.pcap is not None:
             self.pcap.flush()

@@ -289,7 +289,7 @@ class _CaptureCollector(Collector):
             yield CounterMetricFamily("kanalyze_capture_kernel_packets", "packets that passed the kernel filter", value=c.kernel_packets)
             yield CounterMetricFamily("kanalyze_capture_kernel_drops", "packets the kernel dropped (receive buffer full)", value=c.kernel_drops or 0)
         yield CounterMetricFamily("kanalyze_exchanges", "exchanges emitted", value=s.stats.exchanges)  # type: ignore[attr-defined]
-        yield GaugeMetricFamily("kanalyze_open_connections", "connections the engine tracks", value=len(eng.order))
+        yield GaugeMetricFamily("kanalyze_open_connections", "connections the engine tracks", value=s.open_connections)  # type: ignore[attr-defined]
         yield GaugeMetricFamily("kanalyze_pending_requests", "requests waiting for a response", value=s.pending)  # type: ignore[attr-defined]
         st = eng.stats
         fam = CounterMetricFamily("kanalyze_stream_bytes", "bytes of closed Kafka connections by direction", labels=("direction",))
