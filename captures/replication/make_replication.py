@@ -43,6 +43,10 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol.old.commit import OffsetCommitRequest, OffsetCommitResponse
     from kafka.protocol.old.fetch import FetchRequest, FetchResponse
+    from kafka.protocol.old.offset_for_leader_epoch import (
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochResponse,
+    )
     from kafka.protocol.old.produce import ProduceRequest, ProduceResponse
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -327,6 +331,13 @@ class Leader:
         rsp = OffsetCommitResponse[COMMIT_V](topics=[(t, [(i, 0) for i, _o, _m in ps]) for t, ps in topics.items()])
         conn.answer(rsp, corr)
 
+    def epoch_end(self, conn: Conn, replica: int, key: tuple[str, int], current: int, epoch: int, end: int) -> None:
+        """OffsetForLeaderEpoch v3: where `epoch` ends on the leader (the follower truncates there)."""
+        req = OffsetForLeaderEpochRequest[3](replica_id=replica, topics=[(key[0], [(key[1], current, epoch)])])
+        corr = conn.send(req)
+        rsp = OffsetForLeaderEpochResponse[3](throttle_time_ms=0, topics=[(key[0], [(NONE, key[1], epoch, end)])])
+        conn.answer(rsp, corr)
+
     def finish(self, tcpdump: Tcpdump) -> None:
         for c in self.conns:
             c.close()
@@ -469,7 +480,9 @@ def anomalies() -> Leader:
     ld.fetch_answer(a)                                     # HW 5
     c = ld.fetch(cons, -1, {P: 0})
     ld.fetch_answer(c, hw_override={P: 3})                 # injected: the leader reports HW 3 after 5
-    # leader epoch 1: the follower truncates to 3 (below its position 5) and fetches again from there
+    # leader epoch 1: the new leader says epoch 0 ended at 3; the follower truncates to 3 (below its
+    # position 5) and fetches again from there
+    ld.epoch_end(f2, 2, P, current=1, epoch=0, end=3)
     a = ld.fetch(f2, 2, {P: 3}, leader_epoch=1)
     ld.fetch_answer(a)
     a = ld.fetch(f2, 2, {P: 5}, leader_epoch=1)
@@ -484,6 +497,7 @@ def anomalies() -> Leader:
         {"kind": "hw_regression", "severity": "warning"},
         {"kind": "follower_truncation", "severity": "warning"},
         {"kind": "leader_epoch_change", "severity": "info"},
+        {"kind": "epoch_end_offset", "severity": "info"},
         {"kind": "commit_ahead_of_consumption", "severity": "warning"},
     ]
     ld.truth["producers"] = [

@@ -37,6 +37,7 @@ from kanalyze.analysis.wire import (
     fetch_responses,
     produce_partitions,
     produce_results,
+    topic_of,
     tp,
 )
 
@@ -356,9 +357,8 @@ class ReplicationAnalyzer:
                      **({"replica": replica} if replica >= 0 else {}))
 
     def _epoch_response(self, ev: Event) -> None:
+        replica = (ev.item.req or {}).get("replica_id", -1) if ev.ex.request is not None else -1
         for t in (ev.body or {}).get("topics") or []:
-            from kanalyze.analysis.wire import topic_of
-
             topic = topic_of(t)
             for p in t.get("partitions") or []:
                 if p.get("error_code", 0):
@@ -368,7 +368,7 @@ class ReplicationAnalyzer:
                                   f"{tp(topic, p.get('partition', -1))}: epoch {epoch} ends at offset {end} "
                                   "(a follower above it truncates there)",
                                   [ev.frame], ev.ts_s, topic=topic, partition=p.get("partition", -1),
-                                  leader_epoch=epoch, end_offset=end)
+                                  leader_epoch=epoch, end_offset=end, replica=replica)
 
     def _check_stall(self, st: PartitionState, ev: Event) -> None:
         if st.stalled or st.hw is None or st.leo is None or st.leo <= st.hw or st.hw_changed_ts is None:

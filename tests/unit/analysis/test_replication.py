@@ -120,6 +120,8 @@ def test_injected_anomalies_are_detected() -> None:
         assert (e["kind"], e["severity"]) in kinds, e
     trunc = next(f for f in doc["findings"] if f["kind"] == "follower_truncation")
     assert (trunc["previous"], trunc["offset"], trunc["replica"]) == (5, 3, 2)
+    epoch_end = next(f for f in doc["findings"] if f["kind"] == "epoch_end_offset")
+    assert (epoch_end["leader_epoch"], epoch_end["end_offset"], epoch_end["replica"]) == (0, 3, 2)
     reg = next(f for f in doc["findings"] if f["kind"] == "hw_regression")
     assert (reg["previous"], reg["high_watermark"]) == (5, 3)
     ahead = next(f for f in doc["findings"] if f["kind"] == "commit_ahead_of_consumption")
