@@ -137,3 +137,41 @@ def test_injected_anomalies_are_detected() -> None:
     assert {k: got[k] for k in want["partitions"]["anom-0"]} == want["partitions"]["anom-0"]
     assert prod["errors"] == {"OUT_OF_ORDER_SEQUENCE_NUMBER": 1}
     assert doc["groups"][0]["committed"] == {"anom-0": 9}
+
+
+@pytest.mark.parametrize("name", ["textbook", "isr", "anomalies"])
+def test_tshark_agrees_on_follower_positions_and_stable_offsets(name: str) -> None:
+    """tshark (an independent decoder) reads the same follower fetch offsets and LSOs per frame."""
+    import shutil
+    import subprocess
+
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark not installed")
+    port = truth(name)["broker"]["port"]
+    out = subprocess.run(
+        ["tshark", "-r", str(REP / f"{name}.pcap"), "-d", f"tcp.port=={port},kafka", "-Y", "kafka", "-T", "fields",
+         "-e", "frame.number", "-e", "kafka.request_key", "-e", "kafka.request_frame", "-e", "kafka.replica_id",
+         "-e", "kafka.partition_id", "-e", "kafka.offset", "-e", "kafka.last_stable_offset"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout
+    by_frame: dict[tuple[int, int], dict] = {}
+    for (_topic, part), entries in timelines(report(name)).items():
+        for e in entries:
+            by_frame[(e["frame"], part)] = e
+    kinds: dict[int, str] = {}
+    checked = 0
+    for line in out.splitlines():
+        frame, key, req_frame, replica, parts, offsets, lsos = (line.split("\t") + [""] * 7)[:7]
+        frame_no = int(frame)
+        kinds[frame_no] = key
+        parts_l = [int(x) for x in parts.split(",") if x]
+        if key == "1" and replica and int(replica) >= 0:  # a follower's Fetch request
+            for part, off in zip(parts_l, [int(x) for x in offsets.split(",")], strict=True):
+                e = by_frame[(frame_no, part)]
+                assert e["event"] == "follower_fetch" and e["followers"][replica]["remote_leo"] == off
+                checked += 1
+        elif req_frame and kinds.get(int(req_frame)) == "1" and lsos:  # a Fetch response
+            for part, lso in zip(parts_l, [int(x) for x in lsos.split(",")], strict=True):
+                assert by_frame[(frame_no, part)]["last_stable_offset"] == lso
+                checked += 1
+    assert checked >= 4
