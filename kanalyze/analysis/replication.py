@@ -101,6 +101,7 @@ class PartitionState:
     acks_all_replication_ms: list[float] = field(default_factory=list)
     hw_changed_ts: int | None = None
     leo_changed_ts: int | None = None
+    behind_since: int | None = None
     stalled: bool = False
 
     def __post_init__(self) -> None:
@@ -371,14 +372,21 @@ class ReplicationAnalyzer:
                                   leader_epoch=epoch, end_offset=end, replica=replica)
 
     def _check_stall(self, st: PartitionState, ev: Event) -> None:
-        if st.stalled or st.hw is None or st.leo is None or st.leo <= st.hw or st.hw_changed_ts is None:
+        """HW behind the LEO and not moving for `stall_ms` (a moving HW restarts the clock)."""
+        if st.hw is None or st.leo is None or st.leo <= st.hw:
+            st.behind_since = None
+            st.stalled = False
             return
-        if st.leo_changed_ts is not None and st.leo_changed_ts > st.hw_changed_ts and ev.ts - st.hw_changed_ts > self.stall_ns:
+        since = ev.ts if st.behind_since is None else st.behind_since
+        if st.hw_changed_ts is not None and st.hw_changed_ts > since:
+            since = st.hw_changed_ts
+        st.behind_since = since
+        if not st.stalled and ev.ts - since > self.stall_ns:
             st.stalled = True
             self.findings.add("warning", "hw_stalled",
-                              f"{tp(st.topic, st.partition)}: HW stuck at {st.hw} for "
-                              f"{(ev.ts - st.hw_changed_ts) / 1e9:.1f}s while the LEO moved to {st.leo}",
-                              [ev.frame], ev.ts_s, topic=st.topic, partition=st.partition)
+                              f"{tp(st.topic, st.partition)}: HW stuck at {st.hw} for {(ev.ts - since) / 1e9:.1f}s "
+                              f"while the LEO is {st.leo}", [ev.frame], ev.ts_s, topic=st.topic,
+                              partition=st.partition, high_watermark=st.hw, leader_leo=st.leo)
 
     # ------------------------------------------------------------------ output
     def final_hw(self) -> dict[tuple[str, int], int | None]:

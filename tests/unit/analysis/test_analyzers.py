@@ -190,3 +190,25 @@ def test_findings_are_bounded() -> None:
         f.add("warning", "x", "m", [i + 1])
     out = f.to_json()
     assert len(out) == 4 and out[-1]["kind"] == "findings_dropped" and out[-1]["count"] == 7
+
+
+def test_hw_stalled_while_the_leo_moves() -> None:
+    from kanalyze.analysis.replication import ReplicationAnalyzer
+
+    f = Findings()
+    ra = ReplicationAnalyzer(f, stall_ms=1000)
+    fetch = {"replica_id": 2, "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
+    empty = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "error_code": 0, "high_watermark": 0,
+                                                          "last_stable_offset": 0, "log_start_offset": 0}]}]}
+    consumer = {"replica_id": -1, "topics": fetch["topics"]}
+    events = [
+        *exchange(1, fetch, empty, 1),
+        *exchange(0, produce(None, "t", 0, [batch(-1, -1, -1, 1)]), produce_ok("t", 0, 0), 3),
+        *exchange(1, consumer, empty, 1_000_000),   # 1 s later, HW still 0, LEO 1
+        *exchange(1, consumer, empty, 2_000_000),   # 2 s: stalled (reported once)
+        *exchange(1, consumer, empty, 3_000_000),
+    ]
+    for ev in sorted(events, key=lambda e: e.frame):
+        ra.feed(ev)
+    stalls = [x for x in f.to_json() if x["kind"] == "hw_stalled"]
+    assert len(stalls) == 1 and stalls[0]["high_watermark"] == 0 and stalls[0]["leader_leo"] == 1
