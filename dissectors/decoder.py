@@ -231,7 +231,12 @@ def _nullable_struct_reader(inner: Reader) -> Reader:
         if INT8.unpack_from(buf, pos)[0] < 0:
             out.append(Node(name, STRUCT, pos, 1, None, None))
             return pos + 1
-        p = inner(buf, pos + 1, end, ctx, out, name)
+        try:
+            p = inner(buf, pos + 1, end, ctx, out, name)
+        except DecodeError:
+            node = out[-1]
+            node.offset, node.length = pos, node.length + 1  # include the presence byte
+            raise
         node = out[-1]
         node.offset = pos
         node.length = p - pos
