@@ -65,6 +65,7 @@ class EngineStats:
     non_kafka_connections: int = 0
     non_kafka_bytes: int = 0
     empty_connections: int = 0  # no payload at all (refused, probes, idle)
+    stray_packets: int = 0  # payload-less segments of connections not open (e.g. the last ACK)
     client: DirectionTotals = field(default_factory=DirectionTotals)
     broker: DirectionTotals = field(default_factory=DirectionTotals)
     # stream events worth showing: (connection id, side, code, stream offset, packet, message)
@@ -183,6 +184,11 @@ class Engine:
                 self._close(conn, pkt)  # port reuse: a new SYN on the same 4-tuple
                 conn = None
         if conn is None:
+            if not seg.payload and not flags & SYN:
+                # a pure ACK/FIN/RST of a connection already closed (or not yet seen carrying
+                # data): nothing to reassemble, and no reason to open a connection for it
+                self.stats.stray_packets += 1
+                return
             conn = self._open(seg, key, flags)
         if conn.ignored:
             conn.last_seen = pkt.ts_ns

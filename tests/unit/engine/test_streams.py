@@ -294,3 +294,13 @@ def test_idle_connections_are_expired(tmp_path):
     assert eng.expire_idle(10**9 * 1000) == 1
     assert [(e.correlation_id, e.status) for e in out] == [(1, "no_response")]
     assert not eng.order and not eng.conns
+
+
+def test_final_ack_after_close_opens_nothing(tmp_path):
+    c = P.Conversation()
+    pkts = simple(c, 1) + [c.send(True, b"", P.ACK)]  # the last ACK of the FIN handshake
+    exs, s = run_pcap(tmp_path, pkts)
+    assert len(exs) == 1
+    st = s.engine.stats
+    assert (st.connections, st.kafka_connections, st.empty_connections, st.stray_packets) == (1, 1, 0, 1)
+    assert exs[0].conn.id == 1
