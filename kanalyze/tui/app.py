@@ -1,0 +1,215 @@
+"""`kanalyze tui`: the Textual application.
+
+Data flows one way: an exchange source (capture files through `Session`, or anything that calls
+`add_exchanges` — a live capture) fills the `ExchangeStore` from a worker thread; screens poll
+the store and draw only what is visible; bodies are decoded when a row is shown or selected.
+The analysis views get the report document through `analysis_source` once asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+from textual.worker import get_current_worker
+
+from dissectors.context import DecodeContext
+from kanalyze.capture import CaptureError
+from kanalyze.correlation import Exchange
+from kanalyze.engine import EngineOptions
+from kanalyze.session import Session
+from kanalyze.tui.analysis_source import analyze_exchanges
+from kanalyze.tui.messages import AnalysisReady, IndexProgress
+from kanalyze.tui.screens.exchanges import ExchangesScreen
+from kanalyze.tui.screens.groups import GroupsScreen
+from kanalyze.tui.screens.help import HelpScreen
+from kanalyze.tui.screens.replication import ReplicationScreen
+from kanalyze.tui.screens.semantics import SemanticsScreen
+from kanalyze.tui.store import ExchangeStore
+
+ANALYSIS_MODES = ("replication", "semantics", "groups")
+
+
+class KanalyzeApp(App):
+    """Pass `paths` to index capture files, or `source` (a callable returning an iterator of
+    exchanges, run in a worker thread), or neither and call `add_exchanges` yourself."""
+
+    CSS_PATH = "kanalyze.tcss"
+    TITLE = "kanalyze"
+    ENABLE_COMMAND_PALETTE = False
+    MODES = {
+        "exchanges": ExchangesScreen,
+        "replication": ReplicationScreen,
+        "semantics": SemanticsScreen,
+        "groups": GroupsScreen,
+    }
+    DEFAULT_MODE = "exchanges"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("1", "mode('exchanges')", "Exchanges"),
+        Binding("2", "mode('replication')", "Replication"),
+        Binding("3", "mode('semantics')", "Semantics"),
+        Binding("4", "mode('groups')", "Groups"),
+        Binding("r", "analyze", "Analyze", show=False),
+        Binding("t", "toggle_theme", "Theme"),
+    ]
+
+    def __init__(self, paths: Sequence[str] = (), opts: EngineOptions | None = None,
+                 ctx: DecodeContext | None = None,
+                 source: Callable[[], Iterable[Exchange]] | None = None,
+                 source_label: str | None = None, theme: str = "textual-dark") -> None:
+        super().__init__()
+        self.paths = list(paths)
+        self.opts = opts or EngineOptions()
+        self.store = ExchangeStore(ctx)
+        self.source = source
+        self.source_label = source_label or (", ".join(os.path.basename(p) for p in self.paths) or "live")
+        self._initial_theme = theme
+        self.report: dict | None = None
+        self.report_count = 0
+        self.analysis_running = False
+        self.analysis_progress = 0.0
+        self.index_started: float | None = None
+        self.first_rows_s: float | None = None  # time from start of indexing to the first exchange
+        self.index_s: float | None = None
+        self.last_export: tuple[str, int] | None = None
+
+    def on_mount(self) -> None:
+        self.theme = self._initial_theme
+        if self.paths or self.source is not None:
+            self.index_started = time.perf_counter()
+            self._index()
+
+    # -- feeding ----------------------------------------------------------------------------
+    def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
+        """Append exchanges; safe from any thread (a live capture's worker calls this)."""
+        n = self.store.add(exchanges)
+        if n and self.first_rows_s is None and self.index_started is not None:
+            self.first_rows_s = time.perf_counter() - self.index_started
+
+    def finish_indexing(self, error: str | None = None) -> None:
+        """No more exchanges will come (end of files); safe from any thread."""
+        self.store.error = error
+        self.store.done = True
+        self.store.progress = 1.0 if error is None else self.store.progress
+        if self.index_started is not None:
+            self.index_s = time.perf_counter() - self.index_started
+        self.post_message(IndexProgress(len(self.store), done=True))
+
+    def _iter_source(self) -> tuple[Iterator[Exchange], Callable[[], float | None]]:
+        if self.source is not None:
+            return iter(self.source()), lambda: None
+        session = Session(self.paths, self.opts)
+        total = 0
+        for p in self.paths:
+            try:
+                total += os.path.getsize(p)
+            except OSError:
+                total = 0
+                break
+        gz = any(p.endswith(".gz") for p in self.paths)
+
+        def progress() -> float | None:
+            if not total or gz:
+                return None
+            return min(1.0, session.capture.bytes / total)
+
+        return session.exchanges(), progress
+
+    @work(thread=True, exclusive=True, group="index")
+    def _index(self) -> None:
+        worker = get_current_worker()
+        batch: list[Exchange] = []
+        last = time.perf_counter()
+        try:
+            exchanges, progress = self._iter_source()
+            for ex in exchanges:
+                batch.append(ex)
+                n = len(batch)
+                if n >= 4096 or not self.store.exchanges or ((n & 0xFF) == 0 and time.perf_counter() - last > 0.1):
+                    self.add_exchanges(batch)
+                    batch = []
+                    last = time.perf_counter()
+                    self.store.progress = progress()
+                    if worker.is_cancelled:
+                        return
+            self.add_exchanges(batch)
+        except CaptureError as e:
+            self.add_exchanges(batch)
+            self.finish_indexing(f"error: {e}")
+            return
+        self.finish_indexing()
+
+    def on_index_progress(self, message: IndexProgress) -> None:
+        if message.done and self.current_mode in ANALYSIS_MODES:
+            self.request_analysis()
+
+    # -- analysis ---------------------------------------------------------------------------
+    def request_analysis(self, force: bool = False) -> None:
+        """Run the analysis when it is missing or stale (and indexing finished, unless forced)."""
+        if self.analysis_running:
+            return
+        n = len(self.store)
+        if not force and (not self.store.done or (self.report is not None and self.report_count >= n)):
+            return
+        self.analysis_running = True
+        self.analysis_progress = 0.0
+        self._analyze(self.store.exchanges[:n])
+
+    @work(thread=True, exclusive=True, group="analysis")
+    def _analyze(self, exchanges: list[Exchange]) -> None:
+        total = max(1, len(exchanges))
+
+        def counted() -> Iterator[Exchange]:
+            for i, ex in enumerate(exchanges):
+                if (i & 0xFF) == 0:
+                    self.analysis_progress = i / total
+                yield ex
+
+        report = analyze_exchanges(counted())
+        self.report_count = len(exchanges)
+        self.post_message(AnalysisReady(report))
+
+    def on_analysis_ready(self, message: AnalysisReady) -> None:
+        self.report = message.report
+        self.analysis_running = False
+
+    # -- export -----------------------------------------------------------------------------
+    def export_rows(self, rows: list[int], path: str) -> None:
+        self._export(list(rows), path)
+
+    @work(thread=True, group="export")
+    def _export(self, rows: list[int], path: str) -> None:
+        exs = self.store.exchanges
+        line = self.store.encoder.line
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                for i in rows:
+                    f.write(line(exs[i]))
+                    f.write("\n")
+        except OSError as e:
+            self.call_from_thread(self.notify, f"export failed: {e}", severity="error")
+            return
+        self.last_export = (path, len(rows))
+        self.call_from_thread(self.notify, f"exported {len(rows):,} exchanges to {path}")
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_mode(self, mode: str) -> None:
+        self.switch_mode(mode)
+        if mode in ANALYSIS_MODES:
+            self.request_analysis()
+
+    def action_analyze(self) -> None:
+        self.request_analysis(force=True)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"

@@ -1,0 +1,237 @@
+"""Request and response of one exchange as collapsible decoded trees. Each tree node knows the
+bytes it came from (the frame or a decompressed record buffer); highlighting a node tells the
+hex view to mark them. Children are built when a node is first expanded (records can be many)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+
+from dissectors.context import DecodeContext
+from dissectors.errors import error_name
+from dissectors.node import ARRAY, PRIM, RAW, RECORDS, Node
+from dissectors.secrets import is_secret, redacted
+from kanalyze.correlation import Exchange, Message
+from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.tui.messages import FieldHighlighted
+
+MAX_CHILDREN = 2000  # beyond this an expanded array shows a "… N more" line
+
+
+@dataclass(slots=True)
+class Side:
+    """One message of the exchange and the buffers its nodes point into."""
+
+    label: str  # "request" / "response"
+    frame: bytes  # pdu.data with secret bytes masked
+    ctx: DecodeContext | None
+
+    def buffer(self, source: int) -> tuple[bytes, str]:
+        if source == 0 or self.ctx is None:
+            return self.frame, f"{self.label} frame"
+        return self.ctx.buffers[source - 1], f"{self.label} decompressed buffer #{source}"
+
+
+@dataclass(slots=True)
+class Ref:
+    """What a tree node stands for: its bytes, and (for lazy children) the decoded node."""
+
+    side: Side
+    source: int
+    offset: int
+    length: int
+    node: Node | None = None
+    extra: dict | None = None  # record/batch values without their own offsets
+    populated: bool = False
+
+
+def _value_text(node: Node, show_secrets: bool) -> str:
+    v = node.value
+    if is_secret(v) and not show_secrets:
+        return redacted(v)  # type: ignore[arg-type]
+    if isinstance(v, bytes | bytearray | memoryview):
+        b = bytes(v)
+        return f"{len(b)} bytes {b[:16].hex()}" + ("…" if len(b) > 16 else "")
+    if isinstance(v, str):
+        return repr(v) if len(v) <= 80 else repr(v[:80]) + "…"
+    return str(v)
+
+
+def node_label(node: Node, show_secrets: bool = False) -> Text:
+    name = node.name
+    if name.isdigit():
+        name = f"[{name}]"
+    kind = node.kind
+    if kind == PRIM:
+        text = Text.assemble((name, "bold"), ": ", _value_text(node, show_secrets))
+        if name.endswith("ErrorCode") and isinstance(node.value, int):
+            ename = error_name(node.value) or "?"
+            text.append(f" ({ename})", "bold red" if node.value else "green")
+    elif kind == ARRAY:
+        n = "null" if node.children is None else str(len(node.children))
+        text = Text.assemble((name, "bold"), f" [{n}]")
+    elif kind == RECORDS:
+        batches = node.value.get("batches") if isinstance(node.value, dict) else None
+        desc = f"{len(batches)} batches" if batches is not None else f"{node.length} bytes"
+        text = Text.assemble((name, "bold"), f": {desc}")
+    elif kind == RAW:
+        text = Text.assemble((name, "bold"), f": {node.length} raw bytes")
+    elif isinstance(node.value, dict):
+        text = Text.assemble((name, "bold"), " ", _dict_preview(node.value))
+    else:
+        text = Text.assemble((name, "bold"), _struct_preview(node))
+    if node.diagnostics:
+        text.append("  ⚠ " + "; ".join(f"{d.code}: {d.message}" for d in node.diagnostics), "bold red")
+    return text
+
+
+_PREVIEW_KEYS = ("base_offset", "offset", "codec", "producer_id", "base_sequence", "key", "value")
+
+
+def _dict_preview(d: dict) -> str:
+    parts = []
+    for k in _PREVIEW_KEYS:
+        if k in d:
+            v = d[k]
+            if isinstance(v, str) and len(v) > 24:
+                v = v[:24] + "…"
+            parts.append(f"{k}={v}")
+    if "records" in d and isinstance(d["records"], list):
+        parts.append(f"records={len(d['records'])}")
+    return " ".join(parts)
+
+
+def _struct_preview(node: Node) -> str:
+    for c in node.children or ():
+        if c.kind == PRIM and c.name in ("Name", "Topic", "TopicName", "GroupId", "PartitionIndex",
+                                          "Partition", "Index") and not isinstance(c.value, bytes):
+            return f" {c.name}={c.value}"
+    return ""
+
+
+def _mask_secrets(data: bytes, node: Node | None) -> bytes:
+    if node is None:
+        return data
+    spans = [(n.offset, n.length) for n in node.walk() if n.source == 0 and is_secret(n.value)]
+    if not spans:
+        return data
+    buf = bytearray(data)
+    for off, length in spans:
+        buf[off:off + length] = b"*" * min(length, max(0, len(buf) - off))
+    return bytes(buf)
+
+
+class DecodeTree(Tree[Ref]):
+    """Decoded request and response of the selected exchange."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("no exchange selected", **kwargs)
+        self.show_root = False
+        self.guide_depth = 3
+
+    def show_exchange(self, ex: Exchange | None, encoder: ExchangeEncoder) -> None:
+        self.clear()
+        self.root.set_label("exchange")
+        if ex is None:
+            return
+        first: TreeNode[Ref] | None = None
+        for msg, is_req in ((ex.request, True), (ex.response, False)):
+            label = "request" if is_req else "response"
+            if msg is None:
+                self.root.add_leaf(Text(f"{label}: not captured", "dim"))
+                continue
+            node, ctx = encoder.body(ex, msg, is_req)
+            show = encoder.template.show_secrets
+            side = Side(label, msg.pdu.data if show else _mask_secrets(msg.pdu.data, node), ctx)
+            top = self._message_node(ex, msg, is_req, side, node)
+            first = first or top
+        if first is not None:
+            self.move_cursor(first)
+
+    def _message_node(self, ex: Exchange, msg: Message, is_req: bool, side: Side,
+                      body: Node | None) -> TreeNode[Ref]:
+        pdu = msg.pdu
+        title = Text.assemble(
+            (side.label.upper(), "bold"),
+            f"  {ex.api or '?'} v{ex.api_version if ex.api_version is not None else '?'}  frame {pdu.last_pkt}"
+            f"  {pdu.size + 4} B",
+        )
+        if pdu.missing:
+            title.append(f"  ({pdu.missing} bytes lost in a gap)", "bold red")
+        top = self.root.add(title, data=Ref(side, 0, 0, len(pdu.data), populated=True), expand=True)
+        hdr = top.add(Text("header", "bold"), data=Ref(side, 0, 0, msg.body_offset, populated=True))
+        for key, (off, length) in _header_spans(msg, is_req).items():
+            hdr.add_leaf(Text.assemble((key, "bold"), f": {msg.header.get(key)!r}"),
+                         data=Ref(side, 0, off, length, populated=True))
+        for d in msg.diagnostics:
+            top.add_leaf(Text(f"⚠ {d.code} at {d.offset}: {d.message}", "bold red"),
+                         data=Ref(side, 0, d.offset, 1, populated=True))
+        if body is None:
+            top.add_leaf(Text("body: not decoded (unknown api or version)", "dim"),
+                         data=Ref(side, 0, msg.body_offset, len(pdu.data) - msg.body_offset, populated=True))
+        else:
+            b = self._add(top, body, side)
+            b.expand()
+            self._populate(b)
+        return top
+
+    def _add(self, parent: TreeNode[Ref], node: Node, side: Side) -> TreeNode[Ref]:
+        has_kids = bool(node.children) or isinstance(node.value, dict) or bool(node.diagnostics)
+        label = node_label(node, bool(side.ctx and side.ctx.show_secrets))
+        ref = Ref(side, node.source, node.offset, node.length, node=node)
+        if has_kids:
+            return parent.add(label, data=ref)
+        ref.populated = True
+        return parent.add_leaf(label, data=ref)
+
+    def _populate(self, tnode: TreeNode[Ref]) -> None:
+        ref = tnode.data
+        if ref is None or ref.populated:
+            return
+        ref.populated = True
+        node = ref.node
+        if node is None:
+            return
+        for d in node.diagnostics:
+            tnode.add_leaf(Text(f"⚠ {d.code} at {d.offset}: {d.message}", "bold red"),
+                           data=Ref(ref.side, node.source, d.offset, 1, populated=True))
+        kids = node.children or []
+        for c in kids[:MAX_CHILDREN]:
+            self._add(tnode, c, ref.side)
+        if len(kids) > MAX_CHILDREN:
+            tnode.add_leaf(Text(f"… {len(kids) - MAX_CHILDREN} more", "dim"))
+        if not kids and isinstance(node.value, dict):
+            for k, v in node.value.items():
+                if k == "records" and isinstance(v, list):
+                    continue
+                tnode.add_leaf(Text.assemble((k, "bold"), f": {_short(v)}"),
+                               data=Ref(ref.side, node.source, node.offset, node.length, populated=True))
+
+    def on_tree_node_expanded(self, event: Tree.NodeExpanded[Ref]) -> None:
+        self._populate(event.node)
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[Ref]) -> None:
+        ref = event.node.data
+        if ref is None:
+            return
+        data, title = ref.side.buffer(ref.source)
+        self.post_message(FieldHighlighted(data, title, ref.offset, ref.length))
+
+
+def _short(v: object) -> str:
+    s = repr(v) if isinstance(v, str) else str(v)
+    return s if len(s) <= 100 else s[:100] + "…"
+
+
+def _header_spans(msg: Message, is_req: bool) -> dict[str, tuple[int, int]]:
+    if not is_req:
+        return {"correlation_id": (0, 4)} if "correlation_id" in msg.header else {}
+    spans = {"request_api_key": (0, 2), "request_api_version": (2, 2), "correlation_id": (4, 4)}
+    if "client_id" in msg.header:
+        spans["client_id"] = (8, max(2, msg.body_offset - 8))
+    if "tagged_fields" in msg.header:
+        spans["tagged_fields"] = (8, max(1, msg.body_offset - 8))
+    return {k: v for k, v in spans.items() if k in msg.header}
