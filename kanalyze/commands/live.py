@@ -189,7 +189,16 @@ def run(args: argparse.Namespace) -> int:
             session.stop("output closed")
 
     session.subscribe(on_exchange)
-    session.on_tick(lambda _s: out.tick())
+
+    def on_tick(_s: object) -> None:
+        out.tick()
+        # the header-only encoder caches one JSON text per connection id, forever (reported
+        # upstream); a long run with many connections would grow it without bound
+        cache = getattr(enc, "_conn_json", None)
+        if isinstance(cache, dict) and len(cache) > 10_000:
+            cache.clear()
+
+    session.on_tick(on_tick)
     if metrics is not None:
         metrics.watch(session)
 
