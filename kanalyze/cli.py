@@ -10,7 +10,7 @@ import sys
 from kanalyze import __version__
 from kanalyze.capture import CaptureError
 
-COMMANDS = ("export", "summary", "schemas", "report", "live", "tui")
+COMMANDS = ("export", "summary", "schemas", "report", "live", "tui", "spark")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,168 @@
+"""`kanalyze spark`: the engine over many or huge captures on Apache Spark, tables as Parquet.
+
+Writes DIR/exchanges, DIR/partitions, DIR/connections, DIR/files and
+DIR/aggregates/{api_latency,partition_hw,client_topic_usage,errors}.
+Runs on local[*] by default; --master (or spark-submit) for a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from kanalyze.commands.common import port, positive_int
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "spark",
+        help="run the pipeline on Apache Spark and write Parquet tables",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "files",
+        nargs="+",
+        metavar="PATH",
+        help="capture files, directories or globs (local, or URIs such as s3://, hdfs:// through pyarrow)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output directory (one Parquet dataset per table)",
+    )
+    p.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="Spark master (default local[*]; under spark-submit, the submitted one)",
+    )
+    p.add_argument(
+        "--port",
+        type=port,
+        action="append",
+        default=[],
+        metavar="P",
+        help="treat TCP port P as a Kafka broker port (repeatable)",
+    )
+    p.add_argument(
+        "--max-frame",
+        type=positive_int,
+        default=256 * 1024 * 1024,
+        metavar="BYTES",
+        help="largest plausible Kafka frame (default 256 MiB)",
+    )
+    p.add_argument(
+        "--split-mb",
+        type=positive_int,
+        default=128,
+        metavar="MB",
+        help="cut uncompressed captures larger than this into byte ranges (default 128)",
+    )
+    p.add_argument(
+        "--header-only",
+        action="store_true",
+        help="do not decode bodies (no topics, partitions, error codes; fastest)",
+    )
+    p.add_argument(
+        "--capture-id",
+        default=None,
+        metavar="ID",
+        help="one capture group for all inputs (default: each file's directory)",
+    )
+    p.add_argument(
+        "--shuffle-partitions",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="tasks for stage 2 (default: 2 x cores, more for big inputs)",
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark configuration (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    p.set_defaults(run=run)
+
+
+def _master(args: argparse.Namespace) -> str | None:
+    if args.master:
+        return args.master
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or os.environ.get("SPARK_SUBMIT_OPTS"):
+        return None  # launched by spark-submit: keep its master
+    return "local[*]"
+
+
+def run(args: argparse.Namespace) -> int:
+    from kanalyze.spark.session import SparkUnavailable, check_requirements
+
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep:
+            sys.stderr.write(f"kanalyze: error: --conf expects KEY=VALUE, got {item!r}\n")
+            return 2
+        conf[key] = value
+    try:
+        check_requirements()
+    except SparkUnavailable as e:
+        sys.stderr.write(f"kanalyze: error: {e}\n")
+        return 2
+    from kanalyze.spark.session import get_session
+
+    try:
+        spark = get_session(_master(args), "kanalyze", conf)
+    except Exception as e:  # noqa: BLE001 - JVM start-up failures come as many types
+        sys.stderr.write(f"kanalyze: error: could not start Spark: {_first_line(e)}\n")
+        return 2
+    from kanalyze.spark.pipeline import run_pipeline
+
+    try:
+        res = run_pipeline(
+            spark,
+            args.files,
+            args.out,
+            ports=args.port,
+            split_bytes=args.split_mb * 1024 * 1024,
+            decode_bodies=not args.header_only,
+            capture_id=args.capture_id,
+            shuffle_partitions=args.shuffle_partitions,
+            max_frame=args.max_frame,
+        )
+    except Exception as e:  # noqa: BLE001 - a Spark job failure: report it without a JVM stack
+        sys.stderr.write(f"kanalyze: error: the Spark job failed: {_first_line(e)}\n")
+        return 1
+    finally:
+        spark.stop()
+    for problem in res.problems:
+        sys.stderr.write(f"kanalyze: {problem}\n")
+    summary = {
+        "out": res.out_dir,
+        "files": len(res.plan.files),
+        "units": len(res.plan.units),
+        "rows": res.counts,
+        "seconds": {k: round(v, 2) for k, v in res.seconds.items()},
+    }
+    if args.json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        sys.stdout.write(
+            f"{summary['files']} files in {summary['units']} units -> {res.out_dir} "
+            f"({', '.join(f'{k}: {v}' for k, v in res.counts.items())}) in {summary['seconds']['total']} s\n"
+        )
+    return 0
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line[:500]
+    return type(e).__name__
