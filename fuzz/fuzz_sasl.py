@@ -1,0 +1,6 @@
+"""atheris harness: sasl (input layout in fuzz/targets.py)."""
+
+from harness import main
+
+if __name__ == "__main__":
+    main("sasl")

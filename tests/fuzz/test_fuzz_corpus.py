@@ -1,0 +1,118 @@
+"""Replay the committed fuzz corpora through the harness targets (strict decoding).
+
+- fuzz/corpus/<harness>/: the seeds (valid inputs from captures/ and the test encoders);
+- fuzz/regressions/<harness>/: minimized inputs that once crashed or hung a harness.
+
+Every file must run through its target without raising and within a time bound.
+Regressions for bugs not fixed yet are `xfail(strict=True)`, keyed by file name
+in KNOWN_BUGS: when the fix lands the test XPASSes, fails, and the marker is removed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+
+from fuzz import targets as T
+from kanalyze.capture import CaptureError, CaptureStats, read_capture
+from kanalyze.engine import Engine, EngineOptions
+from tests.fuzz.conftest import CORPUS, REGRESSIONS, bounded
+
+# regression file (harness/name) -> why it still fails (see fuzz/targets.py KNOWN_BUGS)
+KNOWN_BUGS = {
+    "stream/framing-resync-loop-default-limits.bin": T.KNOWN_BUGS["framing-resync-loop"],
+    "stream/framing-resync-loop-small-max-frame.bin": T.KNOWN_BUGS["framing-resync-loop"],
+    "capture/gzip-zlib-error-at-start.bin": T.KNOWN_BUGS["gzip-zlib-error"],
+}
+
+
+def _files(base):
+    return sorted(p for p in base.glob("*/*") if p.is_file() and p.parent.name in T.TARGETS)
+
+
+SEEDS = _files(CORPUS)
+REGRESSION_FILES = _files(REGRESSIONS)
+
+
+def test_every_harness_has_seeds():
+    assert {p.parent.name for p in SEEDS} == set(T.HARNESSES)
+    assert sum(p.stat().st_size for p in SEEDS) < 600_000  # kept small on purpose
+
+
+@pytest.mark.parametrize("harness", T.HARNESSES)
+def test_seed_corpus_replays(harness):
+    target = T.TARGETS[harness]
+    files = [p for p in SEEDS if p.parent.name == harness]
+    for p in files:
+        try:
+            bounded(target, p.read_bytes(), 10.0)
+        except Exception as e:
+            raise AssertionError(f"{p.relative_to(CORPUS.parent)}: {e!r}") from e
+
+
+def _regression_params():
+    out = []
+    for p in REGRESSION_FILES:
+        key = f"{p.parent.name}/{p.name}"
+        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[key])] if key in KNOWN_BUGS else []
+        out.append(pytest.param(p, id=key, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("path", _regression_params())
+def test_regression_replays(path):
+    bounded(T.TARGETS[path.parent.name], path.read_bytes(), 1.0 if path.name.startswith("framing-resync-loop") else 5.0)
+
+
+def test_known_bugs_have_files():
+    names = {f"{p.parent.name}/{p.name}" for p in REGRESSION_FILES}
+    assert set(KNOWN_BUGS) <= names
+
+
+# ---- the same known bugs, stated directly against the public entry points ----
+@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["framing-resync-loop"])
+def test_oversized_plausible_request_does_not_hang_the_engine():
+    """One 14-byte client payload, default options: a size prefix of 0x10000001 (just over
+    max_frame = 256 MiB, first byte 0x10 = max_frame >> 24 so the search does not rule it
+    out) before an ApiVersions v0 header."""
+    payload = b"\x10\x00\x00\x01" + b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff"
+    _opts, pkts = T.stream_packets(T.encode_stream(0, [(0, 0, payload)]))
+
+    def run(_data):
+        engine = Engine(lambda ex: None, EngineOptions())
+        for p in pkts:
+            engine.feed(p)
+        engine.close()
+        T.check_accounting(engine)
+
+    bounded(run, b"", 1.0)
+
+
+@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["gzip-zlib-error"])
+def test_corrupt_gzip_is_a_capture_error(tmp_path):
+    """A gzip member whose deflate data is invalid from the first block: read_capture must
+    raise CaptureError (not a capture we can read), not zlib.error."""
+    path = tmp_path / "bad.pcap.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + b"\xff" * 8)
+    try:
+        list(read_capture(str(path), CaptureStats()))
+    except CaptureError:
+        return
+    except zlib.error as e:
+        raise AssertionError(f"zlib.error escaped read_capture: {e}") from e
+
+
+def test_truncated_gzip_is_a_diagnostic(tmp_path):
+    """The well-handled neighbour of the bug above: a gzip cut short ends with a diagnostic."""
+    good = (ROOT_CRAFTED / "baseline.pcap").read_bytes()
+    z = gzip.compress(good, mtime=0)
+    path = tmp_path / "cut.pcap.gz"
+    path.write_bytes(z[: len(z) - 20])
+    stats = CaptureStats()
+    list(read_capture(str(path), stats))
+    assert stats.diagnostics
+
+
+ROOT_CRAFTED = CORPUS.parents[1] / "captures" / "crafted"
