@@ -114,8 +114,11 @@ def run(args: argparse.Namespace) -> int:
     except SparkUnavailable as e:
         sys.stderr.write(f"kanalyze: error: {e}\n")
         return 2
+    from pyspark.sql import SparkSession
+
     from kanalyze.spark.session import get_session
 
+    owned = SparkSession.getActiveSession() is None  # inside a notebook or test: leave it running
     try:
         spark = get_session(_master(args), "kanalyze", conf)
     except Exception as e:  # noqa: BLE001 - JVM start-up failures come as many types
@@ -139,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"kanalyze: error: the Spark job failed: {_first_line(e)}\n")
         return 1
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     for problem in res.problems:
         sys.stderr.write(f"kanalyze: {problem}\n")
     summary = {
