@@ -40,7 +40,7 @@ class ConnStats:
         return ",".join(self.client_ids) if self.client_ids else "-"
 
 
-def _topics(node: Node | None, out: dict[str, set[int]]) -> None:
+def _topics(node: Node | None, out: dict[str, set[int]], names: dict[str, str]) -> None:
     """topic -> partitions, from any struct holding a topic name next to partition structs."""
     if node is None:
         return
@@ -53,7 +53,7 @@ def _topics(node: Node | None, out: dict[str, set[int]]) -> None:
             if c.kind == PRIM and c.name in _TOPIC_KEYS and isinstance(c.value, str) and c.value:
                 if c.name == "TopicId":
                     if c.value.strip("0-"):
-                        tid = c.value[:8]
+                        tid = names.get(c.value) or c.value[:8]
                 elif name is None:
                     name = c.value
             elif c.kind == ARRAY and c.children:
@@ -67,8 +67,9 @@ def _topics(node: Node | None, out: dict[str, set[int]]) -> None:
             out.setdefault(name, set()).update(parts)
 
 
-def summarize(ex: Exchange, encoder: ExchangeEncoder) -> Summary:
-    """Topics and partitions an exchange touches, and the error names in its response."""
+def summarize(ex: Exchange, encoder: ExchangeEncoder, topic_names: dict[str, str] | None = None) -> Summary:
+    """Topics and partitions an exchange touches, and the error names in its response;
+    topic ids are named through `topic_names` (learned from Metadata responses)."""
     topics: dict[str, set[int]] = {}
     errors: list[str] = []
     for msg, is_req in ((ex.request, True), (ex.response, False)):
@@ -77,7 +78,7 @@ def summarize(ex: Exchange, encoder: ExchangeEncoder) -> Summary:
         node, _ctx = encoder.body(ex, msg, is_req)
         if node is None:
             continue
-        _topics(node, topics)
+        _topics(node, topics, topic_names or {})
         if not is_req:
             for code in error_codes(node):
                 name = error_name(code) or str(code)
@@ -119,6 +120,8 @@ class ExchangeStore:
         self.progress: float | None = None  # 0..1 while indexing a file, None when unknown
         self.error: str | None = None
         base = ctx or DecodeContext()
+        self.topic_names = base.topic_names  # shared with the encoders: export names topic ids too
+        self._named_upto = 0  # Metadata responses before this index were read for topic names
         self.encoder = ExchangeEncoder(base)  # detail view and export: full decode
         self._summary_encoder = ExchangeEncoder(replace(base, decode_records=False))
 
@@ -147,11 +150,26 @@ class ExchangeStore:
             self.generation += 1
         return len(batch)
 
+    def learn_topic_names(self, upto: int) -> None:
+        """Read topic ids and names from the Metadata responses before index `upto`."""
+        exs = self.exchanges
+        for i in range(self._named_upto, min(upto, len(exs))):
+            ex = exs[i]
+            if ex.api_key == 3 and ex.response is not None:
+                node, _ctx = self._summary_encoder.body(ex, ex.response, False)
+                for n in node.walk() if node is not None else ():
+                    tid, name = n.child("TopicId"), n.child("Name")
+                    if tid is not None and name is not None and isinstance(name.value, str):
+                        self.topic_names[tid.value] = name.value
+        self._named_upto = max(self._named_upto, upto)
+
     def summary(self, i: int) -> Summary:
         s = self.summaries[i]
         if s is None:
             ex = self.exchanges[i]
-            s = self.summaries[i] = summarize(ex, self._summary_encoder)
+            if self._named_upto <= i:
+                self.learn_topic_names(i + 1)
+            s = self.summaries[i] = summarize(ex, self._summary_encoder, self.topic_names)
             if s[1] and ex.status == "ok":
                 c = self.conns.get(ex.conn.id)
                 if c is not None:

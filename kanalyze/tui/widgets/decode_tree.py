@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
@@ -127,13 +128,38 @@ def _mask_secrets(data: bytes, node: Node | None) -> bytes:
 class DecodeTree(Tree[Ref]):
     """Decoded request and response of the selected exchange."""
 
+    BINDINGS = [
+        Binding("right,l", "expand_or_child", "Expand", show=False),
+        Binding("left,h", "collapse_or_parent", "Collapse", show=False),
+    ]
+
+    def action_expand_or_child(self) -> None:
+        node = self.cursor_node
+        if node is None or not node.allow_expand:
+            return
+        if node.is_expanded:
+            self.action_cursor_down()
+        else:
+            node.expand()
+
+    def action_collapse_or_parent(self) -> None:
+        node = self.cursor_node
+        if node is None:
+            return
+        if node.allow_expand and node.is_expanded:
+            node.collapse()
+        elif node.parent is not None and node.parent is not self.root:
+            self.move_cursor(node.parent)
+
     def __init__(self, **kwargs) -> None:
         super().__init__("no exchange selected", **kwargs)
+        self.exchange: Exchange | None = None  # the exchange shown
         self.show_root = False
         self.guide_depth = 3
 
     def show_exchange(self, ex: Exchange | None, encoder: ExchangeEncoder) -> None:
         self.clear()
+        self.exchange = ex
         self.root.set_label("exchange")
         if ex is None:
             return

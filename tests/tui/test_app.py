@@ -1,0 +1,252 @@
+"""The app driven through Textual's Pilot as a person would: keys first, a few clicks."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from kanalyze.session import Session
+from kanalyze.tui.app import KanalyzeApp
+from kanalyze.tui.screens.exchanges import ConnectionsPane, ExchangesScreen
+from kanalyze.tui.screens.help import HelpScreen
+from kanalyze.tui.widgets.decode_tree import DecodeTree
+from kanalyze.tui.widgets.exchange_table import ExchangeTable
+from kanalyze.tui.widgets.hex_view import HexView
+from tests.tui.conftest import CAPTURES, aio, wait_for, wait_indexed, wait_report
+
+SIZE = (160, 45)
+CODECS = str(CAPTURES / "lib_codecs.pcap")
+
+
+def status_text(app) -> str:
+    return str(app.screen.query_one("#status").render())
+
+
+@aio
+async def test_open_filter_select_expand_hex_export(tmp_path):
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        table = app.screen.query_one(ExchangeTable)
+        assert len(table.rows) == len(app.store) == 52
+        assert "52 exchanges" in status_text(app)
+        assert app.first_rows_s is not None
+
+        # filter: `/`, type, Enter; the count of matching rows is shown
+        await pilot.press("slash")
+        await pilot.press(*"api:produce")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not app.screen.filtering and len(table.rows) == 5, what="filter")
+        assert "5 of 52 match" in status_text(app)
+        ex = app.store.exchanges[table.current]
+        assert ex.api == "Produce" and "lib-none" in app.store.summary(table.current)[0]
+
+        # select it: the detail shows its decoded request; Enter moves to the tree
+        tree = app.screen.query_one(DecodeTree)
+        hexv = app.screen.query_one(HexView)
+        await wait_for(pilot, lambda: tree.exchange is ex and hexv.title.startswith("request frame"), what="detail")
+        await pilot.press("enter")
+        assert app.screen.focused is tree
+        # REQUEST > header > body > TransactionalId > Acks
+        await pilot.press("down", "down", "down", "down")
+        await pilot.pause(0.1)
+        node = tree.cursor_node.data.node
+        assert node.name == "Acks"
+        assert hexv.highlight == (node.offset, node.length) == (29, 2)
+        # Acks is -1: the highlighted bytes are ff ff
+        assert hexv.data[29:31] == b"\xff\xff"
+
+        # expand TopicData (→) and walk into it: the highlight follows each field
+        await pilot.press("down", "down")
+        assert tree.cursor_node.data.node.name == "TopicData"
+        before = hexv.highlight
+        await pilot.press("right", "right")  # expand, then first child
+        await pilot.pause(0.1)
+        item = tree.cursor_node.data.node
+        assert item.name == "0" and hexv.highlight == (item.offset, item.length) != before
+        await pilot.press("right", "right")  # the topic struct -> its Name
+        await pilot.pause(0.1)
+        name = tree.cursor_node.data.node
+        assert name.name == "Name" and name.value == "lib-none"
+        assert hexv.highlight == (name.offset, name.length)
+        assert hexv.data[name.offset:name.offset + name.length].endswith(b"lib-none")
+
+        # export the filtered table and read it back
+        out = tmp_path / "produce.ndjson"
+        await pilot.press("e")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ExportScreen", what="export dialog")
+        app.screen.query_one("#export-path").value = str(out)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.last_export is not None, what="export")
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == 5 and {r["api"] for r in rows} == {"Produce"}
+        assert all(r["schema"] == "kanalyze.exchange/1" and r["request"]["body"] for r in rows)
+        assert [r["request"]["frame"] for r in rows] == [
+            app.store.exchanges[i].request.pdu.last_pkt for i in table.rows]
+
+
+@aio
+async def test_decompressed_buffer_highlight():
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        screen.apply_filter("api:fetch topic:lib-gzip")
+        table = screen.query_one(ExchangeTable)
+        await wait_for(pilot, lambda: not screen.filtering and table.rows, what="filter")
+        tree = screen.query_one(DecodeTree)
+        hexv = screen.query_one(HexView)
+        assert len(table.rows) == 2  # the first Fetch returns records of every codec
+        await wait_for(pilot, lambda: tree.exchange is app.store.exchanges[table.rows[0]], what="detail")
+
+        # expand everything under the response until a record from the decompressed buffer shows up
+        def find(node):
+            for child in node.children:
+                ref = child.data
+                if ref is not None and ref.node is not None and ref.source > 0:
+                    return child
+                if child.allow_expand:
+                    child.expand()
+                    tree._populate(child)
+                found = find(child)
+                if found is not None:
+                    return found
+            return None
+
+        target = find(tree.root)
+        assert target is not None
+        await pilot.pause(0.1)
+        tree.move_cursor(target)
+        await pilot.pause(0.2)
+        ref = target.data
+        assert hexv.title.startswith("response decompressed buffer #")
+        assert hexv.highlight == (ref.offset, ref.length)
+        assert hexv.data == ref.side.ctx.buffers[ref.source - 1]
+
+
+@aio
+async def test_connections_sort_help_theme_and_quit():
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        pane = screen.query_one(ConnectionsPane)
+        assert pane.row_count == len(app.store.conns) + 1
+
+        # pick connection 2 (third row): only its exchanges are listed
+        await pilot.press("c")
+        await pilot.press("down", "down", "enter")
+        conn = screen._conn_ids[2]
+        await wait_for(pilot, lambda: not screen.filtering and screen.conn == conn, what="conn filter")
+        assert table.rows and all(app.store.exchanges[i].conn.id == conn for i in table.rows)
+        assert f"conn {conn}" in status_text(app)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not screen.filtering and len(table.rows) == 52, what="clear")
+
+        # sort: s cycles the key (time -> latency), S reverses; clicking a header sorts too
+        await pilot.press("s", "S")
+        await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "latency", what="sort")
+        lats = [app.store.exchanges[i].latency_ns or -1 for i in table.rows]
+        assert lats == sorted(lats, reverse=True)
+        await pilot.click(ExchangeTable, offset=(45, 0))  # the "API" header
+        await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "api", what="click sort")
+        await pilot.click(ExchangeTable, offset=(5, 3))  # a row
+        assert table.cursor == 2
+
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, ExchangesScreen)
+
+        theme = app.theme
+        await pilot.press("t")
+        assert app.theme != theme
+        await pilot.press("q")
+        await pilot.pause(0.2)
+    assert app.return_code == 0
+
+
+@aio
+async def test_replication_view_textbook_hw_reaches_1():
+    app = KanalyzeApp([str(CAPTURES / "replication" / "textbook.pcap")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        await pilot.press("2")
+        await wait_report(pilot)
+        screen = app.screen
+        parts = screen.query_one("#partitions")
+        assert parts.row_count == 1 and parts.get_row_at(0)[:3] == ["tb-0", "1", "1"]
+        hw = screen.query_one("#rep-chart").series["HW"]
+        assert hw[0] == 0 and hw[-1] == 1 and max(hw) == 1
+        assert "HW 1" in str(screen.query_one("#rep-summary").render())
+        assert "follower 2: LEO 1" in str(screen.query_one("#rep-summary").render())
+        assert screen.query_one("#rep-timeline").row_count == len(app.report["replication"][0]["timeline"])
+        await pilot.press("1")
+        assert isinstance(app.screen, ExchangesScreen)
+
+
+@aio
+async def test_semantics_and_groups_views():
+    app = KanalyzeApp([str(CAPTURES / "lib_transactions.pcap")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        await pilot.press("3")
+        await wait_report(pilot)
+        txn = app.screen.query_one("#transactions")
+        outcomes = {str(txn.get_row_at(i)[3]) for i in range(txn.row_count)}
+        assert outcomes == {"COMMITTED", "ABORTED"}
+        assert app.screen.query_one("#findings").row_count >= 1
+    app = KanalyzeApp([str(CAPTURES / "lib_group_rebalance.pcap")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        await pilot.press("4")
+        await wait_report(pilot)
+        reb = app.screen.query_one("#rebalances")
+        assert reb.row_count >= 2 and {str(reb.get_row_at(i)[0]) for i in range(reb.row_count)} == {"lib-group-1"}
+
+
+@aio
+async def test_exchanges_appended_while_running():
+    """The live-capture hook: another thread feeds exchanges, the table follows."""
+    exs = list(Session([CODECS]).exchanges())
+    app = KanalyzeApp(source_label="live test")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.screen.query_one(ExchangeTable)
+        app.screen.apply_filter("api:produce")
+        t = threading.Thread(target=lambda: [app.add_exchanges([ex]) for ex in exs])
+        t.start()
+        t.join()
+        await wait_for(pilot, lambda: len(table.rows) == 5 and app.screen.applied_upto == 52, what="live rows")
+        assert "indexing" in status_text(app)
+        app.finish_indexing()
+        await wait_for(pilot, lambda: "indexing" not in status_text(app), what="done")
+        assert "5 of 52 match" in status_text(app)
+
+
+@aio
+async def test_not_a_capture_is_reported():
+    app = KanalyzeApp([str(CAPTURES / "crafted" / "bad_text.txt")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.store.done, what="done")
+        await pilot.pause(0.3)
+        assert "error" in status_text(app)
+
+
+@aio
+async def test_million_rows_scroll():
+    """The table is virtual: a million rows append, jump to the end and page without a freeze."""
+    ex = next(iter(Session([CODECS]).exchanges()))
+    app = KanalyzeApp(source_label="synthetic")
+    async with app.run_test(size=SIZE) as pilot:
+        app.add_exchanges([ex] * 1_000_000)
+        app.finish_indexing()
+        table = app.screen.query_one(ExchangeTable)
+        await wait_for(pilot, lambda: len(table.rows) == 1_000_000, what="rows")
+        await pilot.press("end")
+        await pilot.pause(0.1)
+        assert table.cursor == 999_999 and table.scroll_y > 999_000
+        await pilot.press("pageup", "up")
+        await pilot.pause(0.1)
+        assert 999_900 < table.cursor < 999_999
+        assert app.screen.query_one("#status").render()
