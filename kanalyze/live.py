@@ -377,6 +377,7 @@ class LiveSession:
         deadline = None if o.duration_s is None else time.monotonic() + o.duration_s
         next_tick = time.monotonic() + o.tick_s
         n = 0
+        drained = True  # the last read found the kernel queue empty
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -384,10 +385,13 @@ class LiveSession:
                     self.stop("duration reached")
                     break
                 if now >= next_tick:
-                    self.housekeeping(time.time_ns())
+                    # time goes by the wall clock when caught up, by the packets when behind
+                    # (a backlog must not make answers still queued in the kernel look late)
+                    self.housekeeping(time.time_ns() if drained else self.engine.now)
                     next_tick = now + o.tick_s
                 wait = min(0.2, max(0.0, next_tick - now))
                 got = src.read(wait)
+                drained = got is None
                 if got is None:
                     continue
                 n += 1

@@ -36,7 +36,10 @@ def tansu_binary() -> str | None:
 
 
 def free_port(exclude: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-    for p in PORTS:
+    # xdist workers start at different places in the range so they do not race for a port
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    start = (int(worker[2:]) * 10 if worker[2:].isdigit() else 0) % len(PORTS)
+    for p in [*PORTS[start:], *PORTS[:start]]:
         if p in exclude:
             continue
         with socket.socket() as s:
