@@ -238,7 +238,7 @@ def write_summary(session, out: NdjsonOutput, args: argparse.Namespace) -> None:
     lines.append(f"  exchanges: {st.exchanges}" + (f" ({status})" if status else ""))
     lines.append(
         f"  connections: {es.connections} seen, {es.kafka_connections} Kafka, {es.non_kafka_connections} not Kafka, "
-        f"{st.idle_closed} closed as idle"
+        f"{es.empty_connections} empty, {st.idle_closed} closed as idle"
     )
     skipped = es.client.skipped + es.broker.skipped
     gaps = es.client.gaps + es.broker.gaps

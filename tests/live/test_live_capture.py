@@ -103,10 +103,11 @@ def keys(exchanges: list[dict]) -> list[tuple]:
     return [(d["connection"]["client"], d["connection"]["broker"], d["correlation_id"], d["api"]) for d in exchanges]
 
 
-def test_live_matches_client_truth_and_tcpdump(broker: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("iface", ["lo", "any"])
+def test_live_matches_client_truth_and_tcpdump(broker: int, tmp_path: Path, iface: str) -> None:
     out, pcap, ref = tmp_path / "out.ndjson", tmp_path / "live.pcap", tmp_path / "tcpdump.pcap"
     td = Tcpdump(broker, ref)
-    live = Live(["-i", "lo", "--port", str(broker), "-o", str(out), "--write-pcap", str(pcap)], tmp_path)
+    live = Live(["-i", iface, "--port", str(broker), "-o", str(out), "--write-pcap", str(pcap)], tmp_path)
     try:
         create_topic(broker)
         acked = produce(broker, N)
