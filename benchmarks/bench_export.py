@@ -21,9 +21,10 @@ Then, in the same run, on the same file, it times
 
 (``-V`` on the whole capture unless ``--tshark-full-mb`` limits it) all with
 ``-o tcp.reassemble_out_of_order:TRUE`` (without it tshark 4.0 loses PDUs on reordered
-segments), output to /dev/null or a scratch file, and prints MB/s, packets/s, exchanges/s,
-records/s (for the runs that decode records), peak RSS (``wait4`` rusage of the child) and the
-ratio kanalyze/tshark. Not a test: numbers depend on the machine.
+segments), output to /dev/null or a scratch file, and prints wall and CPU time, MB/s, packets/s,
+exchanges/s, records/s (for the runs that decode records) per CPU second (both tools are
+single-threaded; CPU time is robust against a busy machine), peak RSS (``wait4`` rusage of the
+child) and the ratio kanalyze/tshark. Not a test: numbers depend on the machine.
 
 Usage::
 
@@ -309,6 +310,7 @@ def build_capture(path: Path, size_mb: int, compressed: bool) -> dict[str, Any]:
 class Run:
     name: str
     wall_s: float
+    cpu_s: float  # user + system CPU of the child: robust against a busy machine
     rss_mb: float
     mb: float  # capture MB this run covered
     packets: int
@@ -320,13 +322,12 @@ class Run:
 REPEAT = 1
 
 
-def timed(cmd: list[str], out: Path | None = None) -> tuple[float, float, bytes]:
-    """Best of REPEAT runs of cmd, stdout to out (or /dev/null): (wall seconds, peak RSS MB, stderr)."""
-    best = min((_timed_once(cmd, out) for _ in range(REPEAT)), key=lambda r: r[0])
-    return best
+def timed(cmd: list[str], out: Path | None = None) -> tuple[float, float, float]:
+    """Best of REPEAT runs of cmd, stdout to out (or /dev/null): (wall s, peak RSS MB, CPU s)."""
+    return min((_timed_once(cmd, out) for _ in range(REPEAT)), key=lambda r: r[2])
 
 
-def _timed_once(cmd: list[str], out: Path | None) -> tuple[float, float, bytes]:
+def _timed_once(cmd: list[str], out: Path | None) -> tuple[float, float, float]:
     with tempfile.TemporaryFile() as err, open(out or os.devnull, "wb") as sink:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=sink, stderr=err)
@@ -337,7 +338,7 @@ def _timed_once(cmd: list[str], out: Path | None) -> tuple[float, float, bytes]:
         msg = err.read()
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}): {msg[-2000:].decode(errors='replace')}")
-    return wall, usage.ru_maxrss / 1024, msg
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def count_in_file(path: Path, needle: bytes) -> int:
@@ -368,24 +369,24 @@ def bench(pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path
     kan = kanalyze_cmd()
 
     say("kanalyze summary --json ...")
-    wall, rss, _ = timed([*kan, "summary", str(pcap), "--port", str(port), "--json"], scratch / "summary.json")
+    wall, rss, cpu = timed([*kan, "summary", str(pcap), "--port", str(port), "--json"], scratch / "summary.json")
     summary = json.loads((scratch / "summary.json").read_text())
     packets, exchanges = int(summary["packets"]), int(summary["exchanges"])
-    runs.append(Run("kanalyze summary --json", wall, rss, size, packets, exchanges, None))
+    runs.append(Run("kanalyze summary --json", wall, cpu, rss, size, packets, exchanges, None))
 
     say("kanalyze export --header-only ...")
     out = scratch / "header.ndjson"
-    wall, rss, _ = timed([*kan, "export", str(pcap), "--port", str(port), "--header-only", "-o", str(out)])
+    wall, rss, cpu = timed([*kan, "export", str(pcap), "--port", str(port), "--header-only", "-o", str(out)])
     lines = count_in_file(out, b"\n")
-    runs.append(Run("kanalyze export --header-only", wall, rss, size, packets, lines, None))
+    runs.append(Run("kanalyze export --header-only", wall, cpu, rss, size, packets, lines, None))
     out.unlink()
 
     say("kanalyze export (full) ...")
     out = scratch / "full.ndjson"
-    wall, rss, _ = timed([*kan, "export", str(pcap), "--port", str(port), "-o", str(out)])
+    wall, rss, cpu = timed([*kan, "export", str(pcap), "--port", str(port), "-o", str(out)])
     records = count_in_file(out, b'"offset_delta":')
     out_mb = out.stat().st_size / MB
-    runs.append(Run("kanalyze export (full)", wall, rss, size, packets, count_in_file(out, b"\n"), records,
+    runs.append(Run("kanalyze export (full)", wall, cpu, rss, size, packets, count_in_file(out, b"\n"), records,
                     f"NDJSON {out_mb:.0f} MB"))
     out.unlink()
 
@@ -394,17 +395,17 @@ def bench(pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path
     fields = ["-e", "frame.number", "-e", "kafka.request_key", "-e", "kafka.request.version", "-e",
               "kafka.response_key", "-e", "kafka.correlation_id", "-e", "kafka.request_frame"]
     out = scratch / "tshark.tsv"
-    wall, rss, _ = timed([*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|",
+    wall, rss, cpu = timed([*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|",
                           *fields], out)
     out.unlink()
-    runs.append(Run("tshark -T fields (headers)", wall, rss, size, packets, exchanges, None))
+    runs.append(Run("tshark -T fields (headers)", wall, cpu, rss, size, packets, exchanges, None))
 
     say("tshark -T fields (every record) ...")
-    wall, rss, _ = timed([*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
+    wall, rss, cpu = timed([*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
                           "-e", "kafka.record_attributes"], out)
     t_records = sum(len(line.split(b",")) for line in out.read_bytes().splitlines() if line)
     out.unlink()
-    runs.append(Run("tshark -T fields (records)", wall, rss, size, packets, exchanges, t_records))
+    runs.append(Run("tshark -T fields (records)", wall, cpu, rss, size, packets, exchanges, t_records))
 
     sub_note = ""
     full_args = list(base)
@@ -415,9 +416,9 @@ def bench(pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path
         full_args += ["-c", str(sub_packets)]
         sub_mb, sub_exchanges, sub_records = tshark_full_mb, int(exchanges * frac), int(records * frac)
         sub_note = f"first {sub_packets} packets (~{sub_mb:.0f} MB), rates pro rata"
-    say(f"tshark -V {sub_note} ...")
-    wall, rss, _ = timed([*full_args, "-V"])
-    runs.append(Run("tshark -V (full dissection)", wall, rss, sub_mb, sub_packets, sub_exchanges, sub_records, sub_note))
+    say(f"tshark -V {sub_note}".rstrip() + " ...")
+    wall, rss, cpu = timed([*full_args, "-V"])
+    runs.append(Run("tshark -V (full dissection)", wall, cpu, rss, sub_mb, sub_packets, sub_exchanges, sub_records, sub_note))
     return runs
 
 
@@ -433,21 +434,27 @@ def table(runs: list[Run]) -> str:
     fields = by["tshark -T fields (headers)"]
     full = by["tshark -V (full dissection)"]
     recs = by["tshark -T fields (records)"]
-    head = f"{'run':32} {'wall s':>8} {'MB/s':>8} {'pkt/s':>8} {'exch/s':>8} {'rec/s':>8} {'RSS MB':>7}  ratio"
+
+    def speed(r: Run) -> float:  # capture MB per CPU second
+        return r.mb / r.cpu_s
+
+    head = (f"{'run':32} {'wall s':>7} {'cpu s':>7} {'MB/s':>7} {'pkt/s':>7} {'exch/s':>7} {'rec/s':>7} "
+            f"{'RSS MB':>7}  kanalyze/tshark (CPU time)")
     rows = [head, "-" * len(head)]
     for r in runs:
-        mbps = r.mb / r.wall_s
         ratio = ""
         if r.name.startswith("kanalyze"):
-            parts = [f"{mbps / (fields.mb / fields.wall_s):.1f}x fields"]
+            parts = [f"{speed(r) / speed(fields):.1f}x fields"]
             if r.records is not None:
-                parts.append(f"{mbps / (recs.mb / recs.wall_s):.1f}x fields-records")
-                parts.append(f"{mbps / (full.mb / full.wall_s):.1f}x -V")
+                parts.append(f"{speed(r) / speed(recs):.2f}x fields-records")
+                parts.append(f"{speed(r) / speed(full):.2f}x -V")
             ratio = ", ".join(parts)
-        rows.append(f"{r.name:32} {r.wall_s:8.2f} {mbps:8.1f} {rate(r.packets, r.wall_s):>8} "
-                    f"{rate(r.exchanges, r.wall_s):>8} {rate(r.records, r.wall_s):>8} {r.rss_mb:7.0f}  {ratio}")
+        rows.append(f"{r.name:32} {r.wall_s:7.2f} {r.cpu_s:7.2f} {r.mb / r.cpu_s:7.1f} {rate(r.packets, r.cpu_s):>7} "
+                    f"{rate(r.exchanges, r.cpu_s):>7} {rate(r.records, r.cpu_s):>7} {r.rss_mb:7.0f}  {ratio}")
     notes = [f"  {r.name}: {r.note}" for r in runs if r.note]
-    return "\n".join(rows + (["notes:", *notes] if notes else []))
+    notes.append("  rates are per CPU second (user+sys of the child; both tools are single-threaded), "
+                 "so a busy machine skews them less than wall time")
+    return "\n".join([*rows, "notes:", *notes])
 
 
 def main(argv: list[str] | None = None) -> int:
