@@ -114,8 +114,13 @@ def _open(path: str) -> tuple[BinaryIO, str, list[BinaryIO]]:
     return raw, name, owned
 
 
-def read_capture(path: str, stats: CaptureStats | None = None, file_index: int = 0) -> Iterator[Packet]:
+def read_capture(
+    path: str, stats: CaptureStats | None = None, file_index: int = 0, views: bool = False
+) -> Iterator[Packet]:
     """Packets of one capture file, in file order, numbered from 1.
+
+    With `views`, pcap packet data are memoryviews into the read block (no copy);
+    consumers must copy what they keep beyond the packet (the engine does).
 
     Raises CaptureError when the file is not a capture; later damage becomes a
     diagnostic in `stats` and ends the file.
@@ -131,7 +136,7 @@ def read_capture(path: str, stats: CaptureStats | None = None, file_index: int =
         if len(magic) < 4:
             raise CaptureError(f"{name}: empty or too short to be a capture ({len(magic)} bytes)")
         if magic in PCAP_MAGICS:
-            gen = _read_pcap(f, magic, name, stats, file_index)
+            gen = _read_pcap(f, magic, name, stats, file_index, views)
         elif magic == PCAPNG_SHB:
             gen = _read_pcapng(f, magic, name, stats, file_index)
         else:
@@ -152,7 +157,9 @@ def _diag(stats: CaptureStats, name: str, code: Code, offset: int, msg: str) -> 
     stats.diagnostics.append((name, Diagnostic(code, offset, msg)))
 
 
-def _read_pcap(f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: int) -> Iterator[Packet]:
+def _read_pcap(
+    f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: int, views: bool = False
+) -> Iterator[Packet]:
     endian, ns_mult = PCAP_MAGICS[magic]
     hdr = f.read(20)
     if len(hdr) < 20:
@@ -161,6 +168,7 @@ def _read_pcap(f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: in
     linktype = network & 0x0FFFFFFF
     unpack = struct.Struct(endian + "IIII").unpack_from
     buf = b""
+    mv = memoryview(buf)
     pos = 0
     base = 24  # file offset of buf[0]
     no = 0
@@ -175,6 +183,7 @@ def _read_pcap(f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: in
                         _diag(stats, name, Code.BAD_CAPTURE, base + pos, f"truncated packet record header ({n - pos} bytes)")
                     return
                 buf, base, pos = buf[pos:] + more, base + pos, 0
+                mv = memoryview(buf)
                 continue
             sec, frac, incl, _orig = unpack(buf, pos)
             if incl > MAX_RECORD:
@@ -190,10 +199,12 @@ def _read_pcap(f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: in
                     )
                     return
                 buf, base, pos = buf[pos:] + more, base + pos, 0
+                mv = memoryview(buf)
                 continue
             no += 1
             nbytes += incl
-            yield Packet(0, sec * 1_000_000_000 + frac * ns_mult, linktype, buf[pos + 16 : end], fi, no)
+            data = mv[pos + 16 : end] if views else buf[pos + 16 : end]
+            yield Packet(0, sec * 1_000_000_000 + frac * ns_mult, linktype, data, fi, no)  # type: ignore[arg-type]
             pos = end
     finally:
         stats.packets += no
@@ -319,7 +330,7 @@ def _idb_resolution(body: bytes, endian: str) -> tuple[int, int, int]:
     return num, den, tsoff
 
 
-def read_captures(paths: Iterable[str], stats: CaptureStats | None = None) -> Iterator[Packet]:
+def read_captures(paths: Iterable[str], stats: CaptureStats | None = None, views: bool = False) -> Iterator[Packet]:
     """Packets of several files merged by timestamp (rotated tcpdump -C/-G sets), renumbered from 1.
 
     Each file is opened up front so that a non-capture among them is reported
@@ -329,7 +340,7 @@ def read_captures(paths: Iterable[str], stats: CaptureStats | None = None) -> It
     paths = list(paths)
     gens = []
     for i, p in enumerate(paths):
-        g = read_capture(p, stats, i)
+        g = read_capture(p, stats, i, views)
         first = next(g, None)  # raises CaptureError now for a bad file
         if first is not None:
             gens.append(_prepend(first, g))

@@ -126,7 +126,7 @@ def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | Non
             doff = (off >> 4) * 4
             if doff >= 20 and 34 + doff <= end:
                 stats.tcp += 1
-                return Segment(buf[26:30], sport, buf[30:34], dport, seq, ack, flags, buf[34 + doff : end])
+                return Segment(bytes(buf[26:30]), sport, bytes(buf[30:34]), dport, seq, ack, flags, buf[34 + doff : end])
     if linktype not in SUPPORTED_LINKTYPES:
         stats.unsupported_linktypes[linktype] = stats.unsupported_linktypes.get(linktype, 0) + 1
         return None
@@ -153,7 +153,7 @@ def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | Non
         if ihl < 20:
             stats.malformed += 1
             return None
-        src, dst = buf[pos + 12 : pos + 16], buf[pos + 16 : pos + 20]
+        src, dst = bytes(buf[pos + 12 : pos + 16]), bytes(buf[pos + 16 : pos + 20])
         end = pos + total if total else n  # total 0: segmentation offload, trust the capture
         tpos = pos + ihl
     else:
@@ -162,7 +162,7 @@ def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | Non
             return None
         plen = _H.unpack_from(buf, pos + 4)[0]
         nxt = buf[pos + 6]
-        src, dst = buf[pos + 8 : pos + 24], buf[pos + 24 : pos + 40]
+        src, dst = bytes(buf[pos + 8 : pos + 24]), bytes(buf[pos + 24 : pos + 40])
         tpos = pos + 40
         end = tpos + plen if plen else n
         while nxt in IPV6_EXT:

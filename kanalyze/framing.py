@@ -202,7 +202,7 @@ class Framer:
                 return pos
             self.pdu_bytes += 4 + size
             self.frames += 1
-            on_pdu(Pdu(chunk[pos + 4 : end], size, start + pos, pkt_no, ts_ns, pkt_no, ts_ns))
+            on_pdu(Pdu(bytes(chunk[pos + 4 : end]), size, start + pos, pkt_no, ts_ns, pkt_no, ts_ns))
             pos = end
         return pos
 
@@ -215,6 +215,15 @@ class Framer:
         if i:
             del marks[:i]
         return marks[0][1], marks[0][2]
+
+    def _mark_holding(self, offset: int) -> tuple[int, int]:
+        """(pkt, ts) of the chunk holding stream offset `offset` (usually the newest chunk;
+        older when a search held bytes back before the frame was recognised)."""
+        marks = self.marks
+        for i in range(len(marks) - 1, -1, -1):
+            if marks[i][0] <= offset:
+                return marks[i][1], marks[i][2]
+        return self.last_pkt, self.last_ts
 
     def _consume(self, k: int) -> None:
         del self.buf[:k]
@@ -242,8 +251,9 @@ class Framer:
             if len(buf) < 4 + size:
                 return
             fp, fts = self._first_mark(self.buf_offset)
+            lp, lts = self._mark_holding(self.buf_offset + 3 + size)
             data = bytes(memoryview(buf)[4 : 4 + size])
-            pdu = Pdu(data, size, self.buf_offset, fp, fts, self.last_pkt, self.last_ts)
+            pdu = Pdu(data, size, self.buf_offset, fp, fts, lp, lts)
             self.pdu_bytes += 4 + size
             self.frames += 1
             self._consume(4 + size)

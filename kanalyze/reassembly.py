@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 MASK = 0xFFFFFFFF
+TAIL_KEPT = 4096  # bytes of the last delivered data kept to check retransmissions against
 HALF = 0x80000000
 
 
@@ -121,7 +122,7 @@ class HalfStream:
             self._deliver(payload, nxt, pkt_no, ts_ns)
             self._drain(pkt_no, ts_ns)
             return
-        heapq.heappush(self.heap, (rel, self.order, payload, pkt_no, ts_ns))
+        heapq.heappush(self.heap, (rel, self.order, bytes(payload), pkt_no, ts_ns))
         self.order += 1
         self.ooo_bytes += n
         if self.hole_since is None:
@@ -159,8 +160,9 @@ class HalfStream:
     def _deliver(self, chunk: bytes, rel: int, pkt_no: int, ts_ns: int) -> None:
         self.next = rel + len(chunk)
         self.delivered += len(chunk)
-        self.last_chunk = chunk
-        self.last_chunk_at = rel
+        tail = chunk[-TAIL_KEPT:] if len(chunk) > TAIL_KEPT else chunk
+        self.last_chunk = bytes(tail)  # a copy: the chunk may be a view into a capture block
+        self.last_chunk_at = rel + len(chunk) - len(tail)
         self.sink.data(chunk, pkt_no, ts_ns)
 
     def _retransmission(self, payload: bytes, rel: int) -> None:

@@ -24,7 +24,7 @@ class Session:
         out: list[Exchange] = []
         engine = Engine(out.append, self.opts)
         self.engine = engine
-        packets = read_captures(self.paths, self.capture)
+        packets = read_captures(self.paths, self.capture, views=True)
         feed = engine.feed
         for pkt in packets:
             feed(pkt)

@@ -142,8 +142,8 @@ def _write(df: DataFrame, path: str, partition_by: str | None = None) -> None:
 def partitions_table(exchanges: DataFrame, topics: DataFrame) -> DataFrame:
     """HW/LEO timeline rows: one per (exchange, topic partition) that carries an offset fact.
 
-    `leo` is the log end offset after a successful Produce (base_offset + record_count) or the
-    fetch offset of a follower (replica) Fetch; `high_watermark`/`last_stable_offset`/`log_start_offset`
+    `leo` is the log end offset after a successful Produce (base_offset + record_count), or the
+    fetch offset of a follower's Fetch (`replica_id` >= 0: the follower's LEO); `high_watermark`/`last_stable_offset`/`log_start_offset`
     come from Fetch responses, `offset` from ListOffsets.
     """
     from pyspark.sql import functions as F
@@ -153,7 +153,7 @@ def partitions_table(exchanges: DataFrame, topics: DataFrame) -> DataFrame:
         F.coalesce("response_last_ns", "request_last_ns").alias("ts_ns"),
         "dt", "capture_id", "conn_id", "client", "broker", "client_id", "api", "api_version",
         "correlation_id", "status", "request_file", "request_frame", "response_file", "response_frame",
-        "acks", F.explode("partitions").alias("p"),
+        "acks", "replica_id", F.explode("partitions").alias("p"),
     )  # fmt: skip
     p = p.select("*", "p.*").drop("p")
     p = p.join(F.broadcast(topics), on="topic_id", how="left")
@@ -162,7 +162,7 @@ def partitions_table(exchanges: DataFrame, topics: DataFrame) -> DataFrame:
         (F.col("api") == "Produce") & (F.col("error_code") == 0) & F.col("base_offset").isNotNull()
         & (F.col("base_offset") >= 0) & F.col("record_count").isNotNull(),
         F.col("base_offset") + F.col("record_count"),
-    )  # fmt: skip
+    ).when((F.col("api") == "Fetch") & (F.col("replica_id") >= 0), F.col("fetch_offset"))  # fmt: skip
     p = p.withColumn("leo", leo)
     facts = [
         "high_watermark",
@@ -210,7 +210,7 @@ def aggregates(exchanges: DataFrame, parts: DataFrame) -> dict[str, DataFrame]:
     leo = (
         parts.where(F.col("leo").isNotNull())
         .groupBy("topic", "partition")
-        .agg(F.max("leo").alias("produce_leo_max"))
+        .agg(F.max("leo").alias("leo_max"))
     )
     partition_hw = partition_hw.join(leo, on=["topic", "partition"], how="full_outer").withColumn(
         "hw_per_second",

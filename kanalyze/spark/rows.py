@@ -120,6 +120,7 @@ EXCHANGE_FIELDS: list[tuple[str, pa.DataType]] = [
     ("error_code", pa.int16()),
     ("throttle_time_ms", pa.int32()),
     ("partition_error_count", pa.int32()),
+    ("replica_id", pa.int32()),
     ("topics", pa.list_(pa.string())),
     ("partitions", pa.list_(PARTITION_TYPE)),
     ("diagnostics", pa.list_(pa.string())),
@@ -341,6 +342,19 @@ def partitions_of(req_body: object, resp_body: object) -> list[dict]:
     return list(merged.values())
 
 
+def _replica_id(body: object) -> int | None:
+    """The fetching/listing replica of a Fetch or ListOffsets request (-1 for consumers)."""
+    if not isinstance(body, dict):
+        return None
+    rid = body.get("replica_id")
+    if isinstance(rid, int):
+        return rid
+    state = body.get("replica_state")  # Fetch v15+
+    if isinstance(state, dict) and isinstance(state.get("replica_id"), int):
+        return state["replica_id"]
+    return None
+
+
 @dataclass(slots=True)
 class RowBuilder:
     """Exchange → exchanges-table row (the NDJSON names and meanings, plus file pointers)."""
@@ -453,6 +467,7 @@ class RowBuilder:
             )
         r["error_code"] = err
         r["throttle_time_ms"] = throttle
+        r["replica_id"] = _replica_id(req_body)
         r["partition_error_count"] = (
             sum(1 for p in parts if p["error_code"]) if self.decode else None
         )

@@ -25,7 +25,8 @@ Known, justified differences (each is asserted, not ignored):
   (otherwise kanalyze should have paired it).
 * Crafted cases where tshark does not resync after a gap or a mid-stream start
   (TSHARK_NO_RESYNC below): kanalyze's extra requests are checked against the case's ground
-  truth instead. Known kanalyze bugs are listed in KANALYZE_MISSES and asserted to persist.
+  truth instead. Known kanalyze bugs would be listed in KANALYZE_MISSES and asserted to persist
+  (none at present).
 * Raw SASL token exchanges (kanalyze api_key -1, SaslAuthenticate v0 framing without a Kafka
   header) are not Kafka PDUs for tshark either way; kanalyze's are left out of the comparison.
 """
@@ -77,9 +78,7 @@ TSHARK_NO_RESYNC: dict[str, frozenset[int]] = {
 #   status "request_missing"). kanalyze emits it as request_missing with first_frame 2 but
 #   frame 10: the packet where the NEXT response (ListOffsets, correlation id 4) begins, i.e.
 #   where the mid-stream recovery decided to accept it, not the packet carrying its last byte.
-KANALYZE_MISSES: dict[str, frozenset[tuple[int, int]]] = {
-    "midstream": frozenset({(6, 3)}),
-}
+KANALYZE_MISSES: dict[str, frozenset[tuple[int, int]]] = {}
 
 
 def _port_from(meta: dict[str, Any]) -> int | None:
