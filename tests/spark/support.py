@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from kanalyze.capture import read_capture
 from kanalyze.export.ndjson import ExchangeEncoder
@@ -56,12 +59,19 @@ def spark_keys(rows: list[dict], offsets: dict[str, int] | None = None) -> Count
     )  # fmt: skip
 
 
+def _editcap() -> str:
+    path = shutil.which("editcap")
+    if path is None:
+        pytest.skip("editcap (Debian package wireshark-common / tshark) is not installed")
+    return path
+
+
 def rotate(src: Path, out_dir: Path, packets_per_file: int) -> list[Path]:
     """tcpdump -C style rotation with editcap -c: pieces named so their names do not sort in
     capture order (the pipeline must order files by their first packet's time)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["editcap", "-c", str(packets_per_file), str(src), str(out_dir / "piece.pcap")], check=True
+        [_editcap(), "-c", str(packets_per_file), str(src), str(out_dir / "piece.pcap")], check=True
     )
     pieces = sorted(out_dir.glob("piece*.pcap"))
     renamed = []
@@ -74,5 +84,5 @@ def rotate(src: Path, out_dir: Path, packets_per_file: int) -> list[Path]:
 
 def to_pcapng(src: Path, dst: Path) -> Path:
     dst.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["editcap", "-F", "pcapng", str(src), str(dst)], check=True)
+    subprocess.run([_editcap(), "-F", "pcapng", str(src), str(dst)], check=True)
     return dst
