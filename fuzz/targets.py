@@ -328,6 +328,11 @@ KNOWN_BUGS = {
         "(plausible_request does not know max_frame); _process then rejects it, loses sync and "
         "searches again from the same byte: an endless loop that also grows Framer.events"
     ),
+    "framing-search-quadratic": (
+        "kanalyze/framing.py Framer._search drops nothing after a fruitless scan (the scan stops "
+        "8/12 bytes before the end, so `drop = p if p + 4 > n else 0` is 0) and every new chunk "
+        "rescans the whole buffer from 0: quadratic in the search window (1 MiB) on both sides"
+    ),
     "gzip-zlib-error": (
         "kanalyze/capture.py read_capture catches OSError/EOFError/BadGzipFile/ValueError but not "
         "zlib.error, which gzip raises for a corrupt deflate stream: a damaged .gz escapes as zlib.error"

@@ -19,6 +19,7 @@ from fuzz import targets as T
 from kanalyze.capture import CaptureError, CaptureStats, read_capture
 from kanalyze.engine import Engine, EngineOptions
 from tests.fuzz.conftest import CORPUS, REGRESSIONS, bounded
+from tests.support import packets as P
 
 # regression file (harness/name) -> why it still fails (see fuzz/targets.py KNOWN_BUGS)
 KNOWN_BUGS = {
@@ -88,6 +89,24 @@ def test_oversized_plausible_request_does_not_hang_the_engine():
         T.check_accounting(engine)
 
     bounded(run, b"", 1.0)
+
+
+def _unframeable_tail(from_broker: bool, nbytes: int) -> bytes:
+    """A synced connection (handshake, one request), then `nbytes` of zero bytes from one
+    side in 1448-byte segments: no position is a plausible frame, so the framer searches."""
+    segs = [(18, 0, b""), (3, 0, b""), (0, 0, P.request_frame(18, 0, 1, "c"))]
+    blob = bytes(nbytes)
+    segs += [(int(from_broker), 0, blob[i : i + 1448]) for i in range(0, nbytes, 1448)]
+    return T.encode_stream(0, segs)
+
+
+@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["framing-search-quadratic"])
+@pytest.mark.parametrize("from_broker", [False, True], ids=["client", "broker"])
+def test_search_is_linear(from_broker):
+    """128 KiB of unframeable bytes: linear work is ~0.1-0.3 s even on a loaded machine;
+    the quadratic rescan takes 6-8 s (256 KiB: ~30 s; it stays quadratic up to 1 MiB)."""
+    data = _unframeable_tail(from_broker, 128 * 1024)
+    bounded(T.run_stream, data, 2.0)
 
 
 @pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["gzip-zlib-error"])
