@@ -13,20 +13,22 @@ from kanalyze.capture import CaptureError
 COMMANDS = ("export", "summary", "schemas", "report", "live", "tui", "spark")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just that subcommand's module is imported (faster start-up)."""
     parser = argparse.ArgumentParser(
         prog="kanalyze",
         description="Kafka wire-protocol analyzer: captures in, matched and decoded exchanges out.",
     )
     parser.add_argument("--version", action="version", version=f"kanalyze {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         importlib.import_module(f"kanalyze.commands.{name}").add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
