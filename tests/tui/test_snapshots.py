@@ -1,0 +1,80 @@
+"""Snapshots of each main screen at a pinned terminal size (pytest-textual-snapshot).
+
+Update after an intended change with `pytest tests/tui/test_snapshots.py --snapshot-update`
+and review the SVGs (the report opens in a browser on failure)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from kanalyze.tui.app import KanalyzeApp  # noqa: E402
+from kanalyze.tui.widgets.decode_tree import DecodeTree  # noqa: E402
+from kanalyze.tui.widgets.exchange_table import ExchangeTable  # noqa: E402
+from tests.tui.conftest import CAPTURES, wait_for, wait_indexed, wait_report  # noqa: E402
+
+SIZE = (160, 45)
+
+
+def app_for(name: str, theme: str = "textual-dark") -> KanalyzeApp:
+    return KanalyzeApp([str(CAPTURES / name)], theme=theme)
+
+
+async def select_produce_field(pilot) -> None:
+    """Filter to Produce, pick the gzip one, walk the tree to its topic name."""
+    await wait_indexed(pilot)
+    screen = pilot.app.screen
+    screen.apply_filter("api:produce topic:lib-gzip")
+    table = screen.query_one(ExchangeTable)
+    tree = screen.query_one(DecodeTree)
+    await wait_for(pilot, lambda: not screen.filtering and len(table.rows) == 1, what="filter")
+    await wait_for(pilot, lambda: tree.exchange is pilot.app.store.exchanges[table.rows[0]], what="detail")
+    table.focus()
+    await pilot.press("enter", "down", "down", "down", "down", "down", "down", "right", "right", "right", "right")
+    await pilot.pause(0.2)
+
+
+def test_exchanges_dark(snap_compare):
+    assert snap_compare(app_for("lib_codecs.pcap"), terminal_size=SIZE, run_before=select_produce_field)
+
+
+def test_exchanges_light(snap_compare):
+    assert snap_compare(app_for("lib_codecs.pcap", "textual-light"), terminal_size=SIZE,
+                        run_before=select_produce_field)
+
+
+async def _view(pilot, key: str) -> None:
+    await wait_indexed(pilot)
+    await pilot.press(key)
+    await wait_report(pilot)
+
+
+def test_replication(snap_compare):
+    async def run_before(pilot):
+        await _view(pilot, "2")
+
+    assert snap_compare(app_for("replication/textbook.pcap"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_semantics(snap_compare):
+    async def run_before(pilot):
+        await _view(pilot, "3")
+
+    assert snap_compare(app_for("lib_transactions.pcap"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_groups(snap_compare):
+    async def run_before(pilot):
+        await _view(pilot, "4")
+
+    assert snap_compare(app_for("lib_group_rebalance.pcap"), terminal_size=SIZE, run_before=run_before)
+
+
+def test_help(snap_compare):
+    async def run_before(pilot):
+        await wait_indexed(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app_for("lib_codecs.pcap"), terminal_size=SIZE, run_before=run_before)
