@@ -333,6 +333,12 @@ KNOWN_BUGS = {
         "8/12 bytes before the end, so `drop = p if p + 4 > n else 0` is 0) and every new chunk "
         "rescans the whole buffer from 0: quadratic in the search window (1 MiB) on both sides"
     ),
+    "records-unbounded-count": (
+        "dissectors/record_batch.py _records materializes every record in a (decompressed) batch: "
+        "no cap on records per batch (Limits.max_array_count is not applied, the declared "
+        "record_count is not used as a bound), so ~3 bytes of decompressed data become one Node "
+        "+ dict (+ a Diagnostic when bad): ~1 KB of memory and ~0.1 ms per record"
+    ),
     "gzip-zlib-error": (
         "kanalyze/capture.py read_capture catches OSError/EOFError/BadGzipFile/ValueError but not "
         "zlib.error, which gzip raises for a corrupt deflate stream: a damaged .gz escapes as zlib.error"

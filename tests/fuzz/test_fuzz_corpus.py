@@ -15,6 +15,8 @@ import zlib
 
 import pytest
 
+from dissectors.context import DecodeContext, Limits
+from dissectors.records import decode_records
 from fuzz import targets as T
 from kanalyze.capture import CaptureError, CaptureStats, read_capture
 from kanalyze.engine import Engine, EngineOptions
@@ -107,6 +109,43 @@ def test_search_is_linear(from_broker):
     the quadratic rescan takes 6-8 s (256 KiB: ~30 s; it stays quadratic up to 1 MiB)."""
     data = _unframeable_tail(from_broker, 128 * 1024)
     bounded(T.run_stream, data, 2.0)
+
+
+def _zstd_batch(records: bytes, count: int) -> bytes:
+    import struct
+
+    import crc32c
+    import zstandard
+
+    ts = 1_700_000_000_000
+    body = struct.pack(">hiqqqhii", 4, count - 1, ts, ts, -1, -1, -1, count)
+    body += zstandard.ZstdCompressor(level=19).compress(records)
+    return struct.pack(">qiibI", 0, 9 + len(body), 0, 2, crc32c.crc32c(body)) + body
+
+
+def _record_nodes(buf: bytes, max_array_count: int) -> int:
+    ctx = DecodeContext(limits=Limits(max_array_count=max_array_count), strict=True)
+    node = decode_records(buf, 0, len(buf), ctx)
+    return sum(len(b.children or ()) for b in node.children)
+
+
+@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["records-unbounded-count"])
+def test_records_per_field_are_bounded_valid_tiny_records():
+    """A 165-byte zstd batch (declared record_count 1) inflates, within the ratio cap, to
+    ~26 KB of 7-byte valid records: 3714 records are materialized. At the default caps
+    (64 MiB, ratio 250) a ~270 KB batch becomes ~9.6M records: ~9 GB and ~15 min."""
+    rec = bytes([12, 0, 0, 0, 1, 1, 0])  # length 6, attrs, ts delta, offset delta, null key/value, 0 headers
+    batch = _zstd_batch(rec * ((1 << 20) // len(rec)), 1)
+    assert _record_nodes(batch, 1000) <= 1000
+
+
+@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["records-unbounded-count"])
+def test_records_per_field_are_bounded_fuzz_storm():
+    """The records fuzzer's timeout (fuzz/regressions/records/records-bad-record-storm-zstd.bin):
+    a 246-byte field whose zstd batch (record_count 3) inflates to 13.5 KB of 3-byte bad
+    records: 4500 RAW nodes and 4500 diagnostics (~1 s plain, >5 s under atheris)."""
+    buf = (REGRESSIONS / "records" / "records-bad-record-storm-zstd.bin").read_bytes()[1:]
+    assert _record_nodes(buf, 1000) <= 1000
 
 
 @pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["gzip-zlib-error"])
