@@ -35,8 +35,15 @@ ANALYSIS_MODES = ("replication", "semantics", "groups")
 
 
 class KanalyzeApp(App):
-    """Pass `paths` to index capture files, or `source` (a callable returning an iterator of
-    exchanges, run in a worker thread), or neither and call `add_exchanges` yourself."""
+    """Where exchanges come from, one of:
+
+    * `paths`: capture files, indexed by `Session` in a worker thread;
+    * `source`: a callable returning an iterable of exchanges, iterated in a worker thread;
+    * `feed`: a callable run in a worker thread with the app as argument; it pushes with
+      `app.add_exchanges(...)` (e.g. a `LiveSession` subscriber) and returns when done;
+      `stop` is called when the app exits (e.g. `LiveSession.stop`);
+    * nothing: call `add_exchanges` / `finish_indexing` from any thread yourself.
+    """
 
     CSS_PATH = "kanalyze.tcss"
     TITLE = "kanalyze"
@@ -62,8 +69,12 @@ class KanalyzeApp(App):
     def __init__(self, paths: Sequence[str] = (), opts: EngineOptions | None = None,
                  ctx: DecodeContext | None = None,
                  source: Callable[[], Iterable[Exchange]] | None = None,
-                 source_label: str | None = None, theme: str = "textual-dark") -> None:
+                 source_label: str | None = None, theme: str = "textual-dark",
+                 feed: Callable[[KanalyzeApp], None] | None = None,
+                 stop: Callable[[], None] | None = None) -> None:
         super().__init__()
+        self.feed = feed
+        self.stop_feed = stop
         self.paths = list(paths)
         self.opts = opts or EngineOptions()
         self.store = ExchangeStore(ctx)
@@ -84,6 +95,19 @@ class KanalyzeApp(App):
         if self.paths or self.source is not None:
             self.index_started = time.perf_counter()
             self._index()
+        elif self.feed is not None:
+            self.index_started = time.perf_counter()
+            self._run_feed()
+
+    def on_unmount(self) -> None:
+        if self.stop_feed is not None:
+            self.stop_feed()
+
+    @work(thread=True, exclusive=True, group="index")
+    def _run_feed(self) -> None:
+        assert self.feed is not None
+        self.feed(self)
+        self.finish_indexing()
 
     # -- feeding ----------------------------------------------------------------------------
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
@@ -138,6 +162,7 @@ class KanalyzeApp(App):
                     self.store.progress = progress()
                     if worker.is_cancelled:
                         return
+                    time.sleep(0.002)  # let the UI thread take the GIL: keys stay responsive while indexing
             self.add_exchanges(batch)
         except CaptureError as e:
             self.add_exchanges(batch)

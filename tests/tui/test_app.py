@@ -225,6 +225,27 @@ async def test_exchanges_appended_while_running():
 
 
 @aio
+async def test_feed_hook_like_a_live_session():
+    """`feed` runs in a worker and pushes exchanges one by one (a LiveSession subscriber would);
+    `stop` is called when the app exits."""
+    exs = list(Session([CODECS]).exchanges())
+    stopped = threading.Event()
+
+    def feed(app):
+        for ex in exs:
+            if stopped.is_set():
+                return
+            app.add_exchanges([ex])
+
+    app = KanalyzeApp(source_label="lo (live)", feed=feed, stop=stopped.set)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        assert len(app.screen.query_one(ExchangeTable).rows) == 52
+        assert "lo (live)" in status_text(app)
+    assert stopped.is_set()
+
+
+@aio
 async def test_not_a_capture_is_reported():
     app = KanalyzeApp([str(CAPTURES / "crafted" / "bad_text.txt")])
     async with app.run_test(size=SIZE) as pilot:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -55,6 +57,8 @@ class ExchangesScreen(Screen):
         self.filter_error: str | None = None
         self._detail_timer: Timer | None = None
         self._conn_gen = -1
+        self._conn_time = 0.0
+        self._conn_count = -1
         self._conn_ids: list[int | None] = []
 
     def compose(self) -> ComposeResult:
@@ -90,8 +94,13 @@ class ExchangesScreen(Screen):
                 self.filtering = True
                 self._filter_worker(flt, start, n, append=True)
         if store.generation != self._conn_gen:
-            self._conn_gen = store.generation
-            self.update_connections()
+            # counts change with every batch: redraw the pane at most once a second while indexing
+            now = time.monotonic()
+            if store.done or len(store.conns) != self._conn_count or now - self._conn_time > 1.0:
+                self._conn_gen = store.generation
+                self._conn_time = now
+                self._conn_count = len(store.conns)
+                self.update_connections()
         self.update_status()
 
     def _append(self, rows: list[int]) -> None:

@@ -1,0 +1,155 @@
+"""How the TUI copes with a large capture: time to first rows, indexing time, how long the UI
+stalls while the worker indexes, scrolling and filtering latency, and memory.
+
+    python benchmarks/bench_tui.py                         # the bench capture if built, plus a synthetic one
+    python benchmarks/bench_tui.py --pcap big.pcap         # any capture
+    python benchmarks/bench_tui.py --synthetic 1000000     # N tiny exchanges (built once, cached)
+
+The app runs headless (Textual's test driver, 160x45) in this process, exactly as on a terminal
+except for the output. A script, not a test: the numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT / "benchmarks" / ".data"
+
+
+def rss_mb() -> tuple[float, float]:
+    """(current RSS, peak RSS) in MiB from /proc."""
+    cur = peak = 0.0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                cur = int(line.split()[1]) / 1024
+            elif line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) / 1024
+    return cur, peak
+
+
+def build_synthetic(n: int, path: Path, conns: int = 64) -> None:
+    """n ApiVersions exchanges over `conns` connections, raw-IP pcap, written in a stream."""
+    from tests.support import packets as P
+    from tests.support.engine import apiv_request, apiv_response
+
+    tmp = path.with_suffix(".tmp")
+    convs = [P.Conversation(cport=30000 + i) for i in range(conns)]
+    ts = 1_700_000_000.0
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 101))
+
+        def put(data: bytes) -> None:
+            nonlocal ts
+            ts += 0.00001
+            sec = int(ts)
+            f.write(struct.pack("<IIII", sec, int((ts - sec) * 1e6), len(data), len(data)))
+            f.write(data)
+
+        for c in convs:
+            for p in c.handshake():
+                put(p)
+        for i in range(n):
+            c = convs[i % conns]
+            corr = i // conns
+            put(c.send(True, apiv_request(corr, f"client-{i % conns}")))
+            put(c.send(False, apiv_response(corr)))
+    tmp.rename(path)
+
+
+async def measure(paths: list[str], label: str) -> dict:
+    from kanalyze.tui.app import KanalyzeApp
+    from kanalyze.tui.widgets.exchange_table import ExchangeTable
+
+    rss_before, _ = rss_mb()
+    size_mb = sum(os.path.getsize(p) for p in paths) / 2**20
+    app = KanalyzeApp(paths)
+    t0 = time.perf_counter()
+    lags: list[float] = []
+    out: dict = {"capture": label, "size_mb": round(size_mb, 1)}
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        while not table.rows:
+            await asyncio.sleep(0.002)
+        out["first_rows_s"] = round(time.perf_counter() - t0, 3)
+        out["first_rows_from_index_start_s"] = round(app.first_rows_s or 0, 3)
+        # the event loop's lateness while the worker indexes: how long the UI could not react
+        while not app.store.done:
+            s = time.perf_counter()
+            await asyncio.sleep(0.02)
+            lags.append(time.perf_counter() - s - 0.02)
+        while screen.applied_upto < len(app.store) or screen.filtering:
+            await asyncio.sleep(0.01)
+        out["indexed_s"] = round(time.perf_counter() - t0, 3)
+        out["exchanges"] = len(app.store)
+        lags.sort()
+        if lags:
+            out["ui_lag_ms_p50"] = round(lags[len(lags) // 2] * 1000, 1)
+            out["ui_lag_ms_p99"] = round(lags[int(len(lags) * 0.99)] * 1000, 1)
+            out["ui_lag_ms_max"] = round(lags[-1] * 1000, 1)
+        # keyboard scrolling over the whole table
+        timings = []
+        for key in ["end"] + ["pageup"] * 10 + ["home"] + ["pagedown"] * 10:
+            s = time.perf_counter()
+            await pilot.press(key)
+            timings.append(time.perf_counter() - s)
+        out["scroll_key_ms_max"] = round(max(timings) * 1000, 1)
+        out["scroll_key_ms_median"] = round(sorted(timings)[len(timings) // 2] * 1000, 1)
+        # a header-only filter over every row (worker), then one that decodes bodies
+        for name, text in (("filter_api_s", "api:fetch"), ("filter_topic_s", "topic:x")):
+            s = time.perf_counter()
+            screen.apply_filter(text)
+            while screen.filtering:
+                await asyncio.sleep(0.01)
+            out[name] = round(time.perf_counter() - s, 3)
+        out["rows_after_filter"] = len(table.rows)
+        cur, peak = rss_mb()
+        out["rss_mb_before"] = round(rss_before, 1)
+        out["rss_mb_after"] = round(cur, 1)
+        out["rss_mb_peak"] = round(peak, 1)
+        out["frame_bytes_held_mb"] = round(sum(
+            len(m.pdu.data) for ex in app.store.exchanges for m in (ex.request, ex.response) if m is not None
+        ) / 2**20, 1)
+        await pilot.press("q")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pcap", action="append", default=[], help="capture(s) to open (repeatable)")
+    ap.add_argument("--synthetic", type=int, default=1_000_000, metavar="N",
+                    help="also a synthetic capture of N exchanges (0: none; default 1000000)")
+    args = ap.parse_args()
+    runs: list[tuple[list[str], str]] = []
+    if args.pcap:
+        runs.append((args.pcap, ", ".join(os.path.basename(p) for p in args.pcap)))
+    else:
+        bench = DATA / "bench-250mb-plain.pcap"
+        if bench.exists():
+            runs.append(([str(bench)], bench.name))
+    if args.synthetic:
+        DATA.mkdir(parents=True, exist_ok=True)
+        syn = DATA / f"tui-synthetic-{args.synthetic}.pcap"
+        if not syn.exists():
+            s = time.perf_counter()
+            build_synthetic(args.synthetic, syn)
+            sys.stderr.write(f"built {syn} in {time.perf_counter() - s:.1f}s\n")
+        runs.append(([str(syn)], syn.name))
+    for paths, label in runs:
+        print(json.dumps(asyncio.run(measure(paths, label))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
