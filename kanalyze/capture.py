@@ -12,6 +12,7 @@ import gzip
 import heapq
 import struct
 import sys
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -131,7 +132,7 @@ def read_capture(
     try:
         try:
             magic = f.read(4)
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
             raise CaptureError(f"{name}: cannot read: {e}") from None
         if len(magic) < 4:
             raise CaptureError(f"{name}: empty or too short to be a capture ({len(magic)} bytes)")
@@ -146,7 +147,7 @@ def read_capture(
             )
         try:
             yield from gen
-        except (OSError, EOFError, gzip.BadGzipFile, ValueError) as e:
+        except (OSError, EOFError, gzip.BadGzipFile, ValueError, zlib.error) as e:
             _diag(stats, name, Code.BAD_CAPTURE, 0, f"read error: {e}")
     finally:
         for g in owned:

@@ -114,7 +114,7 @@ class Connection:
             return
         if not self.kafka:
             head = pdu.size.to_bytes(4, "big") + pdu.data[:1024]
-            if plausible_request(head, 0) != 1 and not self.forced:
+            if plausible_request(head, 0, self.cf.max_frame) != 1 and not self.forced:
                 self.ignored = True
                 return
             self.kafka = True
@@ -286,6 +286,7 @@ class Engine:
         st.client.add(conn.c2s, conn.cf)
         st.broker.add(conn.s2c, conn.sf)
         for side, fr in (("client", conn.cf), ("broker", conn.sf)):
+            st.events_dropped += fr.events_dropped
             for code, off, pk, msg in fr.events:
                 if len(st.events) < st.max_events:
                     st.events.append((conn.info.id, side, code, off, pk, msg))

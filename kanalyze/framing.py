@@ -20,7 +20,8 @@ SEARCH_WINDOW = 1024 * 1024  # bytes searched before older unsynced bytes are dr
 KEEP_TAIL = 64  # bytes kept from a fruitless search (a header may straddle chunks)
 MIN_REQUEST = 8  # api_key + api_version + correlation_id (+ client id in v1+)
 MIN_RESPONSE = 4  # correlation_id
-VERSION_SLACK = 0  # versions accepted above the newest known, when searching
+VERSION_SLACK = 0
+MAX_EVENTS = 1000  # stream events kept per direction (the rest are counted)  # versions accepted above the newest known, when searching
 
 
 @dataclass(slots=True)
@@ -37,13 +38,13 @@ class Pdu:
     missing: int = 0
 
 
-def plausible_request(buf: bytes | bytearray, p: int) -> int:
+def plausible_request(buf: bytes | bytearray, p: int, max_frame: int = 0x7FFFFFFF) -> int:
     """Whether a request header starts at buf[p]: 1 yes, 0 no, -1 not enough bytes to say."""
     n = len(buf)
     if n - p < 12:
         return -1
     size = int.from_bytes(buf[p : p + 4], "big")
-    if size < MIN_REQUEST or size > 0x7FFFFFFF:
+    if size < MIN_REQUEST or size > max_frame:
         return 0
     api = int.from_bytes(buf[p + 4 : p + 6], "big", signed=True)
     ver = int.from_bytes(buf[p + 6 : p + 8], "big", signed=True)
@@ -90,6 +91,7 @@ class Framer:
         "last_pkt",
         "last_ts",
         "events",
+        "events_dropped",
     )
 
     def __init__(
@@ -117,6 +119,7 @@ class Framer:
         self.last_pkt = 0
         self.last_ts = 0
         self.events: list[tuple[str, int, int, str]] = []  # (code, stream offset, pkt, message)
+        self.events_dropped = 0
 
     # -- StreamSink -------------------------------------------------------------------------
     def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None:
@@ -182,7 +185,10 @@ class Framer:
 
     # -- internals --------------------------------------------------------------------------
     def _note(self, code: str, offset: int, pkt: int, message: str) -> None:
-        self.events.append((code, offset, pkt, message))
+        if len(self.events) < MAX_EVENTS:
+            self.events.append((code, offset, pkt, message))
+        else:
+            self.events_dropped += 1
 
     def _lose_sync(self) -> None:
         self.synced = False
@@ -247,6 +253,7 @@ class Framer:
                     f"frame size {size} is not plausible; searching for the next frame",
                 )
                 self._lose_sync()
+                self._skip_bytes(1, "implausible size")  # progress: never re-judge the same byte
                 continue
             if len(buf) < 4 + size:
                 return
@@ -271,7 +278,7 @@ class Framer:
                 p += 1
                 continue
             if self.client_side:
-                v = plausible_request(buf, p)
+                v = plausible_request(buf, p, self.max_frame)
                 if v == 1:
                     found = p
                     break
@@ -293,9 +300,11 @@ class Framer:
             self.synced = True
             self.resyncs += 1
             return True
-        # nothing yet: keep the undecided tail, drop the rest once the window is exceeded
-        drop = p if p + 4 > n else 0
-        if n > SEARCH_WINDOW:
+        # nothing yet: every position before p was ruled out for good, so drop those bytes
+        # (a later chunk never rescans them: linear, not quadratic); keep the undecided tail
+        # unless it outgrows the window
+        drop = p
+        if n - drop > SEARCH_WINDOW:
             drop = max(drop, n - KEEP_TAIL)
         if drop:
             self._skip_bytes(drop, "search")

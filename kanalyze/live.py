@@ -277,6 +277,7 @@ class LiveOptions:
     idle_timeout_s: float = 600.0  # connections silent this long are closed and freed
     acks0_grace_s: float = 5.0  # acks=0 Produce requests unanswered this long are settled
     tick_s: float = 1.0  # housekeeping period
+    drain_s: float = 10.0  # at most this long reading what the kernel captured before the stop
     duration_s: float | None = None
     max_packets: int | None = None
 
@@ -307,6 +308,7 @@ class LiveSession:
         self._subscribers: list[Callable[[Exchange], None]] = []
         self._tickers: list[Callable[[LiveSession], None]] = []
         self._stop = threading.Event()
+        self._stop_ns = 0
         # refreshed every tick, safe to read from other threads (metrics endpoint, TUI)
         self.pending = 0
         self.open_connections = 0
@@ -325,6 +327,7 @@ class LiveSession:
         """Ask the loop to finish (safe from signal handlers and other threads)."""
         if not self._stop.is_set():
             self.stats.stop_reason = reason
+            self._stop_ns = time.time_ns()
         self._stop.set()
 
     @property
@@ -403,8 +406,14 @@ class LiveSession:
                     self.stop("packet limit reached")
                     break
             if o.max_packets is None or n < o.max_packets:
-                # what the kernel already captured belongs to the run
-                while (got := src.read(0)) is not None:
+                # what the kernel captured before the stop belongs to the run (not what traffic
+                # still arriving adds: the kernel timestamps tell them apart); bounded in time
+                stop_ns = self._stop_ns or time.time_ns()
+                drain_until = time.monotonic() + o.drain_s
+                while time.monotonic() < drain_until:
+                    got = src.read(0)
+                    if got is None or got[0] > stop_ns:
+                        break
                     n += 1
                     if pcap is not None:
                         pcap.write(*got)

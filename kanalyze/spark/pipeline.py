@@ -1,8 +1,8 @@
 """The two-stage Spark pipeline: extract → shuffle by connection → reassemble and decode.
 
     plan (driver)      list and rank files; cut big uncompressed files at verified sync points
-    units job          count the records of each candidate range (frame bases, verification)
-    stage 1            Data Source "kafka-pcap" table=segments: TCP packets, one task per unit group
+    units              count the records of each candidate range (frame bases, verification)
+    stage 1            spark.range(n, n).mapInArrow: TCP packets, one task per unit group
     shuffle            repartition(n, capture_id, conn_key) + sortWithinPartitions(..., ts, file, frame)
     stage 2            mapInArrow: one kanalyze Engine per connection (the offline code)
     tables             exchanges, partitions, connections, files, aggregates/* as Parquet under DIR
@@ -14,7 +14,6 @@ many rotated files or byte ranges they came from.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,14 +27,17 @@ from kanalyze.spark.units import (
     RangeResult,
     candidate_ranges,
     finish_units,
+    is_uri,
     list_inputs,
     pack,
     rank_files,
+    walk_range,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
+DRIVER_WALK_BYTES = 2 << 30  # below this, local split files are counted on the driver
 TABLES = ("exchanges", "partitions", "connections", "files")
 AGGREGATES = ("api_latency", "partition_hw", "client_topic_usage", "errors")
 
@@ -69,19 +71,23 @@ def make_plan(
     inputs: Sequence[str],
     split_bytes: int = SPLIT_BYTES,
     capture_id: str | None = None,
+    driver_walk_bytes: int = DRIVER_WALK_BYTES,
 ) -> Plan:
-    """Rank the files, cut big ones, verify and count the cuts with a Spark job, pack the units."""
+    """Rank the files, cut big ones, verify and count the cuts, pack the units.
+
+    Counting walks every record header of the files being split: on the driver when they are
+    local and small enough (a Spark job costs more below a few GB), else as a Spark job.
+    """
     files = rank_files(list_inputs(list(inputs)), capture_id)
     ranges = {f.rank: candidate_ranges(f, split_bytes) for f in files}
-    todo = [[r, i, s, e] for r, rs in ranges.items() if len(rs) > 1 for i, (s, e) in enumerate(rs)]
+    todo = [(r, i, s, e) for r, rs in ranges.items() if len(rs) > 1 for i, (s, e) in enumerate(rs)]
     results: dict[tuple[int, int], RangeResult] = {}
-    if todo:
-        payload = json.dumps({"files": [f.to_dict() for f in files], "ranges": todo})
-        df = spark.read.format("kafka-pcap").option("table", "units").option("plan", payload).load()
-        for row in df.collect():
-            results[(row["rank"], row["index"])] = RangeResult(
-                row["count"], row["stop"], 0, 0, row["whole_file_needed"], row["error"] or ""
-            )
+    walk_bytes = sum(e - s for _r, _i, s, e in todo)
+    if todo and (walk_bytes > driver_walk_bytes or any(is_uri(files[r].path) for r, *_ in todo)):
+        results = _count_ranges_on_spark(spark, files, todo)
+    else:
+        for r, i, s, e in todo:
+            results[(r, i)] = walk_range(files[r].path, files[r], s, e)
     units = []
     for f in files:
         rs = ranges[f.rank]
@@ -94,15 +100,58 @@ def make_plan(
     return Plan(files, units, pack(units, files, parallelism))
 
 
+def _by_index(spark: SparkSession, n: int, fn, ddl: str) -> DataFrame:  # noqa: ANN001
+    """One task per index 0..n-1, each running `fn` over its index (no Data Source planning
+    round trips; works on Spark Connect)."""
+    return spark.range(0, max(n, 1), 1, max(n, 1)).where(f"id < {n}").mapInArrow(fn, ddl)
+
+
+def _count_ranges_on_spark(
+    spark: SparkSession, files: list, todo: list[tuple[int, int, int, int]]
+) -> dict[tuple[int, int], RangeResult]:
+    ddl = "rank INT, idx INT, count BIGINT, stop BIGINT, whole BOOLEAN, error STRING"
+
+    def count(batches: Iterator) -> Iterator:
+        import pyarrow as pa
+
+        from kanalyze.spark.units import walk_range
+
+        for b in batches:
+            out = []
+            for i in b.column("id").to_pylist():
+                r, idx, s, e = todo[i]
+                res = walk_range(files[r].path, files[r], s, e)
+                out.append((r, idx, res.count, res.stop, res.whole_file_needed, res.error))
+            if out:
+                cols = list(zip(*out, strict=True))
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(cols[0], pa.int32()), pa.array(cols[1], pa.int32()), pa.array(cols[2], pa.int64()),
+                     pa.array(cols[3], pa.int64()), pa.array(cols[4], pa.bool_()), pa.array(cols[5], pa.string())],
+                    names=["rank", "idx", "count", "stop", "whole", "error"],
+                )  # fmt: skip
+
+    rows = _by_index(spark, len(todo), count, ddl).collect()
+    return {
+        (r["rank"], r["idx"]): RangeResult(
+            r["count"], r["stop"], 0, 0, r["whole"], r["error"] or ""
+        )
+        for r in rows
+    }
+
+
 # --------------------------------------------------------------------------- stages
 def segments(spark: SparkSession, plan: Plan) -> DataFrame:
-    """Stage 1 as a DataFrame (the Data Source's `segments` table over this plan)."""
-    return (
-        spark.read.format("kafka-pcap")
-        .option("table", "segments")
-        .option("plan", json.dumps(plan.to_dict()))
-        .load()
-    )
+    """Stage 1: one task per packed group of units, opening the files by path (the rows of the
+    Data Source's `segments` table)."""
+
+    def stage1(batches: Iterator) -> Iterator:
+        from kanalyze.spark.rows import extract
+
+        for b in batches:
+            for i in b.column("id").to_pylist():
+                yield from extract(plan, plan.partitions[i])
+
+    return _by_index(spark, len(plan.partitions), stage1, R.spark_ddl(R.SEGMENT_SCHEMA))
 
 
 def decode_segments(

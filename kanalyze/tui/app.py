@@ -171,8 +171,17 @@ class KanalyzeApp(App):
         self.finish_indexing()
 
     def on_index_progress(self, message: IndexProgress) -> None:
-        if message.done and self.current_mode in ANALYSIS_MODES:
-            self.request_analysis()
+        if message.done:
+            self._summarize()
+            if self.current_mode in ANALYSIS_MODES:
+                self.request_analysis()
+
+    @work(thread=True, exclusive=True, group="summaries")
+    def _summarize(self) -> None:
+        """Background pass once indexing is done: topics and error names of every row, so the
+        connections pane's error counts are complete (rows on screen are summarized first anyway)."""
+        worker = get_current_worker()
+        self.store.summarize_all(lambda: worker.is_cancelled, lambda: time.sleep(0.002))
 
     # -- analysis ---------------------------------------------------------------------------
     def request_analysis(self, force: bool = False) -> None:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from dissectors.context import DecodeContext
 from dissectors.errors import error_name
 from dissectors.node import ARRAY, PRIM, STRUCT, Node
-from kanalyze.analysis.summary import error_codes
 from kanalyze.correlation import Exchange
 from kanalyze.export.ndjson import ExchangeEncoder
 from kanalyze.tui.filters import Filter
@@ -65,6 +64,12 @@ def _topics(node: Node | None, out: dict[str, set[int]], names: dict[str, str]) 
         name = name or tid
         if name is not None and (parts or n.name.isdigit()):
             out.setdefault(name, set()).update(parts)
+
+
+def error_codes(node: Node) -> list[int]:
+    """Non-zero error codes anywhere in a decoded body (spec field names: ErrorCode, *ErrorCode)."""
+    return [n.value for n in node.walk()
+            if n.kind == PRIM and n.value and isinstance(n.value, int) and n.name.endswith("ErrorCode")]
 
 
 def summarize(ex: Exchange, encoder: ExchangeEncoder, topic_names: dict[str, str] | None = None) -> Summary:
@@ -119,6 +124,7 @@ class ExchangeStore:
         self.done = False
         self.progress: float | None = None  # 0..1 while indexing a file, None when unknown
         self.error: str | None = None
+        self.summarized = 0  # rows [0, summarized) have their summary (background pass)
         base = ctx or DecodeContext()
         self.topic_names = base.topic_names  # shared with the encoders: export names topic ids too
         self._named_upto = 0  # Metadata responses before this index were read for topic names
@@ -169,12 +175,31 @@ class ExchangeStore:
             ex = self.exchanges[i]
             if self._named_upto <= i:
                 self.learn_topic_names(i + 1)
-            s = self.summaries[i] = summarize(ex, self._summary_encoder, self.topic_names)
-            if s[1] and ex.status == "ok":
-                c = self.conns.get(ex.conn.id)
-                if c is not None:
-                    c.problems += 1
+            s = summarize(ex, self._summary_encoder, self.topic_names)
+            with self.lock:  # the UI and the workers may summarize the same row at once
+                if self.summaries[i] is None:
+                    self.summaries[i] = s
+                    if s[1] and ex.status == "ok":
+                        c = self.conns.get(ex.conn.id)
+                        if c is not None:
+                            c.problems += 1
+                            self.generation += 1
         return s
+
+    def summarize_all(self, cancelled: Callable[[], bool] = lambda: False, pause: Callable[[], None] | None = None) -> bool:
+        """Summarize every row not yet summarized (error counts per connection become complete);
+        `self.summarized` tracks progress. False if cancelled."""
+        i = self.summarized
+        while i < len(self.exchanges):
+            self.summary(i)
+            i += 1
+            self.summarized = i
+            if (i & 0x1FF) == 0:
+                if cancelled():
+                    return False
+                if pause is not None:
+                    pause()
+        return True
 
     def rel_time(self, ex: Exchange) -> float:
         return (ex.start_ts - (self.first_ts or 0)) / 1e9

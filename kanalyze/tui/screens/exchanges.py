@@ -159,6 +159,8 @@ class ExchangesScreen(Screen):
         elif not store.done:
             pct = "" if store.progress is None else f" {store.progress:.0%}"
             parts.append(f"[b]indexing{pct}[/]")
+        elif store.summarized < len(store):
+            parts.append(f"decoding summaries {store.summarized / max(1, len(store)):.0%}")
         flt = self.effective_filter()
         if self.filtering:
             pct = "" if self.filter_progress is None else f" {self.filter_progress:.0%}"
