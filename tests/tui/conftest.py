@@ -44,11 +44,12 @@ async def wait_indexed(pilot) -> None:
 
     def ready() -> bool:
         screen = app.screen
-        return (app.store.done and isinstance(screen, ExchangesScreen) and not screen.filtering
-                and screen.applied_upto == len(app.store))
+        store = app.store
+        return (store.done and isinstance(screen, ExchangesScreen) and not screen.filtering
+                and screen.applied_upto == len(store) and store.summarized == len(store))
 
     await wait_for(pilot, ready, what="indexing")
-    await pilot.pause(0.1)
+    await pilot.pause(0.3)  # one more tick of the screen: status and connection counts settle
 
 
 async def wait_report(pilot) -> None:

@@ -50,7 +50,9 @@ def test_match_by_api_topic_latency(store):
     slow = store.match_range(parse_filter("lat>0.3"), 0, len(store))
     assert all(store.exchanges[i].latency_ns > 0.3e6 for i in slow)
     problems = store.match_range(parse_filter("errors"), 0, len(store))
-    assert problems == [i for i, ex in enumerate(store.exchanges) if ex.status != "ok"] and problems
+    assert problems == [i for i, ex in enumerate(store.exchanges) if ex.status != "ok" or store.summary(i)[1]]
+    assert {store.exchanges[i].status for i in problems} == {"ok", "no_response"}
+    assert ("MEMBER_ID_REQUIRED",) in [store.summary(i)[1] for i in problems]
     assert store.match_range(parse_filter("nosuchthing"), 0, len(store)) == []
 
 
@@ -66,6 +68,15 @@ def test_sort(store):
     lats = [store.exchanges[i].latency_ns or -1 for i in by_lat]
     assert lats == sorted(lats, reverse=True)
     assert store.sort_indices(by_lat, "time") == rows
+
+
+def test_summarize_all_counts_errors_per_connection():
+    st = ExchangeStore()
+    st.add(Session([str(CAPTURES / "lib_group_rebalance.pcap")]).exchanges())
+    before = sum(c.problems for c in st.conns.values())
+    assert st.summarize_all() and st.summarized == len(st)
+    errors = sum(1 for i, ex in enumerate(st.exchanges) if ex.status == "ok" and st.summaries[i][1])
+    assert errors and sum(c.problems for c in st.conns.values()) == before + errors
 
 
 def test_cancelled_match_returns_none(store):
