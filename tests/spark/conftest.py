@@ -34,9 +34,12 @@ MISSING = _missing()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
+    xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.spark)
+            if xdist:  # with `-n N --dist loadgroup` every Spark test runs in one worker: one JVM
+                item.add_marker(pytest.mark.xdist_group("spark"))
             if MISSING:
                 item.add_marker(pytest.mark.skip(reason=MISSING))
 
