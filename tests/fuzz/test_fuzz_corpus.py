@@ -24,11 +24,7 @@ from tests.fuzz.conftest import CORPUS, REGRESSIONS, bounded
 from tests.support import packets as P
 
 # regression file (harness/name) -> why it still fails (see fuzz/targets.py KNOWN_BUGS)
-KNOWN_BUGS = {
-    "stream/framing-resync-loop-default-limits.bin": T.KNOWN_BUGS["framing-resync-loop"],
-    "stream/framing-resync-loop-small-max-frame.bin": T.KNOWN_BUGS["framing-resync-loop"],
-    "capture/gzip-zlib-error-at-start.bin": T.KNOWN_BUGS["gzip-zlib-error"],
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _files(base):
@@ -66,7 +62,7 @@ def _regression_params():
 
 @pytest.mark.parametrize("path", _regression_params())
 def test_regression_replays(path):
-    bounded(T.TARGETS[path.parent.name], path.read_bytes(), 1.0 if path.name.startswith("framing-resync-loop") else 5.0)
+    bounded(T.TARGETS[path.parent.name], path.read_bytes(), 5.0)
 
 
 def test_known_bugs_have_files():
@@ -75,9 +71,8 @@ def test_known_bugs_have_files():
 
 
 # ---- the same known bugs, stated directly against the public entry points ----
-@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["framing-resync-loop"])
 def test_oversized_plausible_request_does_not_hang_the_engine():
-    """One 14-byte client payload, default options: a size prefix of 0x10000001 (just over
+    """Fixed in 37e7d40 (was an endless resync loop growing Framer.events). One 14-byte client payload, default options: a size prefix of 0x10000001 (just over
     max_frame = 256 MiB, first byte 0x10 = max_frame >> 24 so the search does not rule it
     out) before an ApiVersions v0 header."""
     payload = b"\x10\x00\x00\x01" + b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff"
@@ -102,10 +97,9 @@ def _unframeable_tail(from_broker: bool, nbytes: int) -> bytes:
     return T.encode_stream(0, segs)
 
 
-@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["framing-search-quadratic"])
 @pytest.mark.parametrize("from_broker", [False, True], ids=["client", "broker"])
 def test_search_is_linear(from_broker):
-    """128 KiB of unframeable bytes: linear work is ~0.1-0.3 s even on a loaded machine;
+    """Fixed in 37e7d40 (a fruitless search dropped nothing and rescanned from 0). 128 KiB of unframeable bytes: linear work is ~0.1-0.3 s even on a loaded machine;
     the quadratic rescan takes 6-8 s (256 KiB: ~30 s; it stays quadratic up to 1 MiB)."""
     data = _unframeable_tail(from_broker, 128 * 1024)
     bounded(T.run_stream, data, 2.0)
@@ -148,9 +142,8 @@ def test_records_per_field_are_bounded_fuzz_storm():
     assert _record_nodes(buf, 1000) <= 1000
 
 
-@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["gzip-zlib-error"])
 def test_corrupt_gzip_is_a_capture_error(tmp_path):
-    """A gzip member whose deflate data is invalid from the first block: read_capture must
+    """Fixed in 37e7d40 (zlib.error escaped read_capture). A gzip member whose deflate data is invalid from the first block: read_capture must
     raise CaptureError (not a capture we can read), not zlib.error."""
     path = tmp_path / "bad.pcap.gz"
     path.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + b"\xff" * 8)
