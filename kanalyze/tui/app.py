@@ -197,15 +197,20 @@ class KanalyzeApp(App):
 
     @work(thread=True, exclusive=True, group="analysis")
     def _analyze(self, exchanges: list[Exchange]) -> None:
+        worker = get_current_worker()
         total = max(1, len(exchanges))
 
         def counted() -> Iterator[Exchange]:
             for i, ex in enumerate(exchanges):
                 if (i & 0xFF) == 0:
+                    if worker.is_cancelled:  # quitting: end the analysis early, nobody waits for it
+                        return
                     self.analysis_progress = i / total
                 yield ex
 
         report = analyze_exchanges(counted())
+        if worker.is_cancelled:
+            return
         self.report_count = len(exchanges)
         self.post_message(AnalysisReady(report))
 

@@ -225,6 +225,24 @@ async def test_exchanges_appended_while_running():
 
 
 @aio
+async def test_sorted_table_takes_appended_rows():
+    exs = list(Session([CODECS]).exchanges())
+    app = KanalyzeApp(source_label="live test")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        await pilot.press("s", "S")  # latency, longest first
+        for i in range(0, len(exs), 10):
+            app.add_exchanges(exs[i:i + 10])
+            await pilot.pause(0.05)
+        app.finish_indexing()
+        await wait_indexed(pilot)
+        assert len(table.rows) == 52 and table.sort_key == "latency"
+        lats = [app.store.exchanges[i].latency_ns or -1 for i in table.rows]
+        assert lats == sorted(lats, reverse=True)
+
+
+@aio
 async def test_feed_hook_like_a_live_session():
     """`feed` runs in a worker and pushes exchanges one by one (a LiveSession subscriber would);
     `stop` is called when the app exits."""

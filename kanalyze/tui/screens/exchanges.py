@@ -53,6 +53,7 @@ class ExchangesScreen(Screen):
         self.conn: int | None = None
         self.applied_upto = 0  # store rows already filtered into the table
         self.filtering = False
+        self._job = 0  # the latest filter job; older results are dropped
         self.filter_progress: float | None = None
         self.filter_error: str | None = None
         self._detail_timer: Timer | None = None
@@ -88,11 +89,13 @@ class ExchangesScreen(Screen):
         if not self.filtering and n > self.applied_upto:
             start, self.applied_upto = self.applied_upto, n
             flt = self.effective_filter()
-            if flt.empty:
-                self._append(list(range(start, n)))
-            else:
+            table = self.query_one(ExchangeTable)
+            if flt.empty and table.sort_key == "time" and not table.sort_reverse:
+                table.append_rows(list(range(start, n)))
+            else:  # matching and merging into a sorted table happen in the worker
                 self.filtering = True
-                self._filter_worker(flt, start, n, append=True)
+                self._job += 1
+                self._filter_worker(self._job, flt, start, n, append=True)
         if store.generation != self._conn_gen:
             # counts change with every batch: redraw the pane at most once a second while indexing
             now = time.monotonic()
@@ -103,19 +106,11 @@ class ExchangesScreen(Screen):
                 self.update_connections()
         self.update_status()
 
-    def _append(self, rows: list[int]) -> None:
-        table = self.query_one(ExchangeTable)
-        if table.sort_key == "time" and not table.sort_reverse:
-            table.append_rows(rows)
-        else:
-            keep = table.current
-            table.set_rows(self.app.store.sort_indices(table.rows + rows, table.sort_key, table.sort_reverse), keep)
-
     def effective_filter(self) -> Filter:
         return self.filter.with_conn(self.conn) if self.conn is not None else self.filter
 
     @work(thread=True, exclusive=True, group="filter")
-    def _filter_worker(self, flt: Filter, start: int, end: int, append: bool) -> None:
+    def _filter_worker(self, job: int, flt: Filter, start: int, end: int, append: bool) -> None:
         worker = get_current_worker()
         store = self.app.store
         total = max(1, end - start)
@@ -127,16 +122,24 @@ class ExchangesScreen(Screen):
         if rows is None:
             return
         table = self.query_one(ExchangeTable)
-        if not append and not (table.sort_key == "time" and not table.sort_reverse):
+        time_order = table.sort_key == "time" and not table.sort_reverse
+        if append and not time_order:
+            # the table does not change while `filtering` is set: merge into a copy here
+            rows = store.sort_indices(list(table.rows) + rows, table.sort_key, table.sort_reverse)
+            append = False
+        elif not append and not time_order:
             rows = store.sort_indices(rows, table.sort_key, table.sort_reverse)
-        self.app.call_from_thread(self._filter_done, rows, append)
+        if not worker.is_cancelled:
+            self.app.call_from_thread(self._filter_done, job, rows, append)
 
-    def _filter_done(self, rows: list[int], append: bool) -> None:
+    def _filter_done(self, job: int, rows: list[int], append: bool) -> None:
+        if job != self._job:  # a newer filter or sort superseded this one
+            return
         self.filtering = False
         self.filter_progress = None
         table = self.query_one(ExchangeTable)
         if append:
-            self._append(rows)
+            table.append_rows(rows)
         else:
             table.set_rows(rows, table.current)
         self.update_status()
@@ -145,7 +148,8 @@ class ExchangesScreen(Screen):
         self.applied_upto = len(self.app.store)
         self.filtering = True
         self.filter_progress = 0.0
-        self._filter_worker(self.effective_filter(), 0, self.applied_upto, append=False)
+        self._job += 1
+        self._filter_worker(self._job, self.effective_filter(), 0, self.applied_upto, append=False)
         self.update_status()
 
     # -- status -----------------------------------------------------------------------------
