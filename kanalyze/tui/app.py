@@ -8,6 +8,7 @@ The analysis views get the report document through `analysis_source` once asked 
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -112,9 +113,14 @@ class KanalyzeApp(App):
     # -- feeding ----------------------------------------------------------------------------
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
         """Append exchanges; safe from any thread (a live capture's worker calls this)."""
+        before = len(self.store)
         n = self.store.add(exchanges)
         if n and self.first_rows_s is None and self.index_started is not None:
             self.first_rows_s = time.perf_counter() - self.index_started
+        if (before + n) >> 16 != before >> 16:
+            # indexed exchanges live until the app exits: keep the cyclic GC from walking them
+            # again and again (full collections over millions of objects stall the UI for seconds)
+            gc.freeze()
 
     def finish_indexing(self, error: str | None = None) -> None:
         """No more exchanges will come (end of files); safe from any thread."""
