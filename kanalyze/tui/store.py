@@ -9,6 +9,7 @@ indexing worker does it for files, a live capture can do the same.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -190,15 +191,18 @@ class ExchangeStore:
         """Summarize every row not yet summarized (error counts per connection become complete);
         `self.summarized` tracks progress. False if cancelled."""
         i = self.summarized
+        last = time.perf_counter()
         while i < len(self.exchanges):
             self.summary(i)
             i += 1
             self.summarized = i
-            if (i & 0x1FF) == 0:
+            now = time.perf_counter()
+            if now - last > 0.01:  # every 10 ms of work: check for cancellation, let the UI run
                 if cancelled():
                     return False
                 if pause is not None:
                     pause()
+                last = time.perf_counter()
         return True
 
     def rel_time(self, ex: Exchange) -> float:
