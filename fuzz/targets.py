@@ -327,6 +327,12 @@ TARGETS = {
 # framing resync loop on an oversized plausible request, quadratic framing search,
 # zlib.error escaping read_capture on a corrupt gzip stream (commit 37e7d40).
 KNOWN_BUGS = {
+    "pending-eviction-linear-scan": (
+        "kanalyze/correlation.py Correlator._evict_oldest finds the oldest pending request with "
+        "min() over every pending correlation id: once a connection has more than max_pending "
+        "(10,000) unanswered requests, each further request costs O(max_pending) -- 20,000 "
+        "unanswered 14-byte requests take ~27 s, 1M (a one-direction capture) ~45 min"
+    ),
     "records-unbounded-count": (
         "dissectors/record_batch.py _records materializes every record in a (decompressed) batch: "
         "no cap on records per batch (Limits.max_array_count is not applied, the declared "

@@ -105,6 +105,18 @@ def test_search_is_linear(from_broker):
     bounded(T.run_stream, data, 2.0)
 
 
+@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["pending-eviction-linear-scan"])
+def test_unanswered_requests_beyond_max_pending_are_linear():
+    """15,000 ApiVersions v0 requests (14 bytes each) and no response on one connection (a
+    capture of one direction only): 5,000 evictions. Linear work is ~0.3 s; each eviction
+    scans all 10,000 pending ids (~2.7 ms), ~13 s in all."""
+    import struct
+
+    blob = b"".join(struct.pack(">ihhih", 10, 18, 0, i, -1) for i in range(15_000))
+    segs = [(18, 0, b""), (3, 0, b"")] + [(0, 0, blob[i : i + 1448]) for i in range(0, len(blob), 1448)]
+    bounded(T.run_stream, T.encode_stream(0, segs), 3.0)
+
+
 def _zstd_batch(records: bytes, count: int) -> bytes:
     import struct
 
