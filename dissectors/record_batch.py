@@ -237,21 +237,42 @@ def _compressed(buf, start, end, codec, args, diags, ctx):
 
 
 def _records(buf, pos, end, source, args, diags, *, cut, where=""):
-    """Decode varint records in buf[pos:end]; `cut` = the bytes stop early (partial or capped)."""
+    """Decode varint records in buf[pos:end]; `cut` = the bytes stop early (partial or capped).
+
+    Hot path: the record loop is written out in one function, one- and two-byte varints (the
+    common cases) are decoded inline and the common value renderings (UTF-8 text, no limit)
+    are done in place; `read_varint`/`render_bytes` handle everything else, with the same
+    results and errors.
+    """
     base_offset, base_ts, log_append, ts_type, is_control, ctx = args
     max_value = ctx.limits.max_value_bytes
     records: list[dict] = []
     nodes: list[Node] = []
+    append_record = records.append
+    append_node = nodes.append
+    last_ts = None
+    last_iso = None
     while pos < end:
         start = pos
-        try:
-            length, pos = read_varint(buf, pos, end)
-        except VarintError as exc:
-            if not cut:
-                diags.append(
-                    Diagnostic(Code.BAD_VARINT, exc.offset, f"record length{where}: {exc}")
-                )
-            break
+        b = buf[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            b2 = buf[pos + 1] if pos + 1 < end else 0x80
+            if b2 < 0x80:
+                u = (b & 0x7F) | (b2 << 7)
+                length = (u >> 1) ^ -(u & 1)
+                pos += 2
+            else:
+                try:
+                    length, pos = read_varint(buf, pos, end)
+                except VarintError as exc:
+                    if not cut:
+                        diags.append(
+                            Diagnostic(Code.BAD_VARINT, exc.offset, f"record length{where}: {exc}")
+                        )
+                    break
         rec_end = pos + length
         if length <= 0 or rec_end > end:
             if not (cut and rec_end > end):
@@ -264,8 +285,99 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
                 )
             break
         rdiags: list[Diagnostic] = []
+        rec: dict | None
         try:
-            rec = _record(buf, pos, rec_end, base_offset, base_ts, log_append, ts_type, max_value)
+            # -- one record: attributes, timestamp delta, offset delta, key, value, headers
+            attributes = buf[pos]
+            pos += 1
+            b = buf[pos] if pos < rec_end else 0x80
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = read_varint(buf, pos, rec_end, 10)
+            b = buf[pos] if pos < rec_end else 0x80
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = read_varint(buf, pos, rec_end)
+            b = buf[pos] if pos < rec_end else 0x80
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                key_len, pos = read_varint(buf, pos, rec_end)
+            key_off = pos
+            if key_len > 0:
+                pos += key_len
+                if pos > rec_end:
+                    raise RecordError(key_off, f"key length {key_len} does not fit in the record")
+            elif key_len < -1:
+                raise RecordError(key_off, f"key length {key_len} is invalid")
+            b = buf[pos] if pos < rec_end else 0x80
+            if b < 0x80:
+                value_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                b2 = buf[pos + 1] if pos + 1 < rec_end else 0x80
+                if b2 < 0x80:
+                    u = (b & 0x7F) | (b2 << 7)
+                    value_len = (u >> 1) ^ -(u & 1)
+                    pos += 2
+                else:
+                    value_len, pos = read_varint(buf, pos, rec_end)
+            value_off = pos
+            if value_len > 0:
+                pos += value_len
+                if pos > rec_end:
+                    raise RecordError(
+                        value_off, f"value length {value_len} does not fit in the record"
+                    )
+            elif value_len < -1:
+                raise RecordError(value_off, f"value length {value_len} is invalid")
+            b = buf[pos] if pos < rec_end else 0x80
+            if b < 0x80:
+                count = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                count, pos = read_varint(buf, pos, rec_end)
+            headers = []
+            if count:
+                pos = _headers(buf, pos, rec_end, count, max_value, headers)
+            ts = log_append if log_append is not None else base_ts + ts_delta
+            if ts != last_ts:
+                last_ts = ts
+                last_iso = iso_timestamp(ts)
+            if key_len < 0:
+                key = None
+            elif max_value is None:
+                try:
+                    key = str(buf[key_off : key_off + key_len], "utf-8")
+                except UnicodeDecodeError:
+                    key = render_bytes(buf[key_off : key_off + key_len])
+            else:
+                key = render_bytes(buf[key_off : key_off + key_len], max_value)
+            if value_len < 0:
+                value = None
+            elif max_value is None:
+                try:
+                    value = str(buf[value_off : value_off + value_len], "utf-8")
+                except UnicodeDecodeError:
+                    value = render_bytes(buf[value_off : value_off + value_len])
+            else:
+                value = render_bytes(buf[value_off : value_off + value_len], max_value)
+            rec = {
+                "offset": base_offset + offset_delta,
+                "offset_delta": offset_delta,
+                "timestamp": last_iso,
+                "timestamp_ms": ts,
+                "timestamp_type": ts_type,
+                "attributes": attributes,
+                "key": key,
+                "value": value,
+                "headers": headers,
+            }
         except VarintError as exc:
             rdiags.append(Diagnostic(Code.BAD_VARINT, exc.offset, f"record{where}: {exc}"))
             rec = None
@@ -273,99 +385,60 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
             rdiags.append(Diagnostic(exc.code, exc.offset, f"record{where}: {exc}"))
             rec = None
         if rec is not None:
-            spans = rec.pop("_spans")
-            parsed_end = rec.pop("_end")
-            if parsed_end != rec_end:
+            if pos != rec_end:
                 rdiags.append(
                     Diagnostic(
                         Code.BAD_RECORD,
-                        parsed_end,
-                        f"{rec_end - parsed_end} bytes left over in the record{where}",
+                        pos,
+                        f"{rec_end - pos} bytes left over in the record{where}",
                     )
                 )
             if is_control:
-                rec["control"] = decode_control(buf, *spans, ctx, rdiags)
-            records.append(rec)
-        # a record skipped as bad keeps a RAW node: the hex view shows it with its diagnostics
-        kind = STRUCT if rec is not None else RAW
-        nodes.append(Node(str(len(nodes)), kind, start, rec_end - start, rec, None, source, rdiags))
-        diags.extend(rdiags)
+                rec["control"] = decode_control(
+                    buf, key_off, key_len, value_off, value_len, ctx, rdiags
+                )
+            append_record(rec)
+            # a record skipped as bad keeps a RAW node: the hex view shows it with its diagnostics
+            append_node(
+                Node(_name(len(nodes)), STRUCT, start, rec_end - start, rec, None, source, rdiags)
+            )
+        else:
+            append_node(
+                Node(_name(len(nodes)), RAW, start, rec_end - start, None, None, source, rdiags)
+            )
+        if rdiags:
+            diags.extend(rdiags)
         pos = rec_end
     return records, nodes
 
 
-def _record(buf, pos, end, base_offset, base_ts, log_append, ts_type, max_value) -> dict:
-    """One record's fields from buf[pos:end] (after its length varint).
+_NAMES = tuple(str(i) for i in range(4096))  # record node names, shared
 
-    Hot path: one-byte varints (the common case) are decoded inline.
-    """
-    attributes = buf[pos]
-    ts_delta, pos = read_varint(buf, pos + 1, end, 10)
-    b = buf[pos] if pos < end else 0x80
-    if b < 0x80:
-        offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
-    else:
-        offset_delta, pos = read_varint(buf, pos, end)
-    b = buf[pos] if pos < end else 0x80
-    if b < 0x80:
-        key_len, pos = (b >> 1) ^ -(b & 1), pos + 1
-    else:
-        key_len, pos = read_varint(buf, pos, end)
-    key_off = pos
-    if key_len > 0:
-        pos += key_len
-        if pos > end or key_len < -1:
-            raise RecordError(key_off, f"key length {key_len} does not fit in the record")
-    elif key_len < -1:
-        raise RecordError(key_off, f"key length {key_len} is invalid")
-    value_len, pos = read_varint(buf, pos, end)
-    value_off = pos
-    if value_len > 0:
-        pos += value_len
-        if pos > end:
-            raise RecordError(value_off, f"value length {value_len} does not fit in the record")
-    elif value_len < -1:
-        raise RecordError(value_off, f"value length {value_len} is invalid")
-    b = buf[pos] if pos < end else 0x80
-    if b < 0x80:
-        count, pos = (b >> 1) ^ -(b & 1), pos + 1
-    else:
-        count, pos = read_varint(buf, pos, end)
-    headers = []
-    if count:
-        if count < 0 or count > (end - pos) // 2:
-            raise RecordError(pos, f"header count {count} does not fit in the record")
-        for _ in range(count):
-            hk_len, pos = read_varint(buf, pos, end)
-            if hk_len < 0:
-                raise RecordError(pos, f"header key length {hk_len}")
-            hk = pos
-            pos = _skip(pos, hk_len, end, "header key")
-            hv_len, pos = read_varint(buf, pos, end)
-            hv = pos
-            pos = _skip(pos, hv_len, end, "header value")
-            headers.append(
-                {
-                    "key": render_bytes(buf[hk : hk + hk_len]),
-                    "value": None if hv_len < 0 else render_bytes(buf[hv : hv + hv_len], max_value),
-                }
-            )
-    ts = log_append if log_append is not None else base_ts + ts_delta
-    return {
-        "offset": base_offset + offset_delta,
-        "offset_delta": offset_delta,
-        "timestamp": iso_timestamp(ts),
-        "timestamp_ms": ts,
-        "timestamp_type": ts_type,
-        "attributes": attributes,
-        "key": None if key_len < 0 else render_bytes(buf[key_off : key_off + key_len], max_value),
-        "value": None
-        if value_len < 0
-        else render_bytes(buf[value_off : value_off + value_len], max_value),
-        "headers": headers,
-        "_spans": (key_off, key_len, value_off, value_len),
-        "_end": pos,
-    }
+
+def _name(i: int) -> str:
+    return _NAMES[i] if i < 4096 else str(i)
+
+
+def _headers(buf, pos: int, end: int, count: int, max_value, headers: list) -> int:
+    """The record headers (`count` of them) at pos, appended to `headers`; returns the end."""
+    if count < 0 or count > (end - pos) // 2:
+        raise RecordError(pos, f"header count {count} does not fit in the record")
+    for _ in range(count):
+        hk_len, pos = read_varint(buf, pos, end)
+        if hk_len < 0:
+            raise RecordError(pos, f"header key length {hk_len}")
+        hk = pos
+        pos = _skip(pos, hk_len, end, "header key")
+        hv_len, pos = read_varint(buf, pos, end)
+        hv = pos
+        pos = _skip(pos, hv_len, end, "header value")
+        headers.append(
+            {
+                "key": render_bytes(buf[hk : hk + hk_len]),
+                "value": None if hv_len < 0 else render_bytes(buf[hv : hv + hv_len], max_value),
+            }
+        )
+    return pos
 
 
 def _skip(pos: int, n: int, end: int, what: str) -> int:
