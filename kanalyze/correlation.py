@@ -188,7 +188,7 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
 class Correlator:
     """Pending requests of one connection; emits an `Exchange` per pair, orphan or timeout."""
 
-    __slots__ = ("conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending", "unanswered")
+    __slots__ = ("conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending", "unanswered", "arrivals")
 
     def __init__(
         self,
@@ -206,6 +206,7 @@ class Correlator:
         self.sasl_raw = False  # SaslHandshake v0 succeeded: raw SASL tokens may follow
         self.raw_pending: deque[Message] = deque()
         self.unanswered: deque[tuple[Message, int | None]] = deque()  # acks=0 Produce requests
+        self.arrivals: deque[tuple[int, Message]] = deque()  # pending requests in arrival order
 
     def expects(self, corr: int) -> bool:
         return corr in self.pending
@@ -242,6 +243,7 @@ class Correlator:
             diags.append(Diagnostic(Code.DUPLICATE_CORRELATION_ID, 4, f"correlation id {corr} is already awaiting a response"))
             queue.append((msg, acks))
         self.count += 1
+        self._track(corr, msg)  # type: ignore[arg-type]
         self.on_pending(msg)
         if self.count > self.max_pending:
             self._evict_oldest()
@@ -314,8 +316,20 @@ class Correlator:
             if before_ts is None and len(q) <= self.max_pending:
                 break
 
+    def _track(self, corr: int, msg: Message) -> None:
+        """Remember arrival order so the oldest pending request is found in O(1) amortized."""
+        arrivals = self.arrivals
+        arrivals.append((corr, msg))
+        while arrivals and arrivals[0][1].done:
+            arrivals.popleft()
+        if len(arrivals) > 2 * self.max_pending + 64:  # answered out of order behind an old one
+            self.arrivals = deque(a for a in arrivals if not a[1].done)
+
     def _evict_oldest(self) -> None:
-        oldest = min(self.pending, key=lambda c: self.pending[c][0][0].pdu.last_ts)
+        arrivals = self.arrivals
+        while arrivals and arrivals[0][1].done:
+            arrivals.popleft()
+        oldest = arrivals.popleft()[0]
         req, acks = self.pending[oldest].popleft()
         if not self.pending[oldest]:
             del self.pending[oldest]

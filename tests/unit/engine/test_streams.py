@@ -304,3 +304,16 @@ def test_final_ack_after_close_opens_nothing(tmp_path):
     st = s.engine.stats
     assert (st.connections, st.kafka_connections, st.empty_connections, st.stray_packets) == (1, 1, 0, 1)
     assert exs[0].conn.id == 1
+
+
+def test_pending_limit_evicts_oldest_first(tmp_path):
+    c = P.Conversation()
+    pkts = c.handshake() + [c.send(True, apiv_request(i)) for i in range(1, 8)]
+    pkts.append(c.send(False, apiv_response(7)))
+    exs, _ = run_pcap(tmp_path, pkts + c.close(), opts=EngineOptions(max_pending=3))
+    got = {e.correlation_id: e for e in exs}
+    # 1..4 were given up in arrival order as 5, 6 and 7 arrived; 7 was answered
+    assert [(e.correlation_id, e.status) for e in exs][:4] == [(i, "no_response") for i in (1, 2, 3, 4)]
+    assert all(any(d.code == "pending_limit" for d in got[i].request.diagnostics) for i in (1, 2, 3, 4))
+    assert got[7].status == "ok"
+    assert got[5].status == got[6].status == "no_response"
