@@ -92,7 +92,7 @@ def decode_batch_v2(
         "crc": crc,
         "crc_ok": None,
         "attributes": attributes,
-        "codec": CODEC_NAMES.get(codec, f"unknown({codec})"),
+        "codec": CODEC_NAMES.get(codec) or f"unknown({codec})",
         "timestamp_type": ts_type,
         "is_transactional": bool(attributes & 0x10),
         "is_control": is_control,
@@ -156,7 +156,8 @@ def decode_batch_v2(
                 _check_count(record_count, len(nodes), False, pos + 57, diags)
         batch["records"] = records
         node.children = nodes
-    batch["diagnostics"] = [d.to_json() for d in diags]
+    if diags:
+        batch["diagnostics"] = [d.to_json() for d in diags]
     return node, batch_end
 
 
@@ -250,8 +251,6 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
     nodes: list[Node] = []
     append_record = records.append
     append_node = nodes.append
-    last_ts = None
-    last_iso = None
     while pos < end:
         start = pos
         b = buf[pos]
@@ -346,9 +345,12 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
             if count:
                 pos = _headers(buf, pos, rec_end, count, max_value, headers)
             ts = log_append if log_append is not None else base_ts + ts_delta
-            if ts != last_ts:
-                last_ts = ts
-                last_iso = iso_timestamp(ts)
+            iso = _ISO.get(ts)
+            if iso is None:
+                iso = iso_timestamp(ts)
+                if len(_ISO) >= 65536:
+                    _ISO.clear()
+                _ISO[ts] = iso
             if key_len < 0:
                 key = None
             elif max_value is None:
@@ -370,7 +372,7 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
             rec = {
                 "offset": base_offset + offset_delta,
                 "offset_delta": offset_delta,
-                "timestamp": last_iso,
+                "timestamp": iso,
                 "timestamp_ms": ts,
                 "timestamp_type": ts_type,
                 "attributes": attributes,
@@ -412,6 +414,10 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
     return records, nodes
 
 
+_ISO: dict[
+    int, str | None
+] = {}  # record timestamp (ms) -> ISO text; a produced record is fetched too
+
 _NAMES = tuple(str(i) for i in range(4096))  # record node names, shared
 
 
@@ -424,20 +430,40 @@ def _headers(buf, pos: int, end: int, count: int, max_value, headers: list) -> i
     if count < 0 or count > (end - pos) // 2:
         raise RecordError(pos, f"header count {count} does not fit in the record")
     for _ in range(count):
-        hk_len, pos = read_varint(buf, pos, end)
+        b = buf[pos] if pos < end else 0x80
+        if b < 0x80:
+            hk_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            hk_len, pos = read_varint(buf, pos, end)
         if hk_len < 0:
             raise RecordError(pos, f"header key length {hk_len}")
         hk = pos
-        pos = _skip(pos, hk_len, end, "header key")
-        hv_len, pos = read_varint(buf, pos, end)
+        pos += hk_len
+        if pos > end:
+            raise RecordError(hk, f"header key length {hk_len} does not fit in the record")
+        b = buf[pos] if pos < end else 0x80
+        if b < 0x80:
+            hv_len = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            hv_len, pos = read_varint(buf, pos, end)
         hv = pos
         pos = _skip(pos, hv_len, end, "header value")
-        headers.append(
-            {
-                "key": render_bytes(buf[hk : hk + hk_len]),
-                "value": None if hv_len < 0 else render_bytes(buf[hv : hv + hv_len], max_value),
-            }
-        )
+        try:
+            key = str(buf[hk : hk + hk_len], "utf-8")
+        except UnicodeDecodeError:
+            key = render_bytes(buf[hk : hk + hk_len])
+        if hv_len < 0:
+            value = None
+        elif max_value is None:
+            try:
+                value = str(buf[hv : hv + hv_len], "utf-8")
+            except UnicodeDecodeError:
+                value = render_bytes(buf[hv : hv + hv_len])
+        else:
+            value = render_bytes(buf[hv : hv + hv_len], max_value)
+        headers.append({"key": key, "value": value})
     return pos
 
 
