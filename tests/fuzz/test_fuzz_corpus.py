@@ -20,7 +20,7 @@ from dissectors.records import decode_records
 from fuzz import targets as T
 from kanalyze.capture import CaptureError, CaptureStats, read_capture
 from kanalyze.engine import Engine, EngineOptions
-from tests.fuzz.conftest import CORPUS, REGRESSIONS, bounded
+from tests.fuzz.fuzzhelp import CORPUS, REGRESSIONS, bounded
 from tests.support import packets as P
 
 # regression file (harness/name) -> why it still fails (see fuzz/targets.py KNOWN_BUGS)

@@ -33,7 +33,7 @@ from dissectors.jsonify import node_to_json
 from dissectors.node import ARRAY, PRIM, RECORDS
 from dissectors.records import decode_records
 from fuzz import targets as T
-from tests.fuzz.conftest import CORPUS, bounded
+from tests.fuzz.fuzzhelp import CORPUS, bounded
 from tests.support import packets as P
 
 SETTINGS = settings(
