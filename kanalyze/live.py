@@ -277,7 +277,7 @@ class LiveOptions:
     idle_timeout_s: float = 600.0  # connections silent this long are closed and freed
     acks0_grace_s: float = 5.0  # acks=0 Produce requests unanswered this long are settled
     tick_s: float = 1.0  # housekeeping period
-    drain_s: float = 10.0  # at most this long reading what the kernel captured before the stop
+    drain_s: float = 3.0  # at most this long reading what the kernel captured before the stop
     duration_s: float | None = None
     max_packets: int | None = None
 
@@ -309,6 +309,7 @@ class LiveSession:
         self._tickers: list[Callable[[LiveSession], None]] = []
         self._stop = threading.Event()
         self._stop_ns = 0
+        self._hurry = False
         # refreshed every tick, safe to read from other threads (metrics endpoint, TUI)
         self.pending = 0
         self.open_connections = 0
@@ -328,6 +329,8 @@ class LiveSession:
         if not self._stop.is_set():
             self.stats.stop_reason = reason
             self._stop_ns = time.time_ns()
+        else:
+            self._hurry = True  # asked twice: stop reading the kernel's backlog
         self._stop.set()
 
     @property
@@ -410,7 +413,7 @@ class LiveSession:
                 # still arriving adds: the kernel timestamps tell them apart); bounded in time
                 stop_ns = self._stop_ns or time.time_ns()
                 drain_until = time.monotonic() + o.drain_s
-                while time.monotonic() < drain_until:
+                while time.monotonic() < drain_until and not self._hurry:
                     got = src.read(0)
                     if got is None or got[0] > stop_ns:
                         break

@@ -247,7 +247,7 @@ def write_summary(session, out: NdjsonOutput, args: argparse.Namespace) -> None:
     if out.files:
         lines.append(f"  output: {', '.join(out.files)} ({out.lines} lines)")
     elif out.broken:
-        lines.append(f"  output: stdout closed by the reader after {out.lines} lines")
+        lines.append("  output: stdout closed by the reader")
     if args.write_pcap:
         lines.append(f"  pcap: {args.write_pcap}")
     sys.stderr.write("\n".join(lines) + "\n")
