@@ -325,14 +325,9 @@ TARGETS = {
 # Open bugs found by fuzzing (key -> file, function, what happens); their regression tests are
 # strict xfails in tests/fuzz/test_fuzz_corpus.py. Fixed so far (regressions now pass):
 # framing resync loop on an oversized plausible request, quadratic framing search,
-# zlib.error escaping read_capture on a corrupt gzip stream (commit 37e7d40).
+# zlib.error escaping read_capture on a corrupt gzip stream (commit 37e7d40), O(max_pending)
+# eviction of pending requests (a2a68bb).
 KNOWN_BUGS = {
-    "pending-eviction-linear-scan": (
-        "kanalyze/correlation.py Correlator._evict_oldest finds the oldest pending request with "
-        "min() over every pending correlation id: once a connection has more than max_pending "
-        "(10,000) unanswered requests, each further request costs O(max_pending) -- 20,000 "
-        "unanswered 14-byte requests take ~27 s, 1M (a one-direction capture) ~45 min"
-    ),
     "records-unbounded-count": (
         "dissectors/record_batch.py _records materializes every record in a (decompressed) batch: "
         "no cap on records per batch (Limits.max_array_count is not applied, the declared "
