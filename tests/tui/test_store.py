@@ -93,3 +93,18 @@ def test_append_from_threads():
         t.join()
     assert len(st) == len(st.summaries) == 4 * len(exs)
     assert sum(c.exchanges for c in st.conns.values()) == 4 * len(exs)
+
+
+def test_secret_bytes_masked_for_the_hex_view():
+    from dissectors.secrets import is_secret
+    from kanalyze.tui.widgets.decode_tree import _mask_secrets
+
+    st = ExchangeStore()
+    st.add(Session([str(CAPTURES / "sasl_scram_rejected.pcap")]).exchanges())
+    ex = [e for e in st.exchanges if e.api == "SaslAuthenticate"][-1]
+    node, _ctx = st.encoder.body(ex, ex.request, True)
+    proof = next(n for n in node.walk() if is_secret(n.value))
+    data = ex.request.pdu.data
+    masked = _mask_secrets(data, node)
+    assert masked[proof.offset:proof.offset + proof.length] == b"*" * proof.length
+    assert masked[:proof.offset] == data[:proof.offset] and len(masked) == len(data)
