@@ -340,7 +340,8 @@ def run_pipeline(
         _write(ex, f"{out}/exchanges", "dt")
         res.seconds["exchanges"] = time.perf_counter() - t
         t = time.perf_counter()
-        exchanges = spark.read.parquet(f"{out}/exchanges")
+        # read back with the declared schema: an empty run still has a readable, typed table
+        exchanges = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
         topics = (
             decoded.where(F.col("kind") == "topic")
             .select(F.from_json("extra", "ARRAY<STRING>").alias("t"))
@@ -349,6 +350,7 @@ def run_pipeline(
         )
         parts = partitions_table(exchanges, topics)
         _write(parts, f"{out}/partitions", "dt")
+        parts_schema = parts.schema
         conns = (
             decoded.where(F.col("kind") == "connection")
             .select(F.from_json("extra", CONNECTION_DDL).alias("c"))
@@ -358,13 +360,17 @@ def run_pipeline(
         _write(files_table(spark, decoded, plan), f"{out}/files")
         res.seconds["tables"] = time.perf_counter() - t
         t = time.perf_counter()
-        parts = spark.read.parquet(f"{out}/partitions")
+        parts = spark.read.schema(parts_schema).parquet(f"{out}/partitions")
         for name, df in aggregates(exchanges, parts).items():
             _write(df.coalesce(1), f"{out}/aggregates/{name}")
         res.seconds["aggregates"] = time.perf_counter() - t
-        for name in TABLES:
-            res.counts[name] = spark.read.parquet(f"{out}/{name}").count()
+        res.counts["exchanges"] = exchanges.count()
+        res.counts["partitions"] = parts.count()
+        res.counts["connections"] = (
+            spark.read.schema(CONNECTION_DDL).parquet(f"{out}/connections").count()
+        )
         files = spark.read.parquet(f"{out}/files")
+        res.counts["files"] = files.count()
         res.problems.extend(
             f"{r['path']}: {r['error']}" for r in files.where(F.col("error") != "").collect() if r["path"]
             and not any(r["path"] in p for p in res.problems)

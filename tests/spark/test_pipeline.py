@@ -30,6 +30,7 @@ SPLIT = 4096  # bytes: the 46 KB capture becomes ~12 verified ranges
 def run(spark, tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("pipeline")
     pieces = rotate(LONG_CAPTURE, base / "rotated", 40)
+    (base / "rotated" / "notes.txt").write_text("not a capture\n")  # reported, not fatal
     whole_pcap = base / "ranges_pcap" / "whole.pcap"
     whole_pcap.parent.mkdir()
     shutil.copy(LONG_CAPTURE, whole_pcap)
@@ -89,6 +90,9 @@ def test_files_table_counts_every_packet(spark, run):
         assert row["packets"] == sum(1 for _ in read_capture(str(p))), p
         assert row["error"] == ""
     assert files[str(run["pcapng"])]["split_verified"] and files[str(run["pcap"])]["split_verified"]
+    notes = str(run["pieces"][0].parent / "notes.txt")
+    assert "not a pcap or pcapng file" in files[notes]["error"]
+    assert any(p.startswith(notes) for p in run["res"].problems)
 
 
 def test_partitions_high_watermarks_match_offline(spark, run):
