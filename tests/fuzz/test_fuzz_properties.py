@@ -37,7 +37,7 @@ from tests.fuzz.fuzzhelp import CORPUS, bounded
 from tests.support import packets as P
 
 SETTINGS = settings(
-    max_examples=80,
+    max_examples=60,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -215,7 +215,7 @@ def _accounting(data: bytes) -> None:
         bounded(T.run_stream, data, 10.0)  # run_stream asserts the accounting on close
 
 
-@settings(SETTINGS, max_examples=150)
+@settings(SETTINGS, max_examples=100)
 @given(st.binary(max_size=600))
 def test_byte_accounting_random_inputs(data):
     _accounting(data)
@@ -268,7 +268,7 @@ def conversations(draw):
     return T.encode_stream(sel, segs)
 
 
-@settings(SETTINGS, max_examples=120)
+@settings(SETTINGS, max_examples=80)
 @given(conversations())
 def test_byte_accounting_mutated_conversations(data):
     _accounting(data)
