@@ -11,8 +11,6 @@ import pytest
 from kanalyze.capture import read_capture
 from kanalyze.export.ndjson import ExchangeEncoder
 from kanalyze.session import Session
-from kanalyze.spark import rows as R
-from kanalyze.spark.pipeline import AGGREGATES, TABLES, run_pipeline
 from tests.spark.support import (
     LONG_CAPTURE,
     frame_offsets,
@@ -21,6 +19,10 @@ from tests.spark.support import (
     spark_keys,
     to_pcapng,
 )
+
+pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
+from kanalyze.spark import rows as R  # noqa: E402 - needs pyarrow
+from kanalyze.spark.pipeline import AGGREGATES, TABLES, run_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.spark
 SPLIT = 4096  # bytes: the 46 KB capture becomes ~12 verified ranges
