@@ -233,7 +233,8 @@ def test_header_only_with_metrics(fake_capture, tmp_path: Path, capsys, monkeypa
     assert total == len(export_lines(src))
 
 
-def test_broken_pipe_stops_cleanly(fake_capture, tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
+def test_broken_pipe_stops_cleanly(capsys, fake_capture, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    # capsys first: torn down last, after monkeypatch put its own stdout back
     fake_capture(CAPTURES / "aio_group.pcap")
 
     class Closed(io.StringIO):
