@@ -251,21 +251,28 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
     nodes: list[Node] = []
     append_record = records.append
     append_node = nodes.append
+    # index and slice the bytes object itself when the view covers all of it (the frame, a
+    # decompressed buffer): about twice as fast as going through the memoryview
+    obj = getattr(buf, "obj", None)
+    if type(obj) is bytes and buf.format == "B" and buf.nbytes == len(obj):
+        data, text = obj, bytes.decode
+    else:
+        data, text = buf, _utf8
     while pos < end:
         start = pos
-        b = buf[pos]
+        b = data[pos]
         if b < 0x80:
             length = (b >> 1) ^ -(b & 1)
             pos += 1
         else:
-            b2 = buf[pos + 1] if pos + 1 < end else 0x80
+            b2 = data[pos + 1] if pos + 1 < end else 0x80
             if b2 < 0x80:
                 u = (b & 0x7F) | (b2 << 7)
                 length = (u >> 1) ^ -(u & 1)
                 pos += 2
             else:
                 try:
-                    length, pos = read_varint(buf, pos, end)
+                    length, pos = read_varint(data, pos, end)
                 except VarintError as exc:
                     if not cut:
                         diags.append(
@@ -287,26 +294,26 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
         rec: dict | None
         try:
             # -- one record: attributes, timestamp delta, offset delta, key, value, headers
-            attributes = buf[pos]
+            attributes = data[pos]
             pos += 1
-            b = buf[pos] if pos < rec_end else 0x80
+            b = data[pos] if pos < rec_end else 0x80
             if b < 0x80:
                 ts_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                ts_delta, pos = read_varint(buf, pos, rec_end, 10)
-            b = buf[pos] if pos < rec_end else 0x80
+                ts_delta, pos = read_varint(data, pos, rec_end, 10)
+            b = data[pos] if pos < rec_end else 0x80
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                offset_delta, pos = read_varint(buf, pos, rec_end)
-            b = buf[pos] if pos < rec_end else 0x80
+                offset_delta, pos = read_varint(data, pos, rec_end)
+            b = data[pos] if pos < rec_end else 0x80
             if b < 0x80:
                 key_len = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                key_len, pos = read_varint(buf, pos, rec_end)
+                key_len, pos = read_varint(data, pos, rec_end)
             key_off = pos
             if key_len > 0:
                 pos += key_len
@@ -314,18 +321,18 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
                     raise RecordError(key_off, f"key length {key_len} does not fit in the record")
             elif key_len < -1:
                 raise RecordError(key_off, f"key length {key_len} is invalid")
-            b = buf[pos] if pos < rec_end else 0x80
+            b = data[pos] if pos < rec_end else 0x80
             if b < 0x80:
                 value_len = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                b2 = buf[pos + 1] if pos + 1 < rec_end else 0x80
+                b2 = data[pos + 1] if pos + 1 < rec_end else 0x80
                 if b2 < 0x80:
                     u = (b & 0x7F) | (b2 << 7)
                     value_len = (u >> 1) ^ -(u & 1)
                     pos += 2
                 else:
-                    value_len, pos = read_varint(buf, pos, rec_end)
+                    value_len, pos = read_varint(data, pos, rec_end)
             value_off = pos
             if value_len > 0:
                 pos += value_len
@@ -335,15 +342,15 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
                     )
             elif value_len < -1:
                 raise RecordError(value_off, f"value length {value_len} is invalid")
-            b = buf[pos] if pos < rec_end else 0x80
+            b = data[pos] if pos < rec_end else 0x80
             if b < 0x80:
                 count = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                count, pos = read_varint(buf, pos, rec_end)
+                count, pos = read_varint(data, pos, rec_end)
             headers = []
             if count:
-                pos = _headers(buf, pos, rec_end, count, max_value, headers)
+                pos = _headers(data, text, pos, rec_end, count, max_value, headers)
             ts = log_append if log_append is not None else base_ts + ts_delta
             iso = _ISO.get(ts)
             if iso is None:
@@ -355,20 +362,20 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
                 key = None
             elif max_value is None:
                 try:
-                    key = str(buf[key_off : key_off + key_len], "utf-8")
+                    key = text(data[key_off : key_off + key_len])
                 except UnicodeDecodeError:
-                    key = render_bytes(buf[key_off : key_off + key_len])
+                    key = render_bytes(data[key_off : key_off + key_len])
             else:
-                key = render_bytes(buf[key_off : key_off + key_len], max_value)
+                key = render_bytes(data[key_off : key_off + key_len], max_value)
             if value_len < 0:
                 value = None
             elif max_value is None:
                 try:
-                    value = str(buf[value_off : value_off + value_len], "utf-8")
+                    value = text(data[value_off : value_off + value_len])
                 except UnicodeDecodeError:
-                    value = render_bytes(buf[value_off : value_off + value_len])
+                    value = render_bytes(data[value_off : value_off + value_len])
             else:
-                value = render_bytes(buf[value_off : value_off + value_len], max_value)
+                value = render_bytes(data[value_off : value_off + value_len], max_value)
             rec = {
                 "offset": base_offset + offset_delta,
                 "offset_delta": offset_delta,
@@ -414,9 +421,8 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
     return records, nodes
 
 
-_ISO: dict[
-    int, str | None
-] = {}  # record timestamp (ms) -> ISO text; a produced record is fetched too
+# record timestamp (ms) -> ISO text, bounded; a produced record is usually fetched too
+_ISO: dict[int, str | None] = {}
 
 _NAMES = tuple(str(i) for i in range(4096))  # record node names, shared
 
@@ -425,7 +431,11 @@ def _name(i: int) -> str:
     return _NAMES[i] if i < 4096 else str(i)
 
 
-def _headers(buf, pos: int, end: int, count: int, max_value, headers: list) -> int:
+def _utf8(view: memoryview) -> str:
+    return str(view, "utf-8")
+
+
+def _headers(buf, text, pos: int, end: int, count: int, max_value, headers: list) -> int:
     """The record headers (`count` of them) at pos, appended to `headers`; returns the end."""
     if count < 0 or count > (end - pos) // 2:
         raise RecordError(pos, f"header count {count} does not fit in the record")
@@ -451,14 +461,14 @@ def _headers(buf, pos: int, end: int, count: int, max_value, headers: list) -> i
         hv = pos
         pos = _skip(pos, hv_len, end, "header value")
         try:
-            key = str(buf[hk : hk + hk_len], "utf-8")
+            key = text(buf[hk : hk + hk_len])
         except UnicodeDecodeError:
             key = render_bytes(buf[hk : hk + hk_len])
         if hv_len < 0:
             value = None
         elif max_value is None:
             try:
-                value = str(buf[hv : hv + hv_len], "utf-8")
+                value = text(buf[hv : hv + hv_len])
             except UnicodeDecodeError:
                 value = render_bytes(buf[hv : hv + hv_len])
         else:
