@@ -74,7 +74,11 @@ def test_groups(snap_compare):
 def test_help(snap_compare):
     async def run_before(pilot):
         await wait_indexed(pilot)
+        tree = pilot.app.screen.query_one(DecodeTree)
+        await wait_for(pilot, lambda: tree.exchange is not None, what="detail")
+        await pilot.pause(0.3)
         await pilot.press("question_mark")
-        await pilot.pause(0.2)
+        await pilot.pause(0.5)
+        await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(app_for("lib_codecs.pcap"), terminal_size=SIZE, run_before=run_before)
