@@ -24,6 +24,10 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[k]
 
 
+# decoded nodes carry Apache Kafka's field names (ErrorCode, ...); snake_case forms for safety
+ERROR_FIELD_SUFFIXES = ("ErrorCode", "error_code")
+
+
 def error_codes(node: Node) -> list[int]:
     """Every non-zero error code anywhere in a decoded body."""
     return [
@@ -32,7 +36,7 @@ def error_codes(node: Node) -> list[int]:
         if n.kind == PRIM
         and isinstance(n.value, int)
         and n.value
-        and (n.name == "error_code" or n.name.endswith("_error_code"))
+        and n.name.endswith(ERROR_FIELD_SUFFIXES)
     ]
 
 

@@ -115,3 +115,12 @@ def test_every_prefix_of_a_capture_is_handled(tmp_path):
         if n == len(data):
             full = len(exs)
     assert full and full > 20
+
+
+def test_summary_names_error_codes():
+    """tansu rejects magic 0/1 produce batches: the summary must count and name those errors."""
+    r = kanalyze("summary", "--json", str(ROOT / "captures" / "lib_legacy.pcap"))
+    doc = json.loads(r.stdout)
+    produce_errors = [e for e in doc["errors"] if e["api"] == "Produce"]
+    assert produce_errors and all(e["code"] != 0 and e["name"] and e["name"] != "NONE" for e in produce_errors)
+    assert sum(e["count"] for e in produce_errors) >= 1
