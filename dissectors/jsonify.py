@@ -165,7 +165,7 @@ def _json(node: Node, ctx: DecodeContext, walk: JsonWalk | None) -> object:
                         tags[m.group(1)] = _prim(child.value, ctx)  # type: ignore[index]
                         continue
                 value = _json(child, ctx, walk)
-            key, is_error = _key(child.name)
+            key, is_error = _KEYS.get(child.name) or _key(child.name)
             out[key] = value
             if is_error and isinstance(value, int):
                 out[f"{key}_name"] = error_name(value)
