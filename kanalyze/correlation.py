@@ -339,7 +339,10 @@ class Correlator:
         self.emit(self._exchange(req, None, NO_RESPONSE, acks))
 
     def expire(self, older_than_ns: int) -> None:
-        """Give up on requests that began before `older_than_ns` (live mode / long captures)."""
+        """Give up on requests that began before `older_than_ns` (live mode / long captures);
+        acks=0 Produce requests that old are settled as `ok` (no response is due)."""
+        if self.unanswered:
+            self._settle_unanswered(older_than_ns)
         for corr in list(self.pending):
             q = self.pending[corr]
             while q and q[0][0].pdu.last_ts < older_than_ns:

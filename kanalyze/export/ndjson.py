@@ -179,6 +179,8 @@ class ExchangeEncoder:
         conn = self._conn_json.get(ex.conn.id)
         if conn is None:
             c = ex.conn
+            if len(self._conn_json) >= 10_000:  # bounded: live runs see endless connections
+                self._conn_json.clear()
             conn = self._conn_json[c.id] = dumps({"id": c.id, "client": c.client, "broker": c.broker})
         lat = ex.latency_ns
         acks = "" if ex.acks is None else f',"acks":{ex.acks}'

@@ -317,3 +317,21 @@ def test_pending_limit_evicts_oldest_first(tmp_path):
     assert all(any(d.code == "pending_limit" for d in got[i].request.diagnostics) for i in (1, 2, 3, 4))
     assert got[7].status == "ok"
     assert got[5].status == got[6].status == "no_response"
+
+
+def test_expire_settles_acks_zero_produce(tmp_path):
+    from kanalyze.capture import read_captures
+    from kanalyze.engine import Engine
+
+    c = P.Conversation()
+    body = b"\xff\xff" + struct.pack("!hi", 0, 1000) + b"\x00\x00\x00\x00"
+    pkts = c.handshake() + [c.send(True, P.request_frame(0, 3, i, "p", body)) for i in (1, 2)]
+    f = tmp_path / "a0.pcap"
+    f.write_bytes(P.pcap([(100.0 + i, p) for i, p in enumerate(pkts)], 101))
+    out = []
+    eng = Engine(out.append)
+    for pkt in read_captures([str(f)]):
+        eng.feed(pkt)
+    assert out == []  # held: a later response could still prove the broker answered
+    eng.expire(10**9 * 1000)
+    assert [(e.correlation_id, e.status, e.acks) for e in out] == [(1, "ok", 0), (2, "ok", 0)]
