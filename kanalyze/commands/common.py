@@ -27,8 +27,8 @@ def port(text: str) -> int:
     return value
 
 
-def add_input_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time")
+def add_input_arguments(p: argparse.ArgumentParser, files_required: bool = True) -> None:
+    p.add_argument("files", nargs="+" if files_required else "*", metavar="FILE", help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time")
     p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="treat TCP port P as a Kafka broker port (repeatable); Kafka is detected on any port anyway")
     p.add_argument("--max-frame", type=positive_int, default=256 * 1024 * 1024, metavar="BYTES", help="largest plausible Kafka frame (default 256 MiB)")
 
