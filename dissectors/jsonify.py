@@ -15,7 +15,7 @@ import re
 
 from dissectors.context import DecodeContext
 from dissectors.errors import error_name
-from dissectors.node import ARRAY, PRIM, RAW, RECORDS, STRUCT, Node
+from dissectors.node import ARRAY, PRIM, RAW, RECORDS, STRUCT, LazyNode, Node
 from dissectors.secrets import is_secret, redacted
 
 _SNAKE_CACHE: dict[str, str] = {}
@@ -103,10 +103,22 @@ def _subtree_diags(node: Node, walk: JsonWalk) -> None:
     """Diagnostics of node and its descendants, in `Node.walk` order."""
     if node.diagnostics:
         _diags(node, walk)
+    if type(node) is LazyNode:
+        pending = node.pending
+        child_diagnostics = getattr(pending, "child_diagnostics", None)
+        if child_diagnostics is not None:  # children not built yet: no need to
+            out = walk.diagnostics
+            for source, diags in child_diagnostics():
+                for d in diags:
+                    item = d.to_json()
+                    if source:
+                        item["source"] = source
+                    out.append(item)
+            return
     kids = node.children
     if kids:
         for c in kids:
-            if c.children:
+            if type(c) is LazyNode or c.children:
                 _subtree_diags(c, walk)
             elif c.diagnostics:
                 _diags(c, walk)

@@ -46,3 +46,53 @@ class Node:
             yield n
             if n.children:
                 stack.extend(reversed(n.children))
+
+
+_CHILDREN = Node.__dict__["children"]  # the slot behind Node.children
+
+
+class LazyNode(Node):
+    """A Node whose children are built on first access to `children`.
+
+    The record nodes of a batch are built this way: the NDJSON export never looks at them
+    (the records are in the batch's value), the TUI and every other reader of `children`
+    gets the same list it always got. `pending` is the zero-argument builder until then
+    (None after); a builder may offer `child_diagnostics()`, the (source, diagnostics) of
+    each child in order, so the diagnostics can be gathered without building the nodes.
+    Copies and pickles are plain Nodes.
+    """
+
+    __slots__ = ("pending",)
+
+    @property  # type: ignore[override]
+    def children(self) -> list[Node] | None:
+        build = self.pending
+        if build is not None:
+            self.pending = None
+            _CHILDREN.__set__(self, build())
+        return _CHILDREN.__get__(self, Node)
+
+    @children.setter
+    def children(self, value: list[Node] | None) -> None:
+        self.pending = None
+        _CHILDREN.__set__(self, value)
+
+    def __repr__(self) -> str:
+        return "Node" + Node.__repr__(self)[len("LazyNode") :]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return _fields(self) == _fields(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (
+            Node,
+            _fields(self),
+        )
+
+
+def _fields(n: Node) -> tuple:
+    return (n.name, n.kind, n.offset, n.length, n.value, n.children, n.source, n.diagnostics)

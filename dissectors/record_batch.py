@@ -29,7 +29,7 @@ from dissectors.compression import CODEC_NAMES, decompress, output_cap
 from dissectors.context import DecodeContext
 from dissectors.control_records import decode_control
 from dissectors.diagnostics import Code, Diagnostic
-from dissectors.node import RAW, STRUCT, Node
+from dissectors.node import RAW, STRUCT, LazyNode, Node
 from dissectors.record_values import (
     VarintError,
     iso_timestamp,
@@ -108,7 +108,7 @@ def decode_batch_v2(
         "records": [],
         "diagnostics": [],
     }
-    node = Node("batch", STRUCT, pos, 0, batch, [], source, diags)
+    node = LazyNode("batch", STRUCT, pos, 0, batch, [], source, diags)
     if batch_length < MIN_BATCH_LENGTH:
         diags.append(
             Diagnostic(
@@ -155,7 +155,10 @@ def decode_batch_v2(
             ):
                 _check_count(record_count, len(nodes), False, pos + 57, diags)
         batch["records"] = records
-        node.children = nodes
+        if isinstance(nodes, _RecordNodes) and len(nodes):
+            node.pending = nodes  # the record nodes are built when someone asks for them
+        else:
+            node.children = []
     if diags:
         batch["diagnostics"] = [d.to_json() for d in diags]
     return node, batch_end
@@ -248,9 +251,11 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
     base_offset, base_ts, log_append, ts_type, is_control, ctx = args
     max_value = ctx.limits.max_value_bytes
     records: list[dict] = []
-    nodes: list[Node] = []
+    spans: list[int] = []  # start, end of each record
+    extra: dict[int, tuple[dict | None, list[Diagnostic]]] = {}  # bad / diagnosed records
     append_record = records.append
-    append_node = nodes.append
+    append_span = spans.append
+    idx = 0
     # index and slice the bytes object itself when the view covers all of it (the frame, a
     # decompressed buffer): about twice as fast as going through the memoryview
     obj = getattr(buf, "obj", None)
@@ -290,7 +295,7 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
                     )
                 )
             break
-        rdiags: list[Diagnostic] = []
+        rdiags: list[Diagnostic] | None = None
         rec: dict | None
         try:
             # -- one record: attributes, timestamp delta, offset delta, key, value, headers
@@ -388,37 +393,74 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
                 "headers": headers,
             }
         except VarintError as exc:
-            rdiags.append(Diagnostic(Code.BAD_VARINT, exc.offset, f"record{where}: {exc}"))
+            rdiags = [Diagnostic(Code.BAD_VARINT, exc.offset, f"record{where}: {exc}")]
             rec = None
         except RecordError as exc:
-            rdiags.append(Diagnostic(exc.code, exc.offset, f"record{where}: {exc}"))
+            rdiags = [Diagnostic(exc.code, exc.offset, f"record{where}: {exc}")]
             rec = None
         if rec is not None:
             if pos != rec_end:
-                rdiags.append(
+                rdiags = [
                     Diagnostic(
                         Code.BAD_RECORD,
                         pos,
                         f"{rec_end - pos} bytes left over in the record{where}",
                     )
-                )
+                ]
             if is_control:
+                if rdiags is None:
+                    rdiags = []
                 rec["control"] = decode_control(
                     buf, key_off, key_len, value_off, value_len, ctx, rdiags
                 )
             append_record(rec)
-            # a record skipped as bad keeps a RAW node: the hex view shows it with its diagnostics
-            append_node(
-                Node(_name(len(nodes)), STRUCT, start, rec_end - start, rec, None, source, rdiags)
-            )
-        else:
-            append_node(
-                Node(_name(len(nodes)), RAW, start, rec_end - start, None, None, source, rdiags)
-            )
-        if rdiags:
+        # a record skipped as bad keeps a RAW node: the hex view shows it with its diagnostics
+        append_span(start)
+        append_span(rec_end)
+        if rdiags is not None:
+            extra[idx] = (rec, rdiags)
             diags.extend(rdiags)
+        idx += 1
         pos = rec_end
-    return records, nodes
+    return records, _RecordNodes(spans, records[:], extra, source)
+
+
+class _RecordNodes:
+    """The record nodes of one batch, built on demand (see `LazyNode`): one STRUCT node per
+    record (RAW for a record skipped as bad), named by index, located in `source`."""
+
+    __slots__ = ("spans", "records", "extra", "source")
+
+    def __init__(self, spans: list[int], records: list[dict], extra: dict, source: int) -> None:
+        self.spans = spans
+        self.records = records
+        self.extra = extra
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.spans) >> 1
+
+    def __call__(self) -> list[Node]:
+        spans, extra, source = self.spans, self.extra, self.source
+        good = iter(self.records)
+        out: list[Node] = []
+        for i in range(len(spans) >> 1):
+            start = spans[2 * i]
+            length = spans[2 * i + 1] - start
+            e = extra.get(i)
+            if e is None:
+                out.append(Node(_name(i), STRUCT, start, length, next(good), None, source, []))
+            else:
+                rec, rdiags = e
+                if rec is not None:
+                    next(good)
+                kind = STRUCT if rec is not None else RAW
+                out.append(Node(_name(i), kind, start, length, rec, None, source, rdiags))
+        return out
+
+    def child_diagnostics(self) -> list[tuple[int, list[Diagnostic]]]:
+        """(source, diagnostics) of the records that have some, in order, without building."""
+        return [(self.source, rdiags) for _, rdiags in self.extra.values() if rdiags]
 
 
 # record timestamp (ms) -> ISO text, bounded; a produced record is usually fetched too
