@@ -83,7 +83,7 @@ def decode_batch_v2(
     ) = HEADER.unpack_from(buf, pos)
     codec = attributes & 0x07
     ts_type = "log_append" if attributes & 0x08 else "create"
-    is_control = bool(attributes & 0x20)
+    is_control = (attributes & 0x20) != 0
     batch: dict[str, object] = {
         "base_offset": base_offset,
         "batch_length": batch_length,
@@ -94,9 +94,9 @@ def decode_batch_v2(
         "attributes": attributes,
         "codec": CODEC_NAMES.get(codec) or f"unknown({codec})",
         "timestamp_type": ts_type,
-        "is_transactional": bool(attributes & 0x10),
+        "is_transactional": (attributes & 0x10) != 0,
         "is_control": is_control,
-        "has_delete_horizon": bool(attributes & 0x40),
+        "has_delete_horizon": (attributes & 0x40) != 0,
         "last_offset_delta": last_offset_delta,
         "base_timestamp": base_ts,
         "max_timestamp": max_ts,

@@ -34,6 +34,7 @@ from dissectors.node import RECORDS, STRUCT, Node
 from dissectors.record_batch import decode_batch_v2
 
 MAGIC_OFFSET = 16
+_NAMES = tuple(str(i) for i in range(256))  # batch node names, shared
 
 
 def decode_records(
@@ -67,7 +68,8 @@ def decode_records(
                 child, pos = decode_message_set_entry(view, pos, end, source, ctx)
             else:
                 child, pos = _bad_magic(view, pos, end, magic, source)
-            child.name = str(len(batches))
+            n = len(batches)
+            child.name = _NAMES[n] if n < 256 else str(n)
             batches.append(child)
         node.value = {"batches": [b.value for b in batches]}
     except Exception as exc:  # the one exception boundary of the records decoder
