@@ -7,6 +7,7 @@ learned from earlier Metadata responses.
 
 from __future__ import annotations
 
+import gc
 import json
 from dataclasses import fields, replace
 
@@ -169,7 +170,16 @@ class ExchangeEncoder:
             if orjson is None:
                 return dumps(self.encode(ex))
             walk = JsonWalk()
-            d = self._encode(ex, walk)
+            # decoding builds thousands of acyclic containers per big exchange: the cyclic
+            # collector would only traverse them again and again, so it pauses meanwhile
+            paused = gc.isenabled()
+            if paused:
+                gc.disable()
+            try:
+                d = self._encode(ex, walk)
+            finally:
+                if paused:
+                    gc.enable()
             if walk.odd_float or not _plain_float(d["latency_ms"]):  # type: ignore[arg-type]
                 return dumps(d)
             for m in (d["request"], d["response"]):
