@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dissectors.node import PRIM, Node
@@ -47,9 +48,16 @@ class Summary:
     status: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)  # (api, code) -> count
     exchanges: int = 0
+    diagnostics: Counter = field(default_factory=Counter)  # diagnostic code -> count (limits hit, damage)
 
-    def add(self, ex: Exchange, codes: list[int]) -> None:
+    def add(self, ex: Exchange, codes: list[int], diagnostics: Iterable[str] = ()) -> None:
         self.exchanges += 1
+        for m in (ex.request, ex.response):
+            if m is not None:
+                for d in m.diagnostics:
+                    self.diagnostics[str(d.code)] += 1
+        for code in diagnostics:
+            self.diagnostics[code] += 1
         key = (ex.api_key, ex.api, ex.api_version)
         self.counts[key] += 1
         self.status[ex.status] += 1
@@ -109,6 +117,8 @@ class Summary:
                 "malformed": engine.flows.malformed,
                 "unsupported_linktypes": {str(k): v for k, v in engine.flows.unsupported_linktypes.items()},
             },
+            "diagnostics": dict(sorted(self.diagnostics.items())),
+            "stream_events_dropped": engine.events_dropped,
             "stream_events": [
                 {"connection": c, "side": side, "code": code, "stream_offset": off, "frame": pk, "message": msg}
                 for c, side, code, off, pk, msg in engine.events

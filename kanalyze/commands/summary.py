@@ -26,11 +26,13 @@ def build(session: Session) -> dict[str, object]:
     summary = Summary()
     for ex in session.exchanges():
         codes: list[int] = []
+        diags: list[str] = []
         if ex.response is not None and ex.api_key is not None and ex.api_key >= 0:
             node, _ = enc.body(ex, ex.response, False)
             if node is not None:
                 codes = error_codes(node)
-        summary.add(ex, codes)
+                diags = [str(d.code) for n in node.walk() for d in n.diagnostics]
+        summary.add(ex, codes, diags)
     assert session.engine is not None
     return summary.to_json(session.engine.stats, session.capture)
 
@@ -74,6 +76,9 @@ def render(doc: dict) -> str:
         b = doc["bytes"][side]
         lines.append(f"{side:<18}{b['stream']:>12}{b['decoded']:>12}{b['skipped']:>10}{b['gaps']:>10}{b['retransmitted']:>10}")
     lines.append(f"non-Kafka TCP bytes: {doc['bytes']['non_kafka']}")
+    if doc["diagnostics"]:
+        lines.append("")
+        lines.append("diagnostics: " + ", ".join(f"{k} {v}" for k, v in doc["diagnostics"].items()))
     ev = doc["stream_events"]
     if ev:
         lines.append("")

@@ -124,3 +124,10 @@ def test_summary_names_error_codes():
     produce_errors = [e for e in doc["errors"] if e["api"] == "Produce"]
     assert produce_errors and all(e["code"] != 0 and e["name"] and e["name"] != "NONE" for e in produce_errors)
     assert sum(e["count"] for e in produce_errors) >= 1
+
+
+def test_summary_counts_diagnostics():
+    r = kanalyze("summary", "--json", str(ROOT / "captures" / "crafted" / "gap.pcap"))
+    doc = json.loads(r.stdout)
+    assert doc["diagnostics"].get("truncated", 0) >= 1  # frames cut by the capture gaps
+    assert doc["stream_events_dropped"] == 0
