@@ -18,6 +18,7 @@ class Limits:
     max_decompressed_bytes: int = 64 * 1024 * 1024
     max_decompression_ratio: int = 250
     max_array_count: int = 10_000_000
+    max_records_per_batch: int = 250_000  # a 1 MiB batch of the smallest records holds ~150k
     max_nesting_depth: int = 64
     max_value_bytes: int | None = None  # truncate keys/values/header values in output
 

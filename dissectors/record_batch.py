@@ -38,6 +38,7 @@ from dissectors.record_values import (
     render_raw,
 )
 
+RECORD_COUNT_SLACK = 16  # records decoded past a batch's declared count before giving up
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LENGTH_BEFORE = 12  # base_offset + batch_length precede the counted bytes
@@ -135,7 +136,11 @@ def decode_batch_v2(
     rec_start = pos + HEADER_SIZE
     if rec_start <= batch_end:
         log_append = max_ts if ts_type == "log_append" else None
-        args = (base_offset, base_ts, log_append, ts_type, is_control, ctx)
+        lim = ctx.limits
+        # records beyond the declared count (plus slack) or the limits are not materialized:
+        # a tiny compressed batch must not become millions of nodes
+        limit = min(lim.max_array_count, lim.max_records_per_batch, max(record_count, 0) + RECORD_COUNT_SLACK)
+        args = (base_offset, base_ts, log_append, ts_type, is_control, ctx, limit)
         if codec == 0:
             records, nodes = _records(buf, rec_start, batch_end, source, args, diags, cut=partial)
             _check_count(record_count, len(nodes), partial, pos + 57, diags)
@@ -248,7 +253,7 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
     are done in place; `read_varint`/`render_bytes` handle everything else, with the same
     results and errors.
     """
-    base_offset, base_ts, log_append, ts_type, is_control, ctx = args
+    base_offset, base_ts, log_append, ts_type, is_control, ctx, limit = args
     max_value = ctx.limits.max_value_bytes
     records: list[dict] = []
     spans: list[int] = []  # start, end of each record
@@ -264,6 +269,15 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
     else:
         data, text = buf, _utf8
     while pos < end:
+        if idx >= limit:
+            diags.append(
+                Diagnostic(
+                    Code.ARRAY_TOO_LARGE,
+                    pos,
+                    f"more than {limit} records{where}; the remaining {end - pos} bytes are not decoded",
+                )
+            )
+            break
         start = pos
         b = data[pos]
         if b < 0x80:

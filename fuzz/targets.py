@@ -326,15 +326,9 @@ TARGETS = {
 # strict xfails in tests/fuzz/test_fuzz_corpus.py. Fixed so far (regressions now pass):
 # framing resync loop on an oversized plausible request, quadratic framing search,
 # zlib.error escaping read_capture on a corrupt gzip stream (commit 37e7d40), O(max_pending)
-# eviction of pending requests (a2a68bb).
-KNOWN_BUGS = {
-    "records-unbounded-count": (
-        "dissectors/record_batch.py _records materializes every record in a (decompressed) batch: "
-        "no cap on records per batch (Limits.max_array_count is not applied, the declared "
-        "record_count is not used as a bound), so ~3 bytes of decompressed data become one Node "
-        "+ dict (+ a Diagnostic when bad): ~1 KB of memory and ~0.1 ms per record"
-    ),
-}
+# eviction of pending requests (a2a68bb), unbounded records per batch (records are capped by
+# the declared count + slack and Limits.max_records_per_batch / max_array_count).
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def mask_known_bugs() -> Callable[[], None]:

@@ -134,7 +134,6 @@ def _record_nodes(buf: bytes, max_array_count: int) -> int:
     return sum(len(b.children or ()) for b in node.children)
 
 
-@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["records-unbounded-count"])
 def test_records_per_field_are_bounded_valid_tiny_records():
     """A 165-byte zstd batch (declared record_count 1) inflates, within the ratio cap, to
     ~26 KB of 7-byte valid records: 3714 records are materialized. At the default caps
@@ -144,7 +143,6 @@ def test_records_per_field_are_bounded_valid_tiny_records():
     assert _record_nodes(batch, 1000) <= 1000
 
 
-@pytest.mark.xfail(strict=True, reason=T.KNOWN_BUGS["records-unbounded-count"])
 def test_records_per_field_are_bounded_fuzz_storm():
     """The records fuzzer's timeout (fuzz/regressions/records/records-bad-record-storm-zstd.bin):
     a 246-byte field whose zstd batch (record_count 3) inflates to 13.5 KB of 3-byte bad
