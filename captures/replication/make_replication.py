@@ -29,15 +29,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # captures/, for realstack
+from realstack import Tcpdump  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -60,25 +61,6 @@ NONE, OUT_OF_ORDER_SEQUENCE_NUMBER = 0, 45
 
 
 # --------------------------------------------------------------------------- wire
-
-
-class Tcpdump:
-    def __init__(self, port: int, out: Path) -> None:
-        self.proc = subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-s", "0", "-U", "-n", "--immediate-mode", "-w", str(out), f"tcp port {port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"tcpdump failed to start: {line!r}")
-        time.sleep(0.3)
-
-    def stop(self) -> str:
-        time.sleep(0.5)
-        self.proc.send_signal(signal.SIGINT)
-        _, err = self.proc.communicate(timeout=10)
-        return err.strip()
 
 
 def _read_frame(sock: socket.socket) -> bytes:

