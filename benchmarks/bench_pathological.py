@@ -41,6 +41,7 @@ from kanalyze.capture import Packet  # noqa: E402
 from kanalyze.engine import Engine, EngineOptions  # noqa: E402
 from kanalyze.session import Session  # noqa: E402
 from tests.support import packets as P  # noqa: E402
+from tests.support.spec_encoder import uvarint  # noqa: E402
 
 MSS = 1448
 LINKTYPE_RAW = 101
@@ -250,13 +251,6 @@ def run_engine(name: str, b: Builder, limit: float, opts: EngineOptions | None =
 
 
 # ---------------------------------------------------------------- inputs: decoder
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def real_bodies() -> list[tuple[int, int, bool, bytes]]:

@@ -47,6 +47,7 @@ from dissectors.records import decode_records
 from kanalyze.capture import CaptureError, CaptureStats, Packet, read_captures
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.reassembly import ReassemblyLimits
+from tests.support.spec_encoder import uvarint
 
 HARNESSES = ("capture", "stream", "schema", "records", "consumer", "sasl")
 
@@ -295,20 +296,13 @@ def run_sasl(data: bytes) -> None:
     ctx = DecodeContext(strict=True, show_secrets=bool(data[0] & 2))
     if data[0] & 1:  # SaslAuthenticate v2 (flexible): compact bytes AuthBytes, empty tags
         token = data[1:]
-        body = _uvarint(len(token) + 1) + token + b"\x00"
+        body = uvarint(len(token) + 1) + token + b"\x00"
         node = decode_body(36, 2, True, body, 0, len(body), ctx)
     else:
         node = decode_raw_sasl(data, 1, len(data), ctx)
     node_to_json(node, ctx)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 TARGETS = {

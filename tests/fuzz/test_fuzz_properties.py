@@ -35,6 +35,7 @@ from dissectors.records import decode_records
 from fuzz import targets as T
 from tests.fuzz.fuzzhelp import CORPUS, bounded
 from tests.support import packets as P
+from tests.support.spec_encoder import uvarint
 
 SETTINGS = settings(
     max_examples=60,
@@ -88,13 +89,6 @@ def prefix_offsets(i: int) -> tuple[int, ...]:
     return tuple(sorted(o for o in offs if o < len(body)))
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # mutations of a prefix: fixed-width extremes and varint shapes
