@@ -99,6 +99,15 @@ class Event:
         return round(self.ts / 1e9, 6)
 
 
+def dispatch(owner: object, ev: Event, apis: frozenset[int]) -> None:
+    """Hand a decoded event of one of `apis` to `owner._api<key>_req` / `_api<key>_rsp`."""
+    if ev.ex.api_key not in apis or ev.body is None:
+        return
+    handler = getattr(owner, f"_api{ev.ex.api_key}_{'req' if ev.is_request else 'rsp'}", None)
+    if handler is not None:
+        handler(ev, ev.body)
+
+
 def _msg_key(msg: Message) -> tuple[int, int]:
     return (msg.pdu.last_ts, msg.pdu.last_pkt)
 

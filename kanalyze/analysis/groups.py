@@ -14,7 +14,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from dissectors.errors import error_name
-from kanalyze.analysis.events import Event
+from kanalyze.analysis.events import Event, dispatch
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.wire import topic_of, tp
 
@@ -129,16 +129,8 @@ class GroupAnalyzer:
         return g
 
     def feed(self, ev: Event) -> None:
-        api = ev.ex.api_key
         self.last_ts = ev.ts_s
-        if api not in APIS:
-            return
-        body = ev.body
-        if body is None:
-            return
-        handler = getattr(self, f"_api{api}_{'req' if ev.is_request else 'rsp'}", None)
-        if handler is not None:
-            handler(ev, body)
+        dispatch(self, ev, APIS)
 
     # JoinGroup
     def _api11_req(self, ev: Event, body: dict) -> None:

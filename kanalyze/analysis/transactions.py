@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dissectors.errors import error_name
-from kanalyze.analysis.events import Event
+from kanalyze.analysis.events import Event, dispatch
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.wire import batches, fetch_responses, produce_partitions, topic_of, tp
 
@@ -123,15 +123,7 @@ class TransactionAnalyzer:
                               transactional_id=p.transactional_id)
 
     def feed(self, ev: Event) -> None:
-        api = ev.ex.api_key
-        if api not in APIS:
-            return
-        body = ev.body
-        if body is None:
-            return
-        handler = getattr(self, f"_api{api}_{'req' if ev.is_request else 'rsp'}", None)
-        if handler is not None:
-            handler(ev, body)
+        dispatch(self, ev, APIS)
 
     # FindCoordinator
     def _api10_rsp(self, ev: Event, body: dict) -> None:
