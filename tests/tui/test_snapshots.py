@@ -12,6 +12,7 @@ pytest.importorskip("pytest_textual_snapshot")
 from kanalyze.tui.app import KanalyzeApp  # noqa: E402
 from kanalyze.tui.widgets.decode_tree import DecodeTree  # noqa: E402
 from kanalyze.tui.widgets.exchange_table import ExchangeTable  # noqa: E402
+from kanalyze.tui.widgets.hex_view import HexView  # noqa: E402
 from tests.tui.conftest import CAPTURES, wait_for, wait_indexed, wait_report  # noqa: E402
 
 SIZE = (160, 45)
@@ -32,6 +33,10 @@ async def select_produce_field(pilot) -> None:
     await wait_for(pilot, lambda: tree.exchange is pilot.app.store.exchanges[table.rows[0]], what="detail")
     table.focus()
     await pilot.press("enter", "down", "down", "down", "down", "down", "down", "right", "right", "right", "right")
+    hexview = screen.query_one(HexView)
+    # the topic name (compact string: length byte + "lib-gzip") is bytes 36..44 of the request frame
+    await wait_for(pilot, lambda: hexview.highlight == (36, 9), what="hex highlight on the topic name")
+    await pilot.wait_for_scheduled_animations()
     await pilot.pause(0.2)
 
 

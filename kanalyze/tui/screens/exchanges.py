@@ -233,7 +233,10 @@ class ExchangesScreen(Screen):
     def show_detail(self, index: int | None) -> None:
         store = self.app.store
         ex = None if index is None or index >= len(store) else store.exchanges[index]
-        self.query_one(DecodeTree).show_exchange(ex, store.encoder)
+        tree = self.query_one(DecodeTree)
+        if ex is not None and tree.exchange is ex:
+            return  # the same row again (a refilter, an append): keep the user's place in the tree
+        tree.show_exchange(ex, store.encoder)
         if ex is None:
             self.query_one(HexView).show(b"", "no exchange selected")
 
