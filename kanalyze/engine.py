@@ -105,7 +105,7 @@ class Connection:
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
-        self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen)
+        self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending)
         self.c2s = HalfStream(self.cf, engine.opts.reassembly)
         self.s2c = HalfStream(self.sf, engine.opts.reassembly)
 

@@ -10,7 +10,8 @@ Accounting per direction: bytes delivered = bytes in frames + bytes skipped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from dissectors.apis import REQUEST_VERSIONS
@@ -20,8 +21,33 @@ SEARCH_WINDOW = 1024 * 1024  # bytes searched before older unsynced bytes are dr
 KEEP_TAIL = 64  # bytes kept from a fruitless search (a header may straddle chunks)
 MIN_REQUEST = 8  # api_key + api_version + correlation_id (+ client id in v1+)
 MIN_RESPONSE = 4  # correlation_id
-VERSION_SLACK = 0
-MAX_EVENTS = 1000  # stream events kept per direction (the rest are counted)  # versions accepted above the newest known, when searching
+VERSION_SLACK = 0  # versions accepted above the newest known, when searching
+MAX_EVENTS = 1000  # stream events kept per direction (the rest are counted)
+
+
+def _request_candidates() -> re.Pattern[bytes]:
+    """Positions that could start a request header: api key and version bytes of a known
+    request (a necessary condition of `plausible_request`). Scanning with it runs in C,
+    so a client-side search judges only candidates in Python, not every byte."""
+    apis = sorted(REQUEST_VERSIONS)
+    assert all(0 <= a < 256 and 0 <= REQUEST_VERSIONS[a][1] + VERSION_SLACK < 256 for a in apis)
+    api_bytes = b"".join(re.escape(bytes([a])) for a in apis)
+    top_ver = re.escape(bytes([max(REQUEST_VERSIONS[a][1] for a in apis) + VERSION_SLACK]))
+    return re.compile(b"(?=.{4}\\x00[" + api_bytes + b"]\\x00[\\x00-" + top_ver + b"])", re.S)
+
+
+REQUEST_CANDIDATE = _request_candidates()
+_SIZE_CANDIDATE: dict[int, re.Pattern[bytes]] = {}
+
+
+def size_candidates(top: int) -> re.Pattern[bytes]:
+    """Positions whose 4 bytes could be a response size: first byte <= `top` (max_frame >> 24),
+    value >= MIN_RESPONSE (a necessary condition of `_response_chain`)."""
+    pat = _SIZE_CANDIDATE.get(top)
+    if pat is None:
+        first = re.escape(bytes([top]))
+        pat = _SIZE_CANDIDATE[top] = re.compile(b"(?=[\\x00-" + first + b"].{3})(?!\\x00\\x00\\x00[\\x00-\\x03])", re.S)
+    return pat
 
 
 @dataclass(slots=True)
@@ -77,6 +103,7 @@ class Framer:
         "client_side",
         "on_pdu",
         "expects",
+        "awaited",
         "max_frame",
         "synced",
         "buf",
@@ -101,10 +128,14 @@ class Framer:
         expects: Callable[[int], bool],
         max_frame: int,
         synced: bool,
+        awaited: Collection[int] | None = None,
     ) -> None:
         self.client_side = client_side
         self.on_pdu = on_pdu
         self.expects = expects  # broker side: is a response with this correlation id awaited?
+        # broker side, optional: the awaited correlation ids themselves (a live view), which
+        # lets a search pass over the bytes after the last place one of them occurs
+        self.awaited = awaited
         self.max_frame = max_frame
         self.synced = synced
         self.buf = bytearray()
@@ -273,6 +304,18 @@ class Framer:
         p = 0
         found = -1
         top = self.max_frame >> 24
+        if self.client_side:
+            # a position up to n - 12 that is no regex candidate is no request (judged in C);
+            # the last 11 positions go through the byte loop below, which may wait for more bytes
+            p = max(n - 11, 0)
+            for m in REQUEST_CANDIDATE.finditer(buf, 0, max(n - 4, 0)):
+                q = m.start()
+                if buf[q] <= top and plausible_request(buf, q, self.max_frame) != 0:
+                    p = q
+                    break
+        else:
+            limit = self._last_awaited(buf)
+            sizes = size_candidates(top)
         while p + 4 <= n:
             if buf[p] > top:  # the size's first byte alone rules this position out
                 p += 1
@@ -285,6 +328,18 @@ class Framer:
                 if v == -1:
                     break  # wait for more bytes before judging this position
             else:
+                if p and p < n - 7:
+                    # below n - 7 only a sure "yes" counts (an undecided chain only at 0): skip
+                    # the positions after the last awaited id (chains only go forward) and, in
+                    # C, those whose 4 bytes are no frame size; the tail still loops
+                    if limit < p:
+                        p = n - 7
+                        continue
+                    m = sizes.search(buf, p)
+                    q = m.start() if m else n
+                    if q > p:
+                        p = min(q, n - 7)
+                        continue
                 if n - p < 8:
                     break
                 v = self._response_chain(buf, p)
@@ -309,6 +364,19 @@ class Framer:
         if drop:
             self._skip_bytes(drop, "search")
         return False
+
+    def _last_awaited(self, buf: bytearray) -> int:
+        """The last position whose correlation-id bytes (4 on) hold an awaited id; -1 when
+        none does; len(buf) when unknown (no `awaited`, or too many ids to look for)."""
+        ids = self.awaited
+        if ids is None or len(ids) > 32:
+            return len(buf)
+        last = -1
+        for corr in ids:
+            at = buf.rfind(corr.to_bytes(4, "big", signed=True), 4)
+            if at - 4 > last:
+                last = at - 4
+        return last
 
     def _response_chain(self, buf: bytearray, p: int, hops: int = 8) -> int:
         """Whether a response starts at buf[p]: 1 when it, or a frame reached by following
