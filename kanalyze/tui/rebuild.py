@@ -1,0 +1,58 @@
+"""An `Exchange` made again from its row and its spilled frames, equal to the one indexed.
+
+A message's header dict and body offset are a function of its frame and the exchange's api,
+version and status (the correlator parses them the same way), so only frames are spilled; the
+diagnostics the correlator added (gaps, duplicate ids, pending limit) are kept aside, for the
+few messages that have any.
+"""
+
+from __future__ import annotations
+
+from dissectors.diagnostics import Diagnostic
+from kanalyze.correlation import (
+    REQUEST_MISSING,
+    SASL_RAW_API,
+    Exchange,
+    Message,
+    parse_request_header,
+    parse_response_header,
+)
+from kanalyze.framing import Pdu
+from kanalyze.tui.rows import Row
+
+
+def request_message(pdu: Pdu, api_key: int | None, diags: list[Diagnostic] | None) -> Message:
+    header: dict[str, object] = {}
+    at = 0
+    if api_key != SASL_RAW_API:  # raw SASL tokens have no header
+        parsed = parse_request_header(pdu.data)
+        if parsed is not None:
+            header, at, _d = parsed
+    return Message(pdu, header, at, list(diags or ()), done=True)
+
+
+def response_message(pdu: Pdu, api_key: int | None, api_version: int | None, status: str,
+                     diags: list[Diagnostic] | None) -> Message:
+    data = pdu.data
+    header: dict[str, object] = {}
+    at = 0
+    if api_key == SASL_RAW_API:
+        pass
+    elif status == REQUEST_MISSING or api_key is None or api_version is None:
+        if len(data) < 4:
+            at = len(data)
+        else:
+            header, at = {"correlation_id": int.from_bytes(data[0:4], "big", signed=True)}, 4
+    else:
+        header, at, _d = parse_response_header(data, api_key, api_version)
+    return Message(pdu, header, at, list(diags or ()))
+
+
+def exchange(row: Row, req: Pdu | None, resp: Pdu | None,
+             req_diags: list[Diagnostic] | None, resp_diags: list[Diagnostic] | None) -> Exchange:
+    return Exchange(
+        row.conn, row.api_key, row.api_version, row.correlation_id, row.client_id, row.status,
+        None if req is None else request_message(req, row.api_key, req_diags),
+        None if resp is None else response_message(resp, row.api_key, row.api_version, row.status, resp_diags),
+        row.acks,
+    )
