@@ -8,9 +8,10 @@ The analysis views get the report document through `analysis_source` once asked 
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import os
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from textual import work
@@ -30,9 +31,12 @@ from kanalyze.tui.screens.groups import GroupsScreen
 from kanalyze.tui.screens.help import HelpScreen
 from kanalyze.tui.screens.replication import ReplicationScreen
 from kanalyze.tui.screens.semantics import SemanticsScreen
+from kanalyze.tui.spill import SpillClosed
 from kanalyze.tui.store import ExchangeStore
 
 ANALYSIS_MODES = ("replication", "semantics", "groups")
+BATCH_EXCHANGES = 4096  # exchanges handed to the store at once while indexing a file...
+BATCH_BYTES = 4 << 20  # ...or fewer, when their frames add up to this (big Fetch responses)
 
 
 class KanalyzeApp(App):
@@ -101,8 +105,11 @@ class KanalyzeApp(App):
             self._run_feed()
 
     def on_unmount(self) -> None:
-        if self.stop_feed is not None:
-            self.stop_feed()
+        try:
+            if self.stop_feed is not None:
+                self.stop_feed()
+        finally:
+            self.store.close()  # the spill file goes now (and with the process in any case)
 
     @work(thread=True, exclusive=True, group="index")
     def _run_feed(self) -> None:
@@ -113,14 +120,12 @@ class KanalyzeApp(App):
     # -- feeding ----------------------------------------------------------------------------
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
         """Append exchanges; safe from any thread (a live capture's worker calls this)."""
-        before = len(self.store)
-        n = self.store.add(exchanges)
+        try:
+            n = self.store.add(exchanges)
+        except SpillClosed:  # the app is exiting: a late live exchange has nowhere to go
+            return
         if n and self.first_rows_s is None and self.index_started is not None:
             self.first_rows_s = time.perf_counter() - self.index_started
-        if (before + n) >> 16 != before >> 16:
-            # indexed exchanges live until the app exits: keep the cyclic GC from walking them
-            # again and again (full collections over millions of objects stall the UI for seconds)
-            gc.freeze()
 
     def finish_indexing(self, error: str | None = None) -> None:
         """No more exchanges will come (end of files); safe from any thread."""
@@ -155,15 +160,19 @@ class KanalyzeApp(App):
     def _index(self) -> None:
         worker = get_current_worker()
         batch: list[Exchange] = []
+        held = 0  # frame bytes in `batch`
         last = time.perf_counter()
         try:
             exchanges, progress = self._iter_source()
             for ex in exchanges:
                 batch.append(ex)
+                held += (ex.request.pdu.size if ex.request else 0) + (ex.response.pdu.size if ex.response else 0)
                 n = len(batch)
-                if n >= 4096 or not self.store.exchanges or ((n & 0xFF) == 0 and time.perf_counter() - last > 0.1):
+                if (n >= BATCH_EXCHANGES or held >= BATCH_BYTES or not len(self.store)
+                        or ((n & 0xFF) == 0 and time.perf_counter() - last > 0.1)):
                     self.add_exchanges(batch)
                     batch = []
+                    held = 0
                     last = time.perf_counter()
                     self.store.progress = progress()
                     if worker.is_cancelled:
@@ -187,7 +196,8 @@ class KanalyzeApp(App):
         """Background pass once indexing is done: topics and error names of every row, so the
         connections pane's error counts are complete (rows on screen are summarized first anyway)."""
         worker = get_current_worker()
-        self.store.summarize_all(lambda: worker.is_cancelled, lambda: time.sleep(0.002))
+        with contextlib.suppress(SpillClosed):  # the app is exiting
+            self.store.summarize_all(lambda: worker.is_cancelled, lambda: time.sleep(0.002))
 
     # -- analysis ---------------------------------------------------------------------------
     def request_analysis(self, force: bool = False) -> None:
@@ -199,25 +209,30 @@ class KanalyzeApp(App):
             return
         self.analysis_running = True
         self.analysis_progress = 0.0
-        self._analyze(self.store.exchanges[:n])
+        self._analyze(n)
 
     @work(thread=True, exclusive=True, group="analysis")
-    def _analyze(self, exchanges: list[Exchange]) -> None:
+    def _analyze(self, n: int) -> None:
+        """The report over rows [0, n), rebuilt one by one from the store (streaming: the
+        analysis keeps what it needs, the store no exchanges)."""
         worker = get_current_worker()
-        total = max(1, len(exchanges))
+        total = max(1, n)
 
         def counted() -> Iterator[Exchange]:
-            for i, ex in enumerate(exchanges):
+            for i, ex in self.store.iter_exchanges(0, n):
                 if (i & 0xFF) == 0:
                     if worker.is_cancelled:  # quitting: end the analysis early, nobody waits for it
                         return
                     self.analysis_progress = i / total
                 yield ex
 
-        report = analyze_exchanges(counted())
+        try:
+            report = analyze_exchanges(counted())
+        except SpillClosed:  # the app is exiting
+            return
         if worker.is_cancelled:
             return
-        self.report_count = len(exchanges)
+        self.report_count = n
         self.post_message(AnalysisReady(report))
 
     def on_analysis_ready(self, message: AnalysisReady) -> None:
@@ -225,18 +240,21 @@ class KanalyzeApp(App):
         self.analysis_running = False
 
     # -- export -----------------------------------------------------------------------------
-    def export_rows(self, rows: list[int], path: str) -> None:
-        self._export(list(rows), path)
+    def export_rows(self, rows: Sequence[int], path: str) -> None:
+        self._export(array("q", rows), path)
 
     @work(thread=True, group="export")
-    def _export(self, rows: list[int], path: str) -> None:
-        exs = self.store.exchanges
+    def _export(self, rows: array, path: str) -> None:
+        """NDJSON of the rows, in their order; each exchange is rebuilt from the store."""
+        exchange = self.store.exchange
         line = self.store.encoder.line
         try:
             with open(path, "w", encoding="utf-8") as f:
                 for i in rows:
-                    f.write(line(exs[i]))
+                    f.write(line(exchange(i)))
                     f.write("\n")
+        except SpillClosed:  # the app is exiting
+            return
         except OSError as e:
             self.call_from_thread(self.notify, f"export failed: {e}", severity="error")
             return

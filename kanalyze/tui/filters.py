@@ -15,8 +15,11 @@ Terms compose with AND:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from kanalyze.correlation import Exchange
+if TYPE_CHECKING:
+    from kanalyze.correlation import Exchange
+    from kanalyze.tui.rows import Row
 
 
 class FilterError(ValueError):
@@ -50,7 +53,9 @@ class Filter:
         out.conns = [] if conn is None else [conn]
         return out
 
-    def match(self, ex: Exchange, summary: tuple[str, tuple[str, ...]] | None) -> bool:  # noqa: C901 - one test per term
+    def match(self, ex: Exchange | Row, summary: tuple[str, tuple[str, ...]] | None) -> bool:  # noqa: C901 - one test per term
+        """The definition of a match; the store checks header terms on its columns
+        (kanalyze/tui/rowfilter.py) and this on the rows they keep, when bodies matter."""
         if self.conns and ex.conn.id not in self.conns:
             return False
         if self.apis:

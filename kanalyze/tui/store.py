@@ -2,6 +2,11 @@
 and the filtered, sorted view the table shows. Headless (no textual import), so it is tested
 and benchmarked on its own.
 
+Memory does not grow with the capture's payload: an added exchange leaves its frames in a
+temporary file (`spill`) and its header fields in flat arrays (`rows`); no `Exchange` is kept.
+One is rebuilt, equal to the original, when a row is selected, summarized, exported or analyzed
+(`exchange`, `iter_exchanges`). Filters and sorts run over the arrays.
+
 Exchanges may be appended from any thread while the app runs (`ExchangeStore.add`): the
 indexing worker does it for files, a live capture can do the same.
 """
@@ -10,17 +15,25 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+from dissectors.apis import API_NAMES
 from dissectors.context import DecodeContext
+from dissectors.diagnostics import Diagnostic
 from dissectors.errors import error_name
 from dissectors.node import ARRAY, PRIM, STRUCT, Node
-from kanalyze.correlation import Exchange
+from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.tui import rebuild
 from kanalyze.tui.filters import Filter
+from kanalyze.tui.rowfilter import header_matcher
+from kanalyze.tui.rows import NO_MESSAGE, NONE32, NONE64, STATUSES, Row, RowTable, api_name
+from kanalyze.tui.spill import NEAR_BYTES, FrameSpill
 
 Summary = tuple[str, tuple[str, ...]]  # (topic/partition summary, error names)
+Rows = array  # of 'q': store indices, as the table lists them (8 bytes a row, not 36 in a list)
 
 _TOPIC_KEYS = ("Name", "Topic", "TopicName", "TopicId")
 _PART_KEYS = ("Index", "Partition", "PartitionIndex")
@@ -101,23 +114,61 @@ def summarize(ex: Exchange, encoder: ExchangeEncoder, topic_names: dict[str, str
     return " ".join(parts), tuple(errors)
 
 
-SORT_KEYS: dict[str, Callable[[Exchange], object]] = {
-    "time": lambda ex: ex.start_ts,
-    "latency": lambda ex: ex.latency_ns if ex.latency_ns is not None else -1,
-    "api": lambda ex: (ex.api or "", ex.api_version or 0),
-    "conn": lambda ex: ex.conn.id,
-    "corr": lambda ex: ex.correlation_id if ex.correlation_id is not None else -1,
-    "status": lambda ex: ex.status,
-    "size": lambda ex: sum(m.pdu.size for m in (ex.request, ex.response) if m is not None),
-}
+
+def _api_ranks() -> dict[int, int]:
+    """Api key (NONE32 for None) -> rank of its name, so sorting by (name, version) compares ints."""
+    keys = [NONE32, SASL_RAW_API, *API_NAMES]
+    names = sorted({api_name(None if k == NONE32 else k) or "" for k in keys})
+    return {k: names.index(api_name(None if k == NONE32 else k) or "") for k in keys}
+
+
+_API_RANK = _api_ranks()
+
+
+def _sort_key(rows: RowTable, key: str) -> Callable[[int], object]:
+    """Row index -> the value a column sorts by (None sorts as -1, or as version 0). Plain ints
+    and shared strings: sorting a million rows builds no tuple per row."""
+    if key == "time":
+        return rows.ts.__getitem__
+    if key == "latency":
+        lat = rows.lat
+        return lambda i: -1 if lat[i] == NONE64 else lat[i]
+    if key == "api":  # (api name, version): the name's rank above a 32-bit version offset
+        api, ver, rank = rows.api, rows.ver, _API_RANK
+
+        def by_api(i: int) -> int:
+            v = ver[i]
+            return (rank.get(api[i], 0) << 33) + (0 if v == NONE32 else v) + (1 << 32)
+        return by_api
+    if key == "conn":
+        return rows.conn.__getitem__
+    if key == "corr":
+        corr = rows.corr
+        return lambda i: -1 if corr[i] == NONE64 else corr[i]
+    if key == "status":
+        status = rows.status
+        return lambda i: STATUSES[status[i]]
+    if key == "size":
+        return rows.size.__getitem__
+    raise KeyError(key)
+
+
+# the table's sort columns, in the order `s` cycles through them
+SORT_KEYS: tuple[str, ...] = ("time", "latency", "api", "conn", "corr", "status", "size")
 
 
 class ExchangeStore:
-    """Append-only list of exchanges (thread-safe append), connection counts, summaries."""
+    """Append-only rows of exchanges (thread-safe append), connection counts, summaries."""
 
-    def __init__(self, ctx: DecodeContext | None = None) -> None:
-        self.exchanges: list[Exchange] = []
-        self.summaries: list[Summary | None] = []
+    def __init__(self, ctx: DecodeContext | None = None, spill_dir: str | None = None) -> None:
+        self.rows = RowTable()
+        self.spill = FrameSpill(spill_dir)
+        self._diags: dict[int, list[Diagnostic]] = {}  # spill offset -> a message's diagnostics
+        self._n = 0  # rows published to readers (all columns appended)
+        self._last: tuple[Exchange, int, int] | None = None  # the same exchange again: same frames
+        self._summary = array("i")  # per row: index into _summary_values, -1 not yet known
+        self._summary_values: list[Summary] = []
+        self._summary_ids: dict[Summary, int] = {}
         self.conns: dict[int, ConnStats] = {}
         self.first_ts: int | None = None
         self.lock = threading.Lock()
@@ -133,17 +184,33 @@ class ExchangeStore:
         self._summary_encoder = ExchangeEncoder(replace(base, decode_records=False))
 
     def __len__(self) -> int:
-        return len(self.exchanges)
+        return self._n
 
+    def close(self) -> None:
+        """Free the spill file (the app is exiting); later reads raise `SpillClosed`."""
+        self.spill.close()
+
+    # -- appending --------------------------------------------------------------------------
     def add(self, exchanges: Iterable[Exchange]) -> int:
-        """Append exchanges (from any thread); returns how many were added."""
-        batch = list(exchanges)
+        """Append exchanges (from any thread); returns how many were added. Their frames go to
+        the spill file; nothing of them is referenced afterwards."""
+        batch = exchanges if isinstance(exchanges, (list, tuple)) else list(exchanges)
         if not batch:
             return 0
         with self.lock:
             if self.first_ts is None:
                 self.first_ts = batch[0].start_ts
+            rows = self.rows
+            summary = self._summary
             for ex in batch:
+                last = self._last
+                if last is not None and last[0] is ex:
+                    req_off, resp_off = last[1], last[2]
+                else:
+                    req_off, resp_off = self._put(ex.request), self._put(ex.response)
+                    self._last = (ex, req_off, resp_off)
+                rows.append(ex, req_off, resp_off)
+                summary.append(-1)
                 c = self.conns.get(ex.conn.id)
                 if c is None:
                     c = self.conns[ex.conn.id] = ConnStats(ex.conn.id, ex.conn.client, ex.conn.broker)
@@ -152,18 +219,53 @@ class ExchangeStore:
                     c.problems += 1
                 if ex.client_id and ex.client_id not in c.client_ids and len(c.client_ids) < 4:
                     c.client_ids.append(ex.client_id)
-            self.summaries.extend([None] * len(batch))
-            self.exchanges.extend(batch)
+            self._last = None  # hold no exchange past the call
+            self._n = len(rows)
             self.generation += 1
         return len(batch)
 
+    def _put(self, msg: Message | None) -> int:
+        if msg is None:
+            return NO_MESSAGE
+        off = self.spill.put(msg.pdu)
+        if msg.diagnostics:
+            self._diags[off] = msg.diagnostics
+        return off
+
+    # -- reading rows back ------------------------------------------------------------------
+    def row(self, i: int) -> Row:
+        """Row i's header fields (cheap: no frame is read)."""
+        return self.rows.row(i)
+
+    def exchange(self, i: int) -> Exchange:
+        """Row i as the `Exchange` that was added (equal, not the same object): frames are read
+        back from the spill file, headers parsed again."""
+        return self._rebuild(i, self.spill.reader(NEAR_BYTES).get)
+
+    def iter_exchanges(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Exchange]]:
+        """(index, exchange) for rows [start, end), read sequentially through a window."""
+        get = self.spill.reader().get
+        for i in range(start, len(self) if end is None else min(end, len(self))):
+            yield i, self._rebuild(i, get)
+
+    def _rebuild(self, i: int, get: Callable[[int], object]) -> Exchange:
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        rows = self.rows
+        req_off, resp_off = rows.req[i], rows.resp[i]
+        req = None if req_off == NO_MESSAGE else get(req_off)
+        resp = None if resp_off == NO_MESSAGE else get(resp_off)
+        return rebuild.exchange(rows.row(i), req, resp,  # type: ignore[arg-type]
+                                self._diags.get(req_off), self._diags.get(resp_off))
+
+    # -- summaries --------------------------------------------------------------------------
     def learn_topic_names(self, upto: int) -> None:
         """Read topic ids and names from the Metadata responses before index `upto`."""
-        exs = self.exchanges
-        for i in range(self._named_upto, min(upto, len(exs))):
-            ex = exs[i]
-            if ex.api_key == 3 and ex.response is not None:
-                node, _ctx = self._summary_encoder.body(ex, ex.response, False)
+        api, resp = self.rows.api, self.rows.resp
+        for i in range(self._named_upto, min(upto, len(self))):
+            if api[i] == 3 and resp[i] != NO_MESSAGE:
+                ex = self.exchange(i)
+                node, _ctx = self._summary_encoder.body(ex, ex.response, False)  # type: ignore[arg-type]
                 for n in node.walk() if node is not None else ():
                     tid, name = n.child("TopicId"), n.child("Name")
                     if tid is not None and name is not None and isinstance(name.value, str):
@@ -171,74 +273,79 @@ class ExchangeStore:
         self._named_upto = max(self._named_upto, upto)
 
     def summary(self, i: int) -> Summary:
-        s = self.summaries[i]
-        if s is None:
-            ex = self.exchanges[i]
-            if self._named_upto <= i:
-                self.learn_topic_names(i + 1)
-            s = summarize(ex, self._summary_encoder, self.topic_names)
-            with self.lock:  # the UI and the workers may summarize the same row at once
-                if self.summaries[i] is None:
-                    self.summaries[i] = s
-                    if s[1] and ex.status == "ok":
-                        c = self.conns.get(ex.conn.id)
-                        if c is not None:
-                            c.problems += 1
-                            self.generation += 1
+        k = self._summary[i]
+        if k >= 0:
+            return self._summary_values[k]
+        return self._summarize(i, self.exchange(i))
+
+    def _summarize(self, i: int, ex: Exchange) -> Summary:
+        if self._named_upto <= i:
+            self.learn_topic_names(i + 1)
+        s = summarize(ex, self._summary_encoder, self.topic_names)
+        with self.lock:  # the UI and the workers may summarize the same row at once
+            if self._summary[i] < 0:
+                k = self._summary_ids.get(s)
+                if k is None:  # few distinct summaries: each is stored once
+                    k = self._summary_ids[s] = len(self._summary_values)
+                    self._summary_values.append(s)
+                self._summary[i] = k
+                if s[1] and ex.status == "ok":
+                    c = self.conns.get(ex.conn.id)
+                    if c is not None:
+                        c.problems += 1
+                        self.generation += 1
+            else:
+                s = self._summary_values[self._summary[i]]
         return s
 
     def summarize_all(self, cancelled: Callable[[], bool] = lambda: False, pause: Callable[[], None] | None = None) -> bool:
         """Summarize every row not yet summarized (error counts per connection become complete);
         `self.summarized` tracks progress. False if cancelled."""
-        i = self.summarized
         last = time.perf_counter()
-        while i < len(self.exchanges):
-            self.summary(i)
-            i += 1
-            self.summarized = i
-            now = time.perf_counter()
-            if now - last > 0.01:  # every 10 ms of work: check for cancellation, let the UI run
-                if cancelled():
-                    return False
-                if pause is not None:
-                    pause()
-                last = time.perf_counter()
+        while self.summarized < len(self):
+            for i, ex in self.iter_exchanges(self.summarized, len(self)):
+                if self._summary[i] < 0:
+                    self._summarize(i, ex)
+                self.summarized = i + 1
+                now = time.perf_counter()
+                if now - last > 0.01:  # every 10 ms of work: check for cancellation, let the UI run
+                    if cancelled():
+                        return False
+                    if pause is not None:
+                        pause()
+                    last = time.perf_counter()
         return True
 
-    def rel_time(self, ex: Exchange) -> float:
-        return (ex.start_ts - (self.first_ts or 0)) / 1e9
+    def rel_time(self, row: Row | Exchange) -> float:
+        return (row.start_ts - (self.first_ts or 0)) / 1e9
 
+    # -- filtering and sorting ---------------------------------------------------------------
     def match_range(self, flt: Filter, start: int, end: int,
                     cancelled: Callable[[], bool] = lambda: False,
-                    progress: Callable[[int], None] | None = None) -> list[int] | None:
-        """Indices in [start, end) matching `flt`; None if cancelled."""
+                    progress: Callable[[int], None] | None = None) -> Rows | None:
+        """Indices in [start, end) matching `flt`; None if cancelled. Header terms are checked on
+        the columns; rows they keep are summarized (bodies decoded) only if the filter needs it."""
         if flt.empty:
-            return list(range(start, end))
-        out: list[int] = []
-        exs = self.exchanges
+            return array("q", range(start, end))
+        out = array("q")
+        probe = header_matcher(flt, self.rows)
         need = flt.needs_summary
         match = flt.match
-        # cheap header-only terms first: decode bodies only for rows those keep
-        probe = Filter(apis=flt.apis, clients=flt.clients, conns=flt.conns, statuses=flt.statuses,
-                       min_latency_ms=flt.min_latency_ms).match
         for i in range(start, end):
             if (i & 0x3FF) == 0:
                 if cancelled():
                     return None
                 if progress is not None:
                     progress(i)
-            ex = exs[i]
-            if need:
-                if probe(ex, None) and match(ex, self.summary(i)):
-                    out.append(i)
-            elif match(ex, None):
+            if probe(i) and (not need or match(self.row(i), self.summary(i))):
                 out.append(i)
         return out
 
-    def sort_indices(self, indices: list[int], key: str, reverse: bool = False) -> list[int]:
+    def sort_indices(self, indices: Iterable[int], key: str, reverse: bool = False) -> Rows:
+        """Rows ordered by a column; ties by index (descending when reversed, as if the key
+        were (value, index)): a stable sort of the indices in that order does it."""
+        ordered = sorted(indices, reverse=reverse)
         if key == "time" and not reverse:
-            return sorted(indices)
-        k = SORT_KEYS[key]
-        exs = self.exchanges
-        return sorted(indices, key=lambda i: (k(exs[i]), i), reverse=reverse)
-
+            return array("q", ordered)
+        ordered.sort(key=_sort_key(self.rows, key), reverse=reverse)
+        return array("q", ordered)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 
+import pytest
+
+from kanalyze.cli import main as cli_main
 from kanalyze.session import Session
 from kanalyze.tui.app import KanalyzeApp
 from kanalyze.tui.screens.exchanges import ConnectionsPane, ExchangesScreen
@@ -38,13 +42,15 @@ async def test_open_filter_select_expand_hex_export(tmp_path):
         await pilot.press("enter")
         await wait_for(pilot, lambda: not app.screen.filtering and len(table.rows) == 5, what="filter")
         assert "5 of 52 match" in status_text(app)
-        ex = app.store.exchanges[table.current]
-        assert ex.api == "Produce" and "lib-none" in app.store.summary(table.current)[0]
+        current = table.current
+        assert app.store.row(current).api == "Produce" and "lib-none" in app.store.summary(current)[0]
 
-        # select it: the detail shows its decoded request; Enter moves to the tree
+        # select it: the detail shows its decoded request (read back from the spill file, equal to
+        # what was indexed); Enter moves to the tree
         tree = app.screen.query_one(DecodeTree)
         hexv = app.screen.query_one(HexView)
-        await wait_for(pilot, lambda: tree.exchange is ex and hexv.title.startswith("request frame"), what="detail")
+        await wait_for(pilot, lambda: tree.index == current and hexv.title.startswith("request frame"), what="detail")
+        assert tree.exchange == list(Session([CODECS]).exchanges())[current]
         await pilot.press("enter")
         assert app.screen.focused is tree
         # REQUEST > header > body > TransactionalId > Acks
@@ -78,11 +84,18 @@ async def test_open_filter_select_expand_hex_export(tmp_path):
         app.screen.query_one("#export-path").value = str(out)
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.last_export is not None, what="export")
-        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        lines = out.read_text().splitlines()
+        rows = [json.loads(line) for line in lines]
         assert len(rows) == 5 and {r["api"] for r in rows} == {"Produce"}
         assert all(r["schema"] == "kanalyze.exchange/1" and r["request"]["body"] for r in rows)
         assert [r["request"]["frame"] for r in rows] == [
-            app.store.exchanges[i].request.pdu.last_pkt for i in table.rows]
+            app.store.exchange(i).request.pdu.last_pkt for i in table.rows]
+        # byte-identical to `kanalyze export` of the same capture, for the same rows
+        cli = tmp_path / "all.ndjson"
+        with cli.open("w") as f, contextlib.redirect_stdout(f):
+            assert cli_main(["export", CODECS]) == 0
+        expected = cli.read_text().splitlines()
+        assert len(expected) == len(app.store) and lines == [expected[i] for i in table.rows]
 
 
 @aio
@@ -97,7 +110,7 @@ async def test_decompressed_buffer_highlight():
         tree = screen.query_one(DecodeTree)
         hexv = screen.query_one(HexView)
         assert len(table.rows) == 2  # the first Fetch returns records of every codec
-        await wait_for(pilot, lambda: tree.exchange is app.store.exchanges[table.rows[0]], what="detail")
+        await wait_for(pilot, lambda: tree.index == table.rows[0], what="detail")
 
         # expand everything under the response until a record from the decompressed buffer shows up
         def find(node):
@@ -139,7 +152,7 @@ async def test_connections_sort_help_theme_and_quit():
         await pilot.press("down", "down", "enter")
         conn = screen._conn_ids[2]
         await wait_for(pilot, lambda: not screen.filtering and screen.conn == conn, what="conn filter")
-        assert table.rows and all(app.store.exchanges[i].conn.id == conn for i in table.rows)
+        assert table.rows and all(app.store.row(i).conn.id == conn for i in table.rows)
         assert f"conn {conn}" in status_text(app)
         await pilot.press("escape")
         await wait_for(pilot, lambda: not screen.filtering and len(table.rows) == 52, what="clear")
@@ -147,7 +160,7 @@ async def test_connections_sort_help_theme_and_quit():
         # sort: s cycles the key (time -> latency), S reverses; clicking a header sorts too
         await pilot.press("s", "S")
         await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "latency", what="sort")
-        lats = [app.store.exchanges[i].latency_ns or -1 for i in table.rows]
+        lats = [app.store.row(i).latency_ns or -1 for i in table.rows]
         assert lats == sorted(lats, reverse=True)
         await pilot.click(ExchangeTable, offset=(45, 0))  # the "API" header
         await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "api", what="click sort")
@@ -238,7 +251,7 @@ async def test_sorted_table_takes_appended_rows():
         app.finish_indexing()
         await wait_indexed(pilot)
         assert len(table.rows) == 52 and table.sort_key == "latency"
-        lats = [app.store.exchanges[i].latency_ns or -1 for i in table.rows]
+        lats = [app.store.row(i).latency_ns or -1 for i in table.rows]
         assert lats == sorted(lats, reverse=True)
 
 
@@ -289,3 +302,21 @@ async def test_million_rows_scroll():
         await pilot.pause(0.1)
         assert 999_900 < table.cursor < 999_999
         assert app.screen.query_one("#status").render()
+
+
+@aio
+async def test_spill_file_freed_when_the_app_exits_also_on_an_error():
+    """Frames live in an anonymous temporary file while the app runs; it is closed when the app
+    exits, also when the session ends with an exception (and the system drops it with the process)."""
+    app = KanalyzeApp([CODECS])
+    with pytest.raises(RuntimeError, match="boom"):
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_indexed(pilot)
+            assert not app.store.spill.closed and app.store.spill.size > 0
+            raise RuntimeError("boom")
+    assert app.store.spill.closed
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        await pilot.press("q")
+    assert app.store.spill.closed

@@ -30,7 +30,7 @@ async def select_produce_field(pilot) -> None:
     table = screen.query_one(ExchangeTable)
     tree = screen.query_one(DecodeTree)
     await wait_for(pilot, lambda: not screen.filtering and len(table.rows) == 1, what="filter")
-    await wait_for(pilot, lambda: tree.exchange is pilot.app.store.exchanges[table.rows[0]], what="detail")
+    await wait_for(pilot, lambda: tree.index == table.rows[0], what="detail")
     table.focus()
     await pilot.press("enter", "down", "down", "down", "down", "down", "down", "right", "right", "right", "right")
     hexview = screen.query_one(HexView)

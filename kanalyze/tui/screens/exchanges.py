@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import time
+from array import array
+from itertools import chain
 
 from rich.text import Text
 from textual import on, work
@@ -17,6 +19,7 @@ from textual.worker import get_current_worker
 
 from kanalyze.tui.filters import Filter, FilterError, parse_filter
 from kanalyze.tui.messages import FieldHighlighted
+from kanalyze.tui.spill import SpillClosed
 from kanalyze.tui.store import SORT_KEYS
 from kanalyze.tui.widgets.decode_tree import DecodeTree
 from kanalyze.tui.widgets.exchange_table import ExchangeTable
@@ -91,7 +94,7 @@ class ExchangesScreen(Screen):
             flt = self.effective_filter()
             table = self.query_one(ExchangeTable)
             if flt.empty and table.sort_key == "time" and not table.sort_reverse:
-                table.append_rows(list(range(start, n)))
+                table.append_rows(array("q", range(start, n)))
             else:  # matching and merging into a sorted table happen in the worker
                 self.filtering = True
                 self._job += 1
@@ -118,21 +121,24 @@ class ExchangesScreen(Screen):
         def progress(i: int) -> None:
             self.filter_progress = (i - start) / total
 
-        rows = store.match_range(flt, start, end, lambda: worker.is_cancelled, progress)
+        try:
+            rows = store.match_range(flt, start, end, lambda: worker.is_cancelled, progress)
+        except SpillClosed:  # the app is exiting
+            return
         if rows is None:
             return
         table = self.query_one(ExchangeTable)
         time_order = table.sort_key == "time" and not table.sort_reverse
         if append and not time_order:
             # the table does not change while `filtering` is set: merge into a copy here
-            rows = store.sort_indices(list(table.rows) + rows, table.sort_key, table.sort_reverse)
+            rows = store.sort_indices(chain(table.rows, rows), table.sort_key, table.sort_reverse)
             append = False
         elif not append and not time_order:
             rows = store.sort_indices(rows, table.sort_key, table.sort_reverse)
         if not worker.is_cancelled:
             self.app.call_from_thread(self._filter_done, job, rows, append)
 
-    def _filter_done(self, job: int, rows: list[int], append: bool) -> None:
+    def _filter_done(self, job: int, rows: array, append: bool) -> None:
         if job != self._job:  # a newer filter or sort superseded this one
             return
         self.filtering = False
@@ -232,11 +238,13 @@ class ExchangesScreen(Screen):
 
     def show_detail(self, index: int | None) -> None:
         store = self.app.store
-        ex = None if index is None or index >= len(store) else store.exchanges[index]
+        if index is not None and index >= len(store):
+            index = None
         tree = self.query_one(DecodeTree)
-        if ex is not None and tree.exchange is ex:
+        if index is not None and tree.index == index:
             return  # the same row again (a refilter, an append): keep the user's place in the tree
-        tree.show_exchange(ex, store.encoder)
+        ex = None if index is None else store.exchange(index)  # read back from the spill file
+        tree.show_exchange(ex, store.encoder, index)
         if ex is None:
             self.query_one(HexView).show(b"", "no exchange selected")
 
@@ -295,7 +303,7 @@ class ExchangesScreen(Screen):
     def action_export(self) -> None:
         from kanalyze.tui.screens.export import ExportScreen
 
-        rows = list(self.query_one(ExchangeTable).rows)
+        rows = array("q", self.query_one(ExchangeTable).rows)  # a snapshot: later filters change the table
 
         def done(path: str | None) -> None:
             if path:

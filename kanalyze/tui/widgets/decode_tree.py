@@ -154,12 +154,14 @@ class DecodeTree(Tree[Ref]):
     def __init__(self, **kwargs) -> None:
         super().__init__("no exchange selected", **kwargs)
         self.exchange: Exchange | None = None  # the exchange shown
+        self.index: int | None = None  # its row in the store, when it came from one
         self.show_root = False
         self.guide_depth = 3
 
-    def show_exchange(self, ex: Exchange | None, encoder: ExchangeEncoder) -> None:
+    def show_exchange(self, ex: Exchange | None, encoder: ExchangeEncoder, index: int | None = None) -> None:
         self.clear()
         self.exchange = ex
+        self.index = None if ex is None else index
         self.root.set_label("exchange")
         if ex is None:
             return

@@ -3,6 +3,9 @@ rows scroll without a freeze. Rows are indices into the store; cells are built o
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable
+
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
@@ -71,16 +74,16 @@ class ExchangeTable(ScrollView, can_focus=True):
     def __init__(self, store: ExchangeStore, **kwargs) -> None:
         super().__init__(**kwargs)
         self.store = store
-        self.rows: list[int] = []
+        self.rows: array = array("q")  # store indices (8 bytes each: a million rows cost 8 MB)
         self.cursor = 0
         self.sort_key = "time"
         self.sort_reverse = False
         self._width = sum(w + 1 for _t, w, _k in COLUMNS)
 
     # -- data -----------------------------------------------------------------------------
-    def set_rows(self, rows: list[int], keep: int | None = None) -> None:
+    def set_rows(self, rows: Iterable[int], keep: int | None = None) -> None:
         """Replace the rows; keep the cursor on store index `keep` when it is still listed."""
-        self.rows = rows
+        self.rows = rows = rows if isinstance(rows, array) else array("q", rows)
         if keep is not None:
             try:
                 self.cursor = rows.index(keep)
@@ -91,7 +94,7 @@ class ExchangeTable(ScrollView, can_focus=True):
         self._resize()
         self._announce()
 
-    def append_rows(self, rows: list[int]) -> None:
+    def append_rows(self, rows: Iterable[int]) -> None:
         was_empty = not self.rows
         self.rows.extend(rows)
         self._resize()
@@ -185,7 +188,7 @@ class ExchangeTable(ScrollView, can_focus=True):
 
     def _row_text(self, idx: int) -> tuple[str, bool]:
         st = self.store
-        ex = st.exchanges[idx]
+        ex = st.row(idx)
         topics, errors = st.summary(idx)
         lat = ex.latency_ns
         api = ex.api or "?"
