@@ -43,6 +43,7 @@ class Code(StrEnum):
     FRAME_TOO_LARGE = "frame_too_large"
     INCOMPLETE_FRAME = "incomplete_frame"
     BUFFER_LIMIT = "buffer_limit"
+    CONNECTION_LIMIT = "connection_limit"
     # correlation
     DUPLICATE_CORRELATION_ID = "duplicate_correlation_id"
     PENDING_LIMIT = "pending_limit"

@@ -37,7 +37,7 @@ _OFFSET_SIZE = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
 LOG_OVERHEAD = 12
 MIN_SIZE = {0: 14, 1: 22}  # crc+magic+attrs(+timestamp)+key len+value len
-MAX_NESTING = 2  # Kafka allows one level; one more is tolerated, deeper is refused
+MAX_NESTING = 2  # default of Limits.max_nesting_depth: Kafka allows one level, one more is tolerated
 
 
 class _Msg:
@@ -213,13 +213,17 @@ def _inner(
             Diagnostic(Code.BAD_RECORD, wrapper.pos, "compressed wrapper message with a null value")
         )
         return [], []
-    if depth > MAX_NESTING:
+    limits = ctx.limits
+    if depth > limits.max_nesting_depth:
         diags.append(
-            Diagnostic(Code.NESTING_TOO_DEEP, wrapper.pos, "compressed messages nested too deep")
+            Diagnostic(
+                Code.NESTING_TOO_DEEP,
+                wrapper.pos,
+                f"compressed messages nested deeper than {limits.max_nesting_depth} (max_nesting_depth)",
+            )
         )
         return [], []
     start, n = wrapper.value
-    limits = ctx.limits
     res = decompress(
         codec,
         buf[start : start + n],

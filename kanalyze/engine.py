@@ -31,6 +31,11 @@ class EngineOptions:
     order_window_ns: int = 60 * 1_000_000_000
     pending_timeout_ns: int | None = None  # live mode: give up on requests older than this
     reassembly: ReassemblyLimits = field(default_factory=ReassemblyLimits)
+    # bytes held across all connections (partial frames, unsynced search bytes, out-of-order
+    # data); over it the connections holding the most are evicted down to 3/4 of it
+    max_buffered: int = 1024 * 1024 * 1024
+    # connections open at once; over it the least recently active 1/8 are closed
+    max_connections: int = 100_000
 
 
 @dataclass(slots=True)
@@ -45,6 +50,7 @@ class DirectionTotals:
     retransmitted: int = 0
     overlap_conflicts: int = 0
     pdus: int = 0
+    limit_gaps: int = 0  # holes given up at a reassembly bound (also counted in gaps)
 
     def add(self, half: HalfStream, framer: Framer) -> None:
         self.stream += half.next
@@ -55,6 +61,7 @@ class DirectionTotals:
         self.retransmitted += half.retransmitted
         self.overlap_conflicts += half.overlap_conflicts
         self.pdus += framer.frames
+        self.limit_gaps += half.limit_gaps
 
 
 @dataclass(slots=True)
@@ -72,6 +79,11 @@ class EngineStats:
     events: list[tuple[int, str, str, int, int, str]] = field(default_factory=list)
     max_events: int = 10_000
     events_dropped: int = 0
+    event_counts: dict[str, int] = field(default_factory=dict)  # every stream event by code, kept or dropped
+    limit_hits: dict[str, int] = field(default_factory=dict)  # engine-wide bounds hit: option name -> times
+    buffered: int = 0  # bytes buffered right now across connections
+    buffered_peak: int = 0
+    open_peak: int = 0  # most connections open at once
 
 
 class Connection:
@@ -91,6 +103,7 @@ class Connection:
         "clock",
         "closed",
         "last_seen",
+        "held",
     )
 
     def __init__(self, engine: Engine, info: ConnInfo, client_key: tuple, forced: bool, syn_seen: bool) -> None:
@@ -102,6 +115,7 @@ class Connection:
         self.clock = 0
         self.closed = False
         self.last_seen = 0  # ns timestamp of the connection's latest packet
+        self.held = 0  # bytes buffered (both framers, both reassembly heaps), as last counted
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
@@ -189,6 +203,8 @@ class Engine:
                 # data): nothing to reassemble, and no reason to open a connection for it
                 self.stats.stray_packets += 1
                 return
+            if len(self.order) >= self.opts.max_connections:
+                self._close_least_recent(pkt)
             conn = self._open(seg, key, flags)
         if conn.ignored:
             conn.last_seen = pkt.ts_ns
@@ -203,11 +219,21 @@ class Engine:
         if flags & SYN and half.base is None:
             half.start(seg.seq, True)
             (conn.cf if from_client else conn.sf).synced = True
+        held = conn.held
         if flags & ACK:
             other.peer_ack(seg.ack)
             if other.heap:
                 other.check_hole(conn.clock, pkt.no, pkt.ts_ns, now=bool(seg.payload))
         half.segment(seg.seq, seg.payload, bool(flags & FIN), pkt.no, pkt.ts_ns, conn.clock)
+        now_held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+        if now_held != held:
+            conn.held = now_held
+            st = self.stats
+            st.buffered += now_held - held
+            if st.buffered > st.buffered_peak:  # the peak is kept <= max_buffered, so this is rare
+                if st.buffered > self.opts.max_buffered:
+                    self._evict_buffers(pkt)
+                st.buffered_peak = max(st.buffered_peak, st.buffered)
         if not conn.kafka and not conn.ignored and conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
             conn.ignored = True
         if conn.ignored:
@@ -244,7 +270,47 @@ class Engine:
         self.conns[rkey] = conn
         self.order[info.id] = conn
         self.stats.connections += 1
+        if len(self.order) > self.stats.open_peak:
+            self.stats.open_peak = len(self.order)
         return conn
+
+    # -- bounds --------------------------------------------------------------------------------
+    def _hit(self, limit: str, conn: Connection, pkt: Packet, message: str) -> None:
+        """Count an engine-wide bound being hit and report it as a stream event of `conn`."""
+        st = self.stats
+        st.limit_hits[limit] = st.limit_hits.get(limit, 0) + 1
+        code = "buffer_limit" if limit == "max_buffered" else "connection_limit"
+        st.event_counts[code] = st.event_counts.get(code, 0) + 1
+        if len(st.events) < st.max_events:
+            st.events.append((conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message))
+        else:
+            st.events_dropped += 1
+
+    def _evict_buffers(self, pkt: Packet) -> None:
+        """Over `max_buffered`: the connections holding the most give up their buffers (holes
+        become gaps, waiting data is delivered, partial frames are skipped) until the total is
+        at 3/4 of the bound; one sort per eviction round keeps a flood linear."""
+        st = self.stats
+        target = self.opts.max_buffered * 3 // 4
+        for conn in sorted((c for c in self.order.values() if c.held), key=lambda c: c.held, reverse=True):
+            if st.buffered <= target:
+                break
+            dropped = conn.held
+            for half, framer in ((conn.c2s, conn.cf), (conn.s2c, conn.sf)):
+                half.flush(pkt.no, pkt.ts_ns, "buffers evicted: --max-buffered")
+                framer.evict("buffers evicted: --max-buffered")
+            conn.held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+            st.buffered -= dropped - conn.held
+            self._hit("max_buffered", conn, pkt, f"{dropped} buffered bytes given up: {st.buffered + dropped} bytes buffered in total")
+
+    def _close_least_recent(self, pkt: Packet) -> None:
+        """At `max_connections`: close the least recently active 1/8 of the open connections
+        (as if they had ended), so a flood of new connections costs one sort per batch."""
+        conns = sorted(self.order.values(), key=lambda c: c.last_seen)
+        message = f"closed early: {len(conns)} connections open (--max-connections)"
+        for conn in conns[: max(1, len(conns) // 8)]:
+            self._hit("max_connections", conn, pkt, message)
+            self._close(conn, pkt)
 
     def _forget(self, conn: Connection) -> None:
         k = conn.client_key
@@ -256,8 +322,11 @@ class Engine:
         """A connection judged not Kafka: free its buffers, keep a tombstone to ignore its packets."""
         conn.c2s.heap.clear()
         conn.s2c.heap.clear()
+        conn.c2s.ooo_bytes = conn.s2c.ooo_bytes = 0
         conn.cf.buf = bytearray()
         conn.sf.buf = bytearray()
+        self.stats.buffered -= conn.held
+        conn.held = 0
 
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
         if conn.closed:
@@ -269,6 +338,8 @@ class Engine:
         conn.cf.close()
         conn.sf.close()
         conn.corr.close()
+        self.stats.buffered -= conn.held
+        conn.held = 0
         self._forget(conn)
         self.order.pop(conn.info.id, None)
         if conn.ignored:
@@ -285,7 +356,10 @@ class Engine:
         st.kafka_connections += 1
         st.client.add(conn.c2s, conn.cf)
         st.broker.add(conn.s2c, conn.sf)
+        counts = st.event_counts
         for side, fr in (("client", conn.cf), ("broker", conn.sf)):
+            for code, n in fr.event_counts.items():
+                counts[code] = counts.get(code, 0) + n
             st.events_dropped += fr.events_dropped
             for code, off, pk, msg in fr.events:
                 if len(st.events) < st.max_events:

@@ -119,6 +119,7 @@ class Framer:
         "last_ts",
         "events",
         "events_dropped",
+        "event_counts",
     )
 
     def __init__(
@@ -151,6 +152,7 @@ class Framer:
         self.last_ts = 0
         self.events: list[tuple[str, int, int, str]] = []  # (code, stream offset, pkt, message)
         self.events_dropped = 0
+        self.event_counts: dict[str, int] = {}  # every event by code, kept or dropped
 
     # -- StreamSink -------------------------------------------------------------------------
     def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None:
@@ -180,19 +182,21 @@ class Framer:
             self.marks.append((start, pkt_no, ts_ns))
         self._process()
 
-    def gap(self, nbytes: int, pkt_no: int, ts_ns: int) -> None:
+    def gap(self, nbytes: int, pkt_no: int, ts_ns: int, why: str = "") -> None:
         gap_start = self.stream_offset
         self.stream_offset += nbytes
         self.last_pkt, self.last_ts = pkt_no, ts_ns
+        code = "buffer_limit" if why else "gap"
+        why = f"{nbytes} bytes given up ({why})" if why else f"{nbytes} bytes lost in a capture gap"
         if self.skip:
             used = min(self.skip, nbytes)
             self.skip -= used
             if self.skip:
                 return
-            self._note("gap", gap_start, pkt_no, f"{nbytes} bytes lost in a capture gap")
+            self._note(code, gap_start, pkt_no, why)
             self._lose_sync()
             return
-        self._note("gap", gap_start, pkt_no, f"{nbytes} bytes lost in a capture gap")
+        self._note(code, gap_start, pkt_no, why)
         if self.synced and len(self.buf) >= 4:
             size = int.from_bytes(self.buf[:4], "big")
             frame_end = self.buf_offset + 4 + size
@@ -216,6 +220,7 @@ class Framer:
 
     # -- internals --------------------------------------------------------------------------
     def _note(self, code: str, offset: int, pkt: int, message: str) -> None:
+        self.event_counts[code] = self.event_counts.get(code, 0) + 1
         if len(self.events) < MAX_EVENTS:
             self.events.append((code, offset, pkt, message))
         else:
@@ -400,6 +405,25 @@ class Framer:
         self._note("skipped_bytes", self.buf_offset, self.last_pkt, f"{k} bytes skipped ({why})")
         self.skipped += k
         self._consume(k)
+
+    def evict(self, why: str) -> int:
+        """Drop the buffered bytes (a buffering limit was hit): they count as skipped. A frame
+        whose size is known is skipped to its end, so the direction stays in sync. Returns the
+        bytes dropped."""
+        n = len(self.buf)
+        if not n:
+            return 0
+        if self.synced and n >= 4:
+            size = int.from_bytes(self.buf[:4], "big")
+            if MIN_RESPONSE <= size <= self.max_frame:
+                self.skip = self.buf_offset + 4 + size - self.stream_offset
+        if not self.skip:
+            self._lose_sync()
+        self._note("skipped_bytes", self.buf_offset, self.last_pkt, f"{n} bytes skipped ({why})")
+        self.skipped += n
+        self.buf = bytearray()  # a new buffer: the old one may have grown large
+        self.marks.clear()
+        return n
 
     def close(self) -> None:
         """End of stream: a partial frame becomes a truncated PDU (if its header is there) or skipped bytes."""

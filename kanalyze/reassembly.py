@@ -30,7 +30,9 @@ class StreamSink(Protocol):
 
     def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None: ...
 
-    def gap(self, nbytes: int, pkt_no: int, ts_ns: int) -> None: ...
+    def gap(self, nbytes: int, pkt_no: int, ts_ns: int, why: str = "") -> None:
+        """`nbytes` will never arrive; `why` is empty for a capture gap, else the bound that
+        made reassembly give up on them."""
 
 
 @dataclass(slots=True)
@@ -61,6 +63,7 @@ class HalfStream:
         "retransmitted",
         "overlap_conflicts",
         "gaps",
+        "limit_gaps",
         "clock",
     )
 
@@ -82,6 +85,7 @@ class HalfStream:
         self.retransmitted = 0
         self.overlap_conflicts = 0
         self.gaps = 0
+        self.limit_gaps = 0  # holes given up because out-of-order data hit a ReassemblyLimits bound
         self.clock = 0  # the connection's packet counter, for hole patience
 
     def start(self, seq: int, syn: bool) -> None:
@@ -129,7 +133,8 @@ class HalfStream:
             self.hole_since = clock
         lim = self.limits
         if self.ooo_bytes > lim.max_ooo_bytes or len(self.heap) > lim.max_ooo_segments:
-            self._gap_to(self.heap[0][0], pkt_no, ts_ns)
+            self.limit_gaps += 1
+            self._gap_to(self.heap[0][0], pkt_no, ts_ns, "out-of-order data over --max-ooo-bytes/--max-ooo-segments")
 
     def peer_ack(self, ack: int) -> None:
         """The other side acknowledged up to raw sequence number `ack`."""
@@ -152,10 +157,11 @@ class HalfStream:
         ):
             self._gap_to(min(self.acked, self.heap[0][0]), pkt_no, ts_ns)
 
-    def flush(self, pkt_no: int, ts_ns: int) -> None:
-        """End of the stream: every remaining hole becomes a gap, waiting data is delivered."""
+    def flush(self, pkt_no: int, ts_ns: int, why: str = "") -> None:
+        """End of the stream (or, with `why`, its buffers evicted): every remaining hole becomes
+        a gap, waiting data is delivered."""
         while self.heap:
-            self._gap_to(self.heap[0][0], pkt_no, ts_ns)
+            self._gap_to(self.heap[0][0], pkt_no, ts_ns, why)
 
     def _deliver(self, chunk: bytes, rel: int, pkt_no: int, ts_ns: int) -> None:
         self.next = rel + len(chunk)
@@ -189,14 +195,14 @@ class HalfStream:
         if not heap:
             self.hole_since = None
 
-    def _gap_to(self, target: int, pkt_no: int, ts_ns: int) -> None:
+    def _gap_to(self, target: int, pkt_no: int, ts_ns: int, why: str = "") -> None:
         if target > self.next:
             n = target - self.next
             self.gap_bytes += n
             self.gaps += 1
             self.next = target
             self.last_chunk = b""
-            self.sink.gap(n, pkt_no, ts_ns)
+            self.sink.gap(n, pkt_no, ts_ns, why)
         self.hole_since = None
         self._drain(pkt_no, ts_ns)
         if self.heap and self.hole_since is None:

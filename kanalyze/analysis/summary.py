@@ -118,12 +118,33 @@ class Summary:
                 "unsupported_linktypes": {str(k): v for k, v in engine.flows.unsupported_linktypes.items()},
             },
             "diagnostics": dict(sorted(self.diagnostics.items())),
+            "limits": self.limits(engine),
+            "peaks": {"buffered_bytes": engine.buffered_peak, "open_connections": engine.open_peak},
+            "stream_event_counts": dict(sorted(engine.event_counts.items())),
             "stream_events_dropped": engine.events_dropped,
             "stream_events": [
                 {"connection": c, "side": side, "code": code, "stream_offset": off, "frame": pk, "message": msg}
                 for c, side, code, off, pk, msg in engine.events
             ],
             "capture_diagnostics": [{"file": name, **d.to_json()} for name, d in capture.diagnostics],
+        }
+
+
+    def limits(self, engine: EngineStats) -> dict[str, int]:
+        """How often each resource bound was hit, by its option name (docs/limits.md). The
+        decoding bounds count what this summary decoded (response bodies, no records)."""
+        d = self.diagnostics
+        hits = engine.limit_hits
+        return {
+            "max_frame": engine.event_counts.get("frame_too_large", 0),
+            "max_ooo": engine.client.limit_gaps + engine.broker.limit_gaps,
+            "max_buffered": hits.get("max_buffered", 0),
+            "max_connections": hits.get("max_connections", 0),
+            "max_pending": d.get("pending_limit", 0),
+            "max_decompressed": d.get("decompression_limit", 0),
+            "max_nesting": d.get("nesting_too_deep", 0),
+            "max_array_count": d.get("array_too_large", 0),
+            "max_events": engine.events_dropped,
         }
 
 

@@ -7,6 +7,7 @@ import sys
 
 from dissectors.context import DecodeContext, Limits
 from kanalyze.engine import EngineOptions
+from kanalyze.reassembly import ReassemblyLimits
 from kanalyze.session import Session
 
 
@@ -30,7 +31,25 @@ def port(text: str) -> int:
 def add_input_arguments(p: argparse.ArgumentParser, files_required: bool = True) -> None:
     p.add_argument("files", nargs="+" if files_required else "*", metavar="FILE", help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time")
     p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="treat TCP port P as a Kafka broker port (repeatable); Kafka is detected on any port anyway")
-    p.add_argument("--max-frame", type=positive_int, default=256 * 1024 * 1024, metavar="BYTES", help="largest plausible Kafka frame (default 256 MiB)")
+    add_limit_arguments(p)
+
+
+def add_limit_arguments(p: argparse.ArgumentParser) -> None:
+    """The engine's resource bounds (docs/limits.md); each hit is counted in `summary`."""
+    d = EngineOptions()
+    r = d.reassembly
+    g = p.add_argument_group("resource bounds (docs/limits.md)")
+    g.add_argument("--max-frame", type=positive_int, default=d.max_frame, metavar="BYTES", help="largest plausible Kafka frame (default 256 MiB)")
+    g.add_argument("--max-buffered", type=positive_int, default=d.max_buffered, metavar="BYTES",
+                   help="bytes buffered across all connections (partial frames, out-of-order data); over it the largest buffers are given up (default 1 GiB)")
+    g.add_argument("--max-connections", type=positive_int, default=d.max_connections, metavar="N",
+                   help="connections open at once; over it the least recently active are closed (default 100000)")
+    g.add_argument("--max-pending", type=positive_int, default=d.max_pending, metavar="N",
+                   help="requests awaiting a response per connection; over it the oldest is given up (default 10000)")
+    g.add_argument("--max-ooo-bytes", type=positive_int, default=r.max_ooo_bytes, metavar="BYTES",
+                   help="out-of-order bytes waiting behind a hole, per direction (default 32 MiB)")
+    g.add_argument("--max-ooo-segments", type=positive_int, default=r.max_ooo_segments, metavar="N",
+                   help="out-of-order segments waiting behind a hole, per direction (default 8192)")
 
 
 def add_decode_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,15 +57,36 @@ def add_decode_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-value-bytes", type=positive_int, default=None, metavar="N", help="truncate record keys, values and header values to N bytes")
     p.add_argument("--header-only", action="store_true", help="do not decode bodies (fastest; headers, matching and timing only)")
     p.add_argument("--no-records", action="store_true", help="decode bodies but leave record batches undecoded (sizes only)")
-    p.add_argument("--max-decompressed", type=positive_int, default=64 * 1024 * 1024, metavar="BYTES", help="cap on one batch's decompressed size (default 64 MiB)")
+    d = Limits()
+    g = p.add_argument_group("decoding bounds (docs/limits.md)")
+    g.add_argument("--max-decompressed", type=positive_int, default=d.max_decompressed_bytes, metavar="BYTES", help="cap on one batch's decompressed size (default 64 MiB)")
+    g.add_argument("--max-decompression-ratio", type=positive_int, default=d.max_decompression_ratio, metavar="R",
+                   help="cap on decompressed size as a multiple of the compressed size (default 250)")
+    g.add_argument("--max-array-count", type=positive_int, default=d.max_array_count, metavar="N", help="largest array decoded (default 10000000)")
+    g.add_argument("--max-nesting", type=positive_int, default=d.max_nesting_depth, metavar="N",
+                   help="compressed legacy message sets nested deeper than N are not decompressed (default 2)")
 
 
-def engine_options(args: argparse.Namespace) -> EngineOptions:
-    return EngineOptions(ports=frozenset(args.port), max_frame=args.max_frame)
+def engine_options(args: argparse.Namespace, **extra: object) -> EngineOptions:
+    return EngineOptions(
+        ports=frozenset(args.port),
+        max_frame=args.max_frame,
+        max_buffered=args.max_buffered,
+        max_connections=args.max_connections,
+        max_pending=args.max_pending,
+        reassembly=ReassemblyLimits(max_ooo_bytes=args.max_ooo_bytes, max_ooo_segments=args.max_ooo_segments),
+        **extra,  # type: ignore[arg-type]
+    )
 
 
 def decode_context(args: argparse.Namespace) -> DecodeContext:
-    limits = Limits(max_frame_bytes=args.max_frame, max_decompressed_bytes=args.max_decompressed, max_value_bytes=args.max_value_bytes)
+    limits = Limits(
+        max_decompressed_bytes=args.max_decompressed,
+        max_decompression_ratio=args.max_decompression_ratio,
+        max_array_count=args.max_array_count,
+        max_nesting_depth=args.max_nesting,
+        max_value_bytes=args.max_value_bytes,
+    )
     return DecodeContext(limits=limits, show_secrets=args.show_secrets, decode_records=not args.no_records)
 
 

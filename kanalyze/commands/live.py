@@ -15,7 +15,14 @@ import time
 from dataclasses import replace
 from typing import TextIO
 
-from kanalyze.commands.common import add_decode_arguments, decode_context, port, positive_int
+from kanalyze.commands.common import (
+    add_decode_arguments,
+    add_limit_arguments,
+    decode_context,
+    engine_options,
+    port,
+    positive_int,
+)
 
 
 def positive_float(text: str) -> float:
@@ -39,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-i", "--interface", required=True, metavar="IFACE", help="interface to capture on (e.g. eth0, lo, any)")
     p.add_argument("--bpf", metavar="FILTER", default=None, help="BPF capture filter (default: 'tcp', or 'tcp port P ...' with --port)")
     p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="TCP port P is a Kafka broker port (repeatable); Kafka is detected on any port anyway")
-    p.add_argument("--max-frame", type=positive_int, default=256 * 1024 * 1024, metavar="BYTES", help="largest plausible Kafka frame (default 256 MiB)")
+    add_limit_arguments(p)
     add_decode_arguments(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT", help="NDJSON output file (default: stdout)")
     p.add_argument("--rotate-bytes", type=positive_int, default=None, metavar="N", help="start a new output file (OUT.1, OUT.2, ...) after N bytes")
@@ -108,7 +115,6 @@ class NdjsonOutput:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kanalyze.engine import EngineOptions
     from kanalyze.export.ndjson import ExchangeEncoder, dumps
     from kanalyze.live import (
         LiveError,
@@ -159,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"kanalyze: error: {e}\n")
         return 2
 
-    eopts = EngineOptions(ports=frozenset(args.port), max_frame=args.max_frame, pending_timeout_ns=int(args.pending_timeout * 1e9))
+    eopts = engine_options(args, pending_timeout_ns=int(args.pending_timeout * 1e9))
     lopts = LiveOptions(
         engine=eopts,
         pending_timeout_s=args.pending_timeout,

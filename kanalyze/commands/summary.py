@@ -79,6 +79,10 @@ def render(doc: dict) -> str:
     if doc["diagnostics"]:
         lines.append("")
         lines.append("diagnostics: " + ", ".join(f"{k} {v}" for k, v in doc["diagnostics"].items()))
+    hit = {k: v for k, v in doc["limits"].items() if v}
+    if hit:
+        lines.append("")
+        lines.append("limits hit: " + ", ".join(f"{k} {v}" for k, v in hit.items()) + " (see docs/limits.md)")
     ev = doc["stream_events"]
     if ev:
         lines.append("")
