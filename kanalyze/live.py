@@ -89,6 +89,7 @@ class CaptureCounters:
     skipped_outgoing: int = 0  # loopback duplicates
     kernel_packets: int | None = None  # passed the filter, per the kernel
     kernel_drops: int | None = None  # dropped by the kernel (receive buffer full)
+    interface_down: int = 0  # times the interface went down while capturing (capture resumes when it is up)
 
 
 class AfPacketSource:
@@ -143,6 +144,15 @@ class AfPacketSource:
                 n, anc, _flags, addr = sock.recvmsg_into([self._buf], self._anc, socket.MSG_TRUNC)
             except (TimeoutError, BlockingIOError):
                 return None
+            except OSError as e:
+                if e.errno == errno.ENETDOWN:
+                    # reported once per down; the socket stays bound and the kernel delivers
+                    # again when the interface comes back up
+                    self.counters.interface_down += 1
+                    return None
+                if e.errno in (errno.ENODEV, errno.ENXIO):
+                    raise LiveError(f"interface {self.iface} went away") from e
+                raise
             ifname, proto, pkttype, hatype, haddr = addr
             if pkttype == PACKET_OUTGOING and hatype == ARPHRD_LOOPBACK:
                 self.counters.skipped_outgoing += 1
@@ -310,6 +320,7 @@ class LiveSession:
         self._stop = threading.Event()
         self._stop_ns = 0
         self._hurry = False
+        self.failed = False  # the capture ended on an error (the interface went away)
         # refreshed every tick, safe to read from other threads (metrics endpoint, TUI)
         self.pending = 0
         self.open_connections = 0
@@ -396,7 +407,12 @@ class LiveSession:
                     self.housekeeping(time.time_ns() if drained else self.engine.now)
                     next_tick = now + o.tick_s
                 wait = min(0.2, max(0.0, next_tick - now))
-                got = src.read(wait)
+                try:
+                    got = src.read(wait)
+                except LiveError as e:  # the interface is gone: keep what was captured
+                    self.stop(str(e))
+                    self.failed = True
+                    break
                 drained = got is None
                 if got is None:
                     continue
@@ -413,7 +429,7 @@ class LiveSession:
                 # still arriving adds: the kernel timestamps tell them apart); bounded in time
                 stop_ns = self._stop_ns or time.time_ns()
                 drain_until = time.monotonic() + o.drain_s
-                while time.monotonic() < drain_until and not self._hurry:
+                while time.monotonic() < drain_until and not self._hurry and not self.failed:
                     got = src.read(0)
                     if got is None or got[0] > stop_ns:
                         break

@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
     write_summary(session, out, args)
-    return 0
+    return 1 if session.failed else 0
 
 
 def write_summary(session, out: NdjsonOutput, args: argparse.Namespace) -> None:  # noqa: ANN001
@@ -238,6 +238,8 @@ def write_summary(session, out: NdjsonOutput, args: argparse.Namespace) -> None:
     if c.kernel_packets is not None:
         kern = f" (kernel: {c.kernel_packets} passed the filter, {c.kernel_drops} dropped)"
     lines.append(f"  packets: {c.packets} captured, {c.bytes} bytes{kern}")
+    if c.interface_down:
+        lines.append(f"  interface down: {c.interface_down} times (capture resumed each time it came back)")
     if c.truncated:
         lines.append(f"  truncated: {c.truncated} packets longer than the snap length ({args.snaplen})")
     status = ", ".join(f"{k} {v}" for k, v in sorted(st.by_status.items()))

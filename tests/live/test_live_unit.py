@@ -355,3 +355,86 @@ def test_follower_lag_and_hw_from_replication_traffic() -> None:
                 want_lag[key] = max(0, ends[(t, p)] - part["fetch_offset"])
     assert offs == want_off
     assert lags == want_lag
+
+
+# -- the interface going down (issue 9, must-do 5) --------------------------------------------
+
+
+class FakeSocket:
+    """recvmsg_into raises the queued errors first, then times out."""
+
+    def __init__(self, errors: list[int]) -> None:
+        self.errors = list(errors)
+
+    def settimeout(self, _t: float | None) -> None:
+        pass
+
+    def recvmsg_into(self, *_a: object) -> tuple:
+        if self.errors:
+            code = self.errors.pop(0)
+            raise OSError(code, os.strerror(code))
+        raise TimeoutError
+
+
+def _af_packet_with(errors: list[int]) -> live.AfPacketSource:
+    src = object.__new__(live.AfPacketSource)  # no real socket: needs no CAP_NET_RAW
+    src.sock = FakeSocket(errors)
+    src.iface = "eth9"
+    src.counters = CaptureCounters()
+    src._buf, src._anc = bytearray(64), 64
+    return src
+
+
+def test_interface_down_is_counted_and_capture_goes_on() -> None:
+    import errno
+
+    src = _af_packet_with([errno.ENETDOWN, errno.ENETDOWN])
+    assert src.read(0.01) is None and src.read(0.01) is None and src.read(0.01) is None
+    assert src.counters.interface_down == 2
+
+
+def test_interface_removed_is_a_live_error() -> None:
+    import errno
+
+    src = _af_packet_with([errno.ENODEV])
+    with pytest.raises(live.LiveError, match="eth9 went away"):
+        src.read(0.01)
+
+
+class VanishingSource(FakeSource):
+    """Replays the packets, then the interface goes away."""
+
+    def read(self, timeout: float | None):  # noqa: ANN201
+        if not self.packets:
+            raise live.LiveError("interface lo went away")
+        return super().read(timeout)
+
+
+def test_interface_gone_keeps_every_exchange_already_captured() -> None:
+    pkts, lt = replay(CAPTURES / "aio_group.pcap")
+    s = LiveSession(VanishingSource(pkts, lt), NO_HOUSEKEEPING)
+    enc = ExchangeEncoder()
+    lines: list[str] = []
+    s.subscribe(lambda ex: lines.append(enc.line(ex)))
+    st = s.run()
+    assert s.failed and st.stop_reason == "interface lo went away"
+    assert s.source.closed
+    assert lines == export_lines(CAPTURES / "aio_group.pcap")
+
+
+def test_command_reports_interface_gone_and_keeps_output(monkeypatch, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    src_path = CAPTURES / "lib_acks.pcap"
+    pkts, lt = replay(src_path)
+
+    def fake_open(iface: str, bpf: str, snaplen: int = 0, buffer_bytes: int = 0) -> FakeSource:
+        s = VanishingSource(pkts, lt)
+        s.counters.interface_down = 1
+        return s
+
+    monkeypatch.setattr(live, "open_source", fake_open)
+    out = tmp_path / "o.ndjson"
+    rc = cli.main(["live", "-i", "lo", "-o", str(out), *SLOW_EXPIRY])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert out.read_text().splitlines() == export_lines(src_path)
+    assert "went away" in err and "interface down: 1 times" in err and "Traceback" not in err
