@@ -1,7 +1,7 @@
 """The per-row fields the exchanges table shows, filters and sorts on, in flat arrays.
 
 One Python `Exchange` with its messages, frames and header dicts costs about 1.5 KB; the same
-fields as machine integers in `array`s cost about 70 bytes a row, and repeated strings (client
+fields as machine integers in `array`s cost about 80 bytes a row, and repeated strings (client
 ids) are stored once. `Row` is a light view of one row, built on demand for the visible lines;
 it has the attribute names of `Exchange`, so the filter language applies to both.
 """
@@ -78,6 +78,8 @@ class RowTable:
         self.acks = array("i")  # acks or NONE32
         self.req = array("q")  # spill offset of the request frame or NO_MESSAGE
         self.resp = array("q")  # spill offset of the response frame or NO_MESSAGE
+        self.req_body = array("i")  # where the request body starts in its frame (0: none)
+        self.resp_body = array("i")  # where the response body starts in its frame
         self.conns: dict[int, ConnInfo] = {}
         self.client_ids: list[str] = []
         self._client_index: dict[str, int] = {}
@@ -110,6 +112,8 @@ class RowTable:
         self.acks.append(_opt(ex.acks, NONE32))
         self.req.append(req_off)
         self.resp.append(resp_off)
+        self.req_body.append(req.body_offset if req else 0)
+        self.resp_body.append(resp.body_offset if resp else 0)
 
     def api_key(self, i: int) -> int | None:
         k = self.api[i]
@@ -140,5 +144,5 @@ class RowTable:
     def nbytes(self) -> int:
         """Bytes held by the columns (allocated length, not capacity)."""
         cols = (self.ts, self.lat, self.size, self.conn, self.api, self.ver, self.corr, self.client,
-                self.status, self.acks, self.req, self.resp)
+                self.status, self.acks, self.req, self.resp, self.req_body, self.resp_body)
         return sum(len(a) * a.itemsize for a in cols)

@@ -119,7 +119,7 @@ class FrameSpill:
 
 class SpillReader:
     """Reads frames in ascending offset order through a window: a pass over many rows
-    (summaries, analysis) costs one read per window instead of two per frame."""
+    (summaries, analysis, a filter) costs one read per window instead of two per frame."""
 
     def __init__(self, spill: FrameSpill, window: int) -> None:
         self._spill = spill
@@ -130,7 +130,10 @@ class SpillReader:
     def _at(self, off: int, need: int) -> tuple[bytes, int]:
         p = off - self._start
         if p < 0 or p + need > len(self._win):
-            self._win = self._spill.read(off, max(need, self._window))
+            # a pass reads on from the window (or close to it): a whole window; a jump further
+            # (rows a filter skipped) just this frame and its neighbour
+            onward = 0 <= p <= len(self._win) + self._window
+            self._win = self._spill.read(off, max(need, self._window if onward else NEAR_BYTES))
             self._start = off
             p = 0
         return self._win, p

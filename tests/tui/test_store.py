@@ -8,7 +8,7 @@ import pytest
 
 from kanalyze.session import Session
 from kanalyze.tui.filters import FilterError, parse_filter
-from kanalyze.tui.store import SORT_KEYS, ExchangeStore
+from kanalyze.tui.store import SORT_KEYS, ExchangeStore, summarize
 from tests.tui.conftest import CAPTURES
 
 
@@ -147,6 +147,10 @@ def test_rebuilt_exchanges_equal_the_indexed_ones_on_every_capture():
         assert [mine.line(ex) for ex in rebuilt] == [theirs.line(ex) for ex in exs], path
         assert [st.row(i).size for i in range(len(st))] == [
             sum(m.pdu.size for m in (ex.request, ex.response) if m) for ex in exs]
+        # summaries decode bodies from a lighter rebuild (frames and body offsets only): same result
+        enc = st._summary_encoder
+        assert [summarize(st._for_bodies(i, st.spill.get), enc) for i in range(len(st))] == [
+            summarize(ex, enc) for ex in exs], path
         st.close()
 
 
