@@ -57,10 +57,6 @@ class Row:
         return api_name(self.api_key)
 
 
-def _opt(value: int | None, none: int) -> int:
-    return none if value is None else value
-
-
 class RowTable:
     """Columns of every row; `append` is called under the store's lock, reads need none (an
     index below the published length never changes)."""
@@ -88,9 +84,11 @@ class RowTable:
         return len(self.ts)
 
     def append(self, ex: Exchange, req_off: int, resp_off: int) -> None:
+        """One row (written out flat: this runs once per exchange while indexing)."""
         c = ex.conn
-        if c.id not in self.conns:
-            self.conns[c.id] = c
+        conn_id = c.id
+        if conn_id not in self.conns:
+            self.conns[conn_id] = c
         cid = ex.client_id
         if cid is None:
             ci = -1
@@ -100,20 +98,36 @@ class RowTable:
                 ci = self._client_index[cid] = len(self.client_ids)
                 self.client_ids.append(cid)
         req, resp = ex.request, ex.response
-        self.ts.append(ex.start_ts)
-        self.lat.append(_opt(ex.latency_ns, NONE64))
-        self.size.append((req.pdu.size if req else 0) + (resp.pdu.size if resp else 0))
-        self.conn.append(c.id)
-        self.api.append(_opt(ex.api_key, NONE32))
-        self.ver.append(_opt(ex.api_version, NONE32))
-        self.corr.append(_opt(ex.correlation_id, NONE64))
+        size = 0
+        ts = lat = NONE64
+        if resp is not None:
+            rp = resp.pdu
+            ts, size = rp.last_ts, rp.size
+            self.resp_body.append(resp.body_offset)
+        else:
+            self.resp_body.append(0)
+        if req is not None:
+            qp = req.pdu
+            if resp is not None:
+                lat = ts - qp.last_ts
+            ts = qp.last_ts
+            size += qp.size
+            self.req_body.append(req.body_offset)
+        else:
+            self.req_body.append(0)
+        k, v, corr, acks = ex.api_key, ex.api_version, ex.correlation_id, ex.acks
+        self.ts.append(0 if ts == NONE64 else ts)
+        self.lat.append(lat)
+        self.size.append(size)
+        self.conn.append(conn_id)
+        self.api.append(NONE32 if k is None else k)
+        self.ver.append(NONE32 if v is None else v)
+        self.corr.append(NONE64 if corr is None else corr)
         self.client.append(ci)
         self.status.append(STATUS_CODES[ex.status])
-        self.acks.append(_opt(ex.acks, NONE32))
+        self.acks.append(NONE32 if acks is None else acks)
         self.req.append(req_off)
         self.resp.append(resp_off)
-        self.req_body.append(req.body_offset if req else 0)
-        self.resp_body.append(resp.body_offset if resp else 0)
 
     def api_key(self, i: int) -> int | None:
         k = self.api[i]
