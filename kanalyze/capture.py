@@ -315,6 +315,8 @@ def _idb_resolution(body: bytes, endian: str) -> tuple[int, int, int]:
         if code == 0:
             break
         val = body[pos : pos + olen]
+        if len(val) < olen:
+            break  # the option runs past the block: the options end here (fuzz finding)
         if code == 9 and olen >= 1:
             r = val[0]
             if r & 0x80:
