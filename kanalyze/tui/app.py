@@ -124,6 +124,9 @@ class KanalyzeApp(App):
             n = self.store.add(exchanges)
         except SpillClosed:  # the app is exiting: a late live exchange has nowhere to go
             return
+        except OSError as e:  # the temporary file cannot grow (disk full): say so, stop indexing
+            self.finish_indexing(f"error: cannot write the spill file: {e}")
+            raise
         if n and self.first_rows_s is None and self.index_started is not None:
             self.first_rows_s = time.perf_counter() - self.index_started
 
@@ -182,6 +185,10 @@ class KanalyzeApp(App):
         except CaptureError as e:
             self.add_exchanges(batch)
             self.finish_indexing(f"error: {e}")
+            return
+        except OSError as e:  # reading the input, or writing the spill file; the rows so far stay
+            if not self.store.done:
+                self.finish_indexing(f"error: {e}")
             return
         self.finish_indexing()
 

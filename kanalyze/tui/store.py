@@ -203,26 +203,28 @@ class ExchangeStore:
                 self.first_ts = batch[0].start_ts
             rows = self.rows
             summary = self._summary
-            for ex in batch:
-                last = self._last
-                if last is not None and last[0] is ex:
-                    req_off, resp_off = last[1], last[2]
-                else:
-                    req_off, resp_off = self._put(ex.request), self._put(ex.response)
-                    self._last = (ex, req_off, resp_off)
-                rows.append(ex, req_off, resp_off)
-                summary.append(-1)
-                c = self.conns.get(ex.conn.id)
-                if c is None:
-                    c = self.conns[ex.conn.id] = ConnStats(ex.conn.id, ex.conn.client, ex.conn.broker)
-                c.exchanges += 1
-                if ex.status != "ok":
-                    c.problems += 1
-                if ex.client_id and ex.client_id not in c.client_ids and len(c.client_ids) < 4:
-                    c.client_ids.append(ex.client_id)
-            self._last = None  # hold no exchange past the call
-            self._n = len(rows)
-            self.generation += 1
+            try:
+                for ex in batch:
+                    last = self._last
+                    if last is not None and last[0] is ex:
+                        req_off, resp_off = last[1], last[2]
+                    else:
+                        req_off, resp_off = self._put(ex.request), self._put(ex.response)
+                        self._last = (ex, req_off, resp_off)
+                    rows.append(ex, req_off, resp_off)
+                    summary.append(-1)
+                    c = self.conns.get(ex.conn.id)
+                    if c is None:
+                        c = self.conns[ex.conn.id] = ConnStats(ex.conn.id, ex.conn.client, ex.conn.broker)
+                    c.exchanges += 1
+                    if ex.status != "ok":
+                        c.problems += 1
+                    if ex.client_id and ex.client_id not in c.client_ids and len(c.client_ids) < 4:
+                        c.client_ids.append(ex.client_id)
+            finally:  # a spill error (disk full) leaves the rows before it, complete and published
+                self._last = None  # hold no exchange past the call
+                self._n = len(rows)
+                self.generation += 1
         return len(batch)
 
     def _put(self, msg: Message | None) -> int:

@@ -320,3 +320,23 @@ async def test_spill_file_freed_when_the_app_exits_also_on_an_error():
         await wait_indexed(pilot)
         await pilot.press("q")
     assert app.store.spill.closed
+
+
+@aio
+async def test_spill_write_error_is_reported(monkeypatch):
+    from kanalyze.tui.spill import FrameSpill
+
+    put = FrameSpill.put
+
+    def failing(self, pdu):
+        if self.size > 4000:
+            raise OSError(28, "No space left on device")
+        return put(self, pdu)
+
+    monkeypatch.setattr(FrameSpill, "put", failing)
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.store.done, what="done")
+        await pilot.pause(0.3)
+        assert "cannot write the spill file" in status_text(app)
+        assert 0 < len(app.store) < 52

@@ -238,3 +238,25 @@ def test_sort_by_every_column_matches_value_then_index():
                 continue
             k = reference[key]
             assert got == sorted(rows, key=lambda i: (k(st.row(i)), i), reverse=reverse), (key, reverse)
+
+
+def test_spill_error_keeps_the_rows_before_it(monkeypatch):
+    """A full disk mid-batch: the exception reaches the caller, the rows added before it are
+    complete and listed, the rest are not."""
+    st = ExchangeStore()
+    exs = list(Session([str(CAPTURES / "lib_codecs.pcap")]).exchanges())
+    put = st.spill.put
+    calls = []
+
+    def failing(pdu):
+        calls.append(1)
+        if len(calls) > 21:
+            raise OSError(28, "No space left on device")
+        return put(pdu)
+
+    monkeypatch.setattr(st.spill, "put", failing)
+    with pytest.raises(OSError):
+        st.add(exs)
+    assert 0 < len(st) == len(st.rows) == len(st._summary) <= 11
+    assert [st.exchange(i) for i in range(len(st))] == exs[:len(st)]
+    st.close()
