@@ -25,18 +25,33 @@ VERSION_SLACK = 0  # versions accepted above the newest known, when searching
 MAX_EVENTS = 1000  # stream events kept per direction (the rest are counted)
 
 
-def _request_candidates() -> re.Pattern[bytes]:
-    """Positions that could start a request header: api key and version bytes of a known
-    request (a necessary condition of `plausible_request`). Scanning with it runs in C,
-    so a client-side search judges only candidates in Python, not every byte."""
-    apis = sorted(REQUEST_VERSIONS)
-    assert all(0 <= a < 256 and 0 <= REQUEST_VERSIONS[a][1] + VERSION_SLACK < 256 for a in apis)
-    api_bytes = b"".join(re.escape(bytes([a])) for a in apis)
-    top_ver = re.escape(bytes([max(REQUEST_VERSIONS[a][1] for a in apis) + VERSION_SLACK]))
-    return re.compile(b"(?=.{4}\\x00[" + api_bytes + b"]\\x00[\\x00-" + top_ver + b"])", re.S)
+def _request_candidates(top: int) -> re.Pattern[bytes]:
+    """Positions that could start a request header: size's first byte <= `top` (max_frame >> 24)
+    and size >= MIN_REQUEST, api key and version of a known request, correlation id >= 0 (a
+    necessary condition of `plausible_request`). Scanning with it runs in C, so a client-side
+    search judges only candidates in Python, not every byte."""
+    alts = []
+    for api, (lo, hi) in sorted(REQUEST_VERSIONS.items()):
+        hi += VERSION_SLACK
+        assert 0 <= api < 256 and 0 <= lo <= hi < 256
+        alts.append(re.escape(bytes([api])) + b"\\x00[" + re.escape(bytes([lo])) + b"-" + re.escape(bytes([hi])) + b"]")
+    return re.compile(
+        b"(?=[\\x00-" + re.escape(bytes([top])) + b"])(?!\\x00\\x00\\x00[\\x00-\\x07])"
+        b"(?=.{4}\\x00(?:" + b"|".join(alts) + b")[\\x00-\\x7f])",
+        re.S,
+    )
 
 
-REQUEST_CANDIDATE = _request_candidates()
+_REQUEST_CANDIDATE: dict[int, re.Pattern[bytes]] = {}
+
+
+def request_candidates(top: int) -> re.Pattern[bytes]:
+    pat = _REQUEST_CANDIDATE.get(top)
+    if pat is None:
+        pat = _REQUEST_CANDIDATE[top] = _request_candidates(top)
+    return pat
+
+
 _SIZE_CANDIDATE: dict[int, re.Pattern[bytes]] = {}
 
 
@@ -313,7 +328,7 @@ class Framer:
             # a position up to n - 12 that is no regex candidate is no request (judged in C);
             # the last 11 positions go through the byte loop below, which may wait for more bytes
             p = max(n - 11, 0)
-            for m in REQUEST_CANDIDATE.finditer(buf, 0, max(n - 4, 0)):
+            for m in request_candidates(top).finditer(buf, 0, max(n - 3, 0)):  # 9-byte pattern: q <= n - 12
                 q = m.start()
                 if buf[q] <= top and plausible_request(buf, q, self.max_frame) != 0:
                     p = q
