@@ -13,6 +13,7 @@ from dataclasses import fields, replace
 
 from dissectors.context import DecodeContext
 from dissectors.decoder import decode_body
+from dissectors.fastjson import FALLBACK, decode_body_json
 from dissectors.jsonify import JsonWalk, node_to_json, node_to_json_collect
 from dissectors.node import Node
 from kanalyze.correlation import SASL_RAW_API, Exchange, Message
@@ -116,10 +117,16 @@ class ExchangeEncoder:
     ) -> dict[str, object] | None:
         if msg is None:
             return None
-        pdu = msg.pdu
         diags = [d.to_json() for d in msg.diagnostics]
         body: object = None
         if self.decode:
+            if walk is not None:  # NDJSON lines: straight to JSON when the body is well formed
+                mark = len(walk.diagnostics)
+                body = self._fast_body(ex, msg, is_request, walk)
+                if body is not FALLBACK:
+                    diags.extend(walk.diagnostics[mark:])
+                    return self._message_dict(msg, body, diags)
+                body = None
             node, ctx = self.body(ex, msg, is_request)
             if node is not None:
                 if walk is None:
@@ -129,6 +136,20 @@ class ExchangeEncoder:
                     mark = len(walk.diagnostics)
                     body = node_to_json_collect(node, ctx, walk)
                     diags.extend(walk.diagnostics[mark:])
+        return self._message_dict(msg, body, diags)
+
+    def _fast_body(self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk) -> object:
+        """The body's JSON value through `dissectors.fastjson`, or FALLBACK."""
+        if ex.api_key is None or ex.api_version is None or ex.api_key == SASL_RAW_API:
+            return FALLBACK
+        data = msg.pdu.data
+        return decode_body_json(
+            ex.api_key, ex.api_version, is_request, data, msg.body_offset, len(data), self._ctx(), walk
+        )
+
+    @staticmethod
+    def _message_dict(msg: Message, body: object, diags: list) -> dict[str, object]:
+        pdu = msg.pdu
         return {
             "frame": pdu.last_pkt,
             "first_frame": pdu.first_pkt,
