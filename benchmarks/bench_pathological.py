@@ -234,9 +234,34 @@ def unframeable(from_client: bool, nbytes: int) -> Builder:
     return b
 
 
-def run_engine(name: str, b: Builder, limit: float, opts: EngineOptions | None = None, note: str = "") -> Result:
-    pkts = b.packets()
-    nbytes = payload_bytes(pkts)
+def many_connections(n: int, head: int) -> list[Packet]:
+    """n connections, each opened and sending the first `head` bytes of a 1 MiB Produce request
+    that never completes: every connection holds a partial frame (bytes buffered in total)."""
+    raw: list[bytes] = []
+    frame = P.request_frame(0, 3, 1, "c", b"\xff\xff\x00\x01" + bytes(1 << 20))
+    for i in range(n):
+        conv = P.Conversation(client=f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}", cport=40000 + i % 20000)
+        raw += conv.handshake()
+        raw.append(conv.send(True, frame[:head]))
+    base = 1_700_000_000_000_000_000
+    return [Packet(i + 1, base + i * 1000, LINKTYPE_RAW, r) for i, r in enumerate(raw)]
+
+
+def syn_flood(n: int) -> list[Packet]:
+    """n SYNs from distinct 4-tuples (open connections)."""
+    base = 1_700_000_000_000_000_000
+    pkts = []
+    for i in range(n):
+        conv = P.Conversation(client=f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}", cport=40000 + i % 20000)
+        pkts.append(Packet(i + 1, base + i * 1000, LINKTYPE_RAW, conv.handshake()[0]))
+    return pkts
+
+
+def run_engine(name: str, b: Builder | list[Packet], limit: float, opts: EngineOptions | None = None, note: str = "",
+               whole_packets: bool = False) -> Result:
+    """`whole_packets`: count whole packets as the input bytes (inputs with little or no payload)."""
+    pkts = b.packets() if isinstance(b, Builder) else b
+    nbytes = sum(len(p.data) for p in pkts) if whole_packets else payload_bytes(pkts)
     engine = Engine(lambda ex: None, opts or EngineOptions())
 
     def go() -> int:
@@ -247,6 +272,10 @@ def run_engine(name: str, b: Builder, limit: float, opts: EngineOptions | None =
         return engine.stats.client.pdus + engine.stats.broker.pdus
 
     cpu, units, finished, _ = timed(go, limit)
+    st = engine.stats
+    hits = ", ".join(f"{k} hit {v}x" for k, v in sorted(st.limit_hits.items()))
+    if hits:
+        note = f"{note}; {hits}, peak {st.buffered_peak >> 10} KiB buffered / {st.open_peak} open"
     return Result(name, "engine", nbytes, cpu, units, "frames", finished, note=note)
 
 
@@ -357,6 +386,14 @@ def main(argv: list[str] | None = None) -> int:
     add(run_engine("conflicting retransmissions", overlapping(frames, mb // 2, True), lim,
                    note="as above, overlapping bytes differ"))
     add(run_engine("reordered segments", reordered(frames, mb, 16), lim, note="reversed in windows of 16"))
+    nconn = max(1, int(5000 * args.scale))
+    add(run_engine("connections buffering", many_connections(nconn, MSS), lim, note=f"{nconn} connections, each a partial 1 MiB frame"))
+    add(run_engine("connections buffering, bound hit", many_connections(nconn, MSS), lim,
+                   EngineOptions(max_buffered=1 << 20), note="as above, --max-buffered 1 MiB"))
+    nsyn = max(1, int(200_000 * args.scale))
+    add(run_engine("SYN flood", syn_flood(nsyn), lim, note=f"{nsyn} new 4-tuples; bytes = whole packets", whole_packets=True))
+    add(run_engine("SYN flood, bound hit", syn_flood(nsyn), lim, EngineOptions(max_connections=nsyn // 10),
+                   note=f"as above, --max-connections {nsyn // 10}", whole_packets=True))
     # decoder
     reps = max(1, int(4_000_000 * args.scale) // max(1, sum(len(b) for *_, b in bodies)))
     add(run_decode("normal decode", bodies * reps, lim, note=f"every real body x{reps}"))

@@ -235,7 +235,7 @@ def conversations(draw):
     """A valid request/response conversation, then structure-aware damage: size prefixes
     replaced, segments split, reordered, duplicated (retransmitted, sometimes with other
     bytes), dropped (gaps), plus FIN/RST/port-reuse flags."""
-    sel = draw(st.integers(0, 15), label="limits")
+    sel = draw(st.integers(0, 31), label="limits")
     segs: list[tuple[int, int, bytes]] = [(18, 0, b""), (3, 0, b"")]  # SYN, SYN-ACK
     for _ in range(draw(st.integers(1, 6), label="exchanges")):
         frame = bytearray(draw(st.sampled_from(FRAMES)))
