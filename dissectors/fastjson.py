@@ -9,12 +9,12 @@ final keys -- and `exec`uted. `json_source` shows the generated code.
 
 The fast path vouches only for bodies it can decode without a single
 diagnostic: a short read, a bad length, a null where none is allowed, invalid
-UTF-8, a tagged field, trailing bytes, or any exception at all make it give up
-(`FALLBACK`) and the caller takes the reference path (`decode_body` +
-`node_to_json_collect`) on a fresh context. Record batches are decoded by the
-same `decode_records` either way; their diagnostics are gathered as `jsonify`
-does. APIs with embedded-protocol hooks (and bodies with secrets) always take
-the reference path. Tests compare both paths on every schema and capture.
+UTF-8, a tagged field, trailing bytes, records with a diagnostic
+(`records_json`), or any exception at all make it give up (`FALLBACK`) and the
+caller takes the reference path (`decode_body` + `node_to_json_collect`) on a
+fresh context. APIs with embedded-protocol hooks (and bodies with secrets)
+always take the reference path. Tests compare both paths on every schema and
+capture.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from dissectors.context import DecodeContext
 from dissectors.decoder import api_definition
 from dissectors.embedded import HOOKS
 from dissectors.errors import error_name
-from dissectors.jsonify import JsonWalk, _float, _key, _subtree_diags
+from dissectors.jsonify import JsonWalk, _float, _key
 from dissectors.primitives import FIXED, read_uvarint, uuid_str
-from dissectors.records import decode_records
+from dissectors.records_json import records_json
 from dissectors.secrets import SECRET_FIELDS
 
 FALLBACK = object()  # "take the reference path"
@@ -79,10 +79,9 @@ def _fixed_list(code: str, n: int, buf, pos: int) -> list:
     return list(fmt.unpack_from(buf, pos))
 
 
-def _records(buf, pos: int, n: int, ctx: DecodeContext, walk: JsonWalk) -> object:
-    node = decode_records(buf, pos, n, ctx)
-    _subtree_diags(node, walk)
-    return node.value
+def _records(buf: bytes, pos: int, n: int, ctx: DecodeContext, walk: JsonWalk) -> object:
+    """A records field; records with a diagnostic raise `NotClean` (the reference path decides)."""
+    return records_json(buf, memoryview(buf), pos, n, ctx)
 
 
 _RUNTIME = {

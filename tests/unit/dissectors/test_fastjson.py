@@ -140,7 +140,7 @@ def test_capture_bodies_agree(path: Path, settings: dict) -> None:
             ref_ctx = DecodeContext(**settings)
             node = decode_body(ex.api_key, ex.api_version, is_request, data, msg.body_offset, end, ref_ctx)
             assert got == (node_to_json_collect(node, ref_ctx, walk), walk.diagnostics, walk.odd_float)
-            assert len(ctx.buffers) == len(ref_ctx.buffers)
+            assert not got[1]  # records with diagnostics go to the reference path
     assert answered
 
 
