@@ -131,3 +131,25 @@ def test_summary_counts_diagnostics():
     doc = json.loads(r.stdout)
     assert doc["diagnostics"].get("truncated", 0) >= 1  # frames cut by the capture gaps
     assert doc["stream_events_dropped"] == 0
+
+
+def test_summary_counts_limit_hits():
+    """Engine bounds from the command line: a hit is counted in `limits`, named in the text output,
+    and the bytes still add up."""
+    cap = str(ROOT / "captures" / "aio_group.pcap")
+    doc = json.loads(kanalyze("summary", "--json", cap).stdout)
+    assert not any(doc["limits"].values())
+    assert doc["peaks"]["open_connections"] >= 2
+    doc = json.loads(kanalyze("summary", "--json", "--max-connections", "1", "--max-buffered", "100", cap).stdout)
+    assert doc["limits"]["max_connections"] >= 1
+    assert doc["peaks"]["open_connections"] == 1 and doc["peaks"]["buffered_bytes"] <= 100
+    for side in ("client_to_broker", "broker_to_client"):
+        b = doc["bytes"][side]
+        assert b["stream"] == b["decoded"] + b["skipped"] + b["gaps"]
+    text = kanalyze("summary", "--max-connections", "1", cap)
+    assert text.returncode == 0 and b"limits hit: max_connections" in text.stdout
+
+
+def test_limit_flags_reject_nonsense():
+    r = kanalyze("summary", "--max-buffered", "0", str(CAP))
+    assert r.returncode == 2 and b"positive" in r.stderr and b"Traceback" not in r.stderr
