@@ -252,6 +252,11 @@ def write_summary(session, out: NdjsonOutput, args: argparse.Namespace) -> None:
     gaps = es.client.gaps + es.broker.gaps
     if skipped or gaps:
         lines.append(f"  bytes skipped while resynchronizing: {skipped}; lost in capture gaps: {gaps}")
+    # the engine's bounds (connections closed so far); decoding bounds show on the exchanges
+    hits = {"max_frame": es.event_counts.get("frame_too_large", 0), "max_ooo": es.client.limit_gaps + es.broker.limit_gaps, **es.limit_hits}
+    hit = ", ".join(f"{k} {v}" for k, v in hits.items() if v)
+    if hit:
+        lines.append(f"  limits hit: {hit} (docs/limits.md)")
     if out.files:
         lines.append(f"  output: {', '.join(out.files)} ({out.lines} lines)")
     elif out.broken:

@@ -438,3 +438,10 @@ def test_command_reports_interface_gone_and_keeps_output(monkeypatch, tmp_path: 
     assert rc == 1
     assert out.read_text().splitlines() == export_lines(src_path)
     assert "went away" in err and "interface down: 1 times" in err and "Traceback" not in err
+
+
+def test_command_reports_limit_hits(fake_capture, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    fake_capture(CAPTURES / "aio_group.pcap")
+    assert cli.main(["live", "-i", "lo", "-o", str(tmp_path / "o.ndjson"), "--max-connections", "1", *SLOW_EXPIRY]) == 0
+    err = capsys.readouterr().err
+    assert "limits hit: max_connections" in err and "Traceback" not in err
