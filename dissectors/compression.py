@@ -18,6 +18,7 @@ those frames are walked block by block here instead (checksums not verified).
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -281,17 +282,29 @@ def _zstd_complete(data: memoryview) -> bool:
     return pos == end
 
 
-def _zstd(data: memoryview, cap: int) -> Decompressed:
-    import zstandard
+_ZSTD = threading.local()  # one decompressor per thread: making one costs more than a batch
 
+
+def _zstd_decompressor():
+    d = getattr(_ZSTD, "d", None)
+    if d is None:
+        import zstandard
+
+        d = _ZSTD.d = zstandard.ZstdDecompressor()
+    return d
+
+
+def _zstd(data: memoryview, cap: int) -> Decompressed:
     complete = _zstd_complete(data)
-    reader = zstandard.ZstdDecompressor().stream_reader(
-        data, read_across_frames=True, closefd=False
-    )
+    # each stream_reader starts a new session of the (reused) decompression context
+    reader = _zstd_decompressor().stream_reader(data, read_across_frames=True, closefd=False)
     out = bytearray()
+    # reads sized to the input (a read allocates its full size first): a few for a batch, the
+    # same bytes as any other read size
+    step = min(max(len(data) * 8, 1 << 16), 1 << 20)
     with reader:
         while len(out) <= cap:
-            chunk = reader.read(min(cap + 1 - len(out), 1 << 20))
+            chunk = reader.read(min(cap + 1 - len(out), step))
             if not chunk:
                 if not complete:
                     return Decompressed(

@@ -35,7 +35,14 @@ if orjson is not None:
 
 
 def _fast_dumps(obj: object) -> str:
-    """`dumps(obj)`, through orjson when it is installed and spells obj the same way.
+    """`dumps(obj)`, through orjson when it is installed and spells obj the same way."""
+    out = _fast_encode(obj)
+    return out if type(out) is str else out.decode()
+
+
+def _fast_encode(obj: object) -> bytes | str:
+    """`dumps(obj)` as orjson's UTF-8 bytes when orjson is installed and spells obj the same
+    way, else as json's text.
 
     With ensure_ascii off and compact separators, the two agree byte for byte on dicts with
     str keys, lists, str, None, bools, ints within 64 bits and floats that are 0 or
@@ -46,7 +53,7 @@ def _fast_dumps(obj: object) -> str:
     """
     if orjson is not None:
         try:
-            return _orjson_dumps(obj, None, _ORJSON_OPTS).decode()
+            return _orjson_dumps(obj, None, _ORJSON_OPTS)
         except TypeError:
             pass
     return dumps(obj)
@@ -190,23 +197,40 @@ class ExchangeEncoder:
         if self.decode:
             if orjson is None:
                 return dumps(self.encode(ex))
-            walk = JsonWalk()
-            # decoding builds thousands of acyclic containers per big exchange: the cyclic
-            # collector would only traverse them again and again, so it pauses meanwhile
-            paused = gc.isenabled()
+            out = self._decoded_line(ex)
+            return out if type(out) is str else out.decode()
+        return self._header_line(ex)
+
+    def line_bytes(self, ex: Exchange) -> bytes:
+        """`line(ex)` encoded as UTF-8, for a binary output: orjson's bytes as they come, without
+        the round trip through str (a decoded line is often megabytes of record values)."""
+        if self.decode and orjson is not None:
+            out = self._decoded_line(ex)
+            return out if type(out) is bytes else out.encode()
+        return self.line(ex).encode()
+
+    def _decoded_line(self, ex: Exchange) -> bytes | str:
+        """orjson's bytes, or json's text when orjson would spell something differently."""
+        walk = JsonWalk()
+        # decoding builds thousands of acyclic containers per big exchange: the cyclic
+        # collector would only traverse them again and again, so it pauses meanwhile
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            d = self._encode(ex, walk)
+        finally:
             if paused:
-                gc.disable()
-            try:
-                d = self._encode(ex, walk)
-            finally:
-                if paused:
-                    gc.enable()
-            if walk.odd_float or not _plain_float(d["latency_ms"]):  # type: ignore[arg-type]
+                gc.enable()
+        if walk.odd_float or not _plain_float(d["latency_ms"]):  # type: ignore[arg-type]
+            return dumps(d)
+        for m in (d["request"], d["response"]):
+            if m is not None and not _plain_float(m["ts"]):  # type: ignore[index]
                 return dumps(d)
-            for m in (d["request"], d["response"]):
-                if m is not None and not _plain_float(m["ts"]):  # type: ignore[index]
-                    return dumps(d)
-            return _fast_dumps(d)
+        return _fast_encode(d)
+
+    def _header_line(self, ex: Exchange) -> str:
+        """The header-only line, built as text directly (about 5x faster than dumps)."""
         conn = self._conn_json.get(ex.conn.id)
         if conn is None:
             c = ex.conn

@@ -148,3 +148,19 @@ def fast_at(key: int, version: int, is_request: bool, data: bytes, offset: int, 
     walk = JsonWalk()
     value = decode_body_json(key, version, is_request, data, offset, end, ctx, walk)
     return FALLBACK if value is FALLBACK else (value, walk.diagnostics, walk.odd_float)
+
+
+@pytest.mark.skipif(not CAPTURES, reason="no captures in the checkout")
+def test_export_lines_as_bytes_and_text_agree() -> None:
+    """ExchangeEncoder.line_bytes (binary outputs) is line() in UTF-8, with and without bodies."""
+    from kanalyze.export.ndjson import ExchangeEncoder, dumps
+    from kanalyze.session import Session
+
+    for path in CAPTURES[:6]:
+        for decode in (True, False):
+            enc = ExchangeEncoder(DecodeContext(), decode=decode)
+            ref = ExchangeEncoder(DecodeContext(), decode=decode)
+            for ex in Session([str(path)]).exchanges():
+                line = enc.line(ex)
+                assert enc.line_bytes(ex) == line.encode()
+                assert line == dumps(ref.encode(ex))
