@@ -142,7 +142,8 @@ def decode_batch_v2(
         limit = min(lim.max_array_count, lim.max_records_per_batch, max(record_count, 0) + RECORD_COUNT_SLACK)
         args = (base_offset, base_ts, log_append, ts_type, is_control, ctx, limit)
         if codec == 0:
-            records, nodes = _records(buf, rec_start, batch_end, source, args, diags, cut=partial)
+            records, spans, extra = _records(buf, rec_start, batch_end, args, diags, cut=partial)
+            nodes = _RecordNodes(spans, records[:], extra, source)
             if not partial and len(nodes.spans) - 1 != record_count:
                 _check_count(record_count, len(nodes), partial, pos + 57, diags)
         elif codec not in CODEC_NAMES:
@@ -234,20 +235,18 @@ def _compressed(buf, start, end, codec, args, diags, ctx):
         return [], []
     source = ctx.add_buffer(res.data)
     cut = res.error is not None
-    return _records(
-        memoryview(res.data),
-        0,
-        len(res.data),
-        source,
-        args,
-        diags,
-        cut=cut,
-        where=" (decompressed)",
+    records, spans, extra = _records(
+        memoryview(res.data), 0, len(res.data), args, diags, cut=cut, where=" (decompressed)"
     )
+    return records, _RecordNodes(spans, records[:], extra, source)
 
 
-def _records(buf, pos, end, source, args, diags, *, cut, where=""):
+def _records(buf, pos, end, args, diags, *, cut, where=""):
     """Decode varint records in buf[pos:end]; `cut` = the bytes stop early (partial or capped).
+
+    Returns the records (JSON-ready dicts), where the first record starts then where each
+    ends, and {index: (record or None, diagnostics)} for the records with diagnostics (see
+    `_RecordNodes`).
 
     Hot path: the record loop is written out in one function, one- and two-byte varints (the
     common cases) are decoded inline and the common value renderings (UTF-8 text, no limit)
@@ -262,6 +261,7 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
     append_record = records.append
     append_span = spans.append
     iso_get = _ISO.get
+    zz = _ZIGZAG
     idx = 0
     # index and slice the bytes object itself when the view covers all of it (the frame, a
     # decompressed buffer): about twice as fast as going through the memoryview
@@ -316,25 +316,34 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
         try:
             # -- one record: attributes, timestamp delta, offset delta, key, value, headers
             attributes = data[pos]
-            pos += 1
-            b = data[pos] if pos < rec_end else 0x80
-            if b < 0x80:
-                ts_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
+            # the common case: the three varints after the attributes are one byte each (a
+            # record has at least 6 bytes, so they are inside it); else one by one
+            if length >= 6:
+                ts_delta, offset_delta, key_len = zz[data[pos + 1]], zz[data[pos + 2]], zz[data[pos + 3]]
             else:
-                ts_delta, pos = read_varint(data, pos, rec_end, 10)
-            b = data[pos] if pos < rec_end else 0x80
-            if b < 0x80:
-                offset_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
+                ts_delta = None
+            if ts_delta is not None and offset_delta is not None and key_len is not None:
+                pos += 4
             else:
-                offset_delta, pos = read_varint(data, pos, rec_end)
-            b = data[pos] if pos < rec_end else 0x80
-            if b < 0x80:
-                key_len = (b >> 1) ^ -(b & 1)
                 pos += 1
-            else:
-                key_len, pos = read_varint(data, pos, rec_end)
+                b = data[pos] if pos < rec_end else 0x80
+                if b < 0x80:
+                    ts_delta = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    ts_delta, pos = read_varint(data, pos, rec_end, 10)
+                b = data[pos] if pos < rec_end else 0x80
+                if b < 0x80:
+                    offset_delta = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    offset_delta, pos = read_varint(data, pos, rec_end)
+                b = data[pos] if pos < rec_end else 0x80
+                if b < 0x80:
+                    key_len = (b >> 1) ^ -(b & 1)
+                    pos += 1
+                else:
+                    key_len, pos = read_varint(data, pos, rec_end)
             key_off = pos
             if key_len > 0:
                 pos += key_len
@@ -437,7 +446,7 @@ def _records(buf, pos, end, source, args, diags, *, cut, where=""):
             diags.extend(rdiags)
         idx += 1
         pos = rec_end
-    return records, _RecordNodes(spans, records[:], extra, source)
+    return records, spans, extra
 
 
 class _RecordNodes:
@@ -486,6 +495,9 @@ class _RecordNodes:
 
 _NONE: list = []  # shared, never modified
 
+
+# one-byte zigzag varints by byte value (None: the varint goes on)
+_ZIGZAG = tuple((b >> 1) ^ -(b & 1) if b < 0x80 else None for b in range(256))
 
 # record timestamp (ms) -> ISO text, bounded; a produced record is usually fetched too
 _ISO: dict[int, str | None] = {}

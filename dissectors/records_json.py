@@ -99,8 +99,8 @@ def _batch(data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
     args = (base_offset, base_ts, max_ts if ts_type == "log_append" else None, ts_type, False, ctx, limit)
     diags = []
     if codec == 0:
-        records, nodes = _records(view, pos + HEADER_SIZE, batch_end, 0, args, diags, cut=partial)
-        if diags or not partial and len(nodes.spans) - 1 != record_count:
+        records, spans, _ = _records(view, pos + HEADER_SIZE, batch_end, args, diags, cut=partial)
+        if diags or not partial and len(spans) - 1 != record_count:
             raise NotClean("bad record")
     elif partial:  # a cut compressed batch: nothing to inflate, no diagnostic
         records = []
@@ -111,8 +111,8 @@ def _batch(data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
         if res.error is not None:
             raise NotClean("decompression")
         if res.data:
-            records, nodes = _records(memoryview(res.data), 0, len(res.data), 0, args, diags, cut=False)
-            found = len(nodes.spans) - 1
+            records, spans, _ = _records(memoryview(res.data), 0, len(res.data), args, diags, cut=False)
+            found = len(spans) - 1
         else:
             records, found = [], 0
         if diags or found != record_count:
