@@ -1,16 +1,21 @@
-"""A filter's header terms (api, conn, status, latency, client) checked on the row columns.
+"""A filter checked on the row columns: header terms (api, conn, status, latency, client) by
+`header_matcher`, the terms that need a row's summary (errors, topic, free text) by
+`summary_matcher`.
 
 `Filter.match` defines what matches; this is the same test over `RowTable` arrays without
-building a row object, so a header-only filter over a million rows stays quick. Per distinct
-api key, client id and connection the answer is computed once (there are few of each).
+building a row object, so a filter over a million rows stays quick. Per distinct api key, client
+id and connection the header answer is computed once (there are few of each).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from kanalyze.correlation import OK
 from kanalyze.tui.filters import Filter
-from kanalyze.tui.rows import NONE32, NONE64, STATUS_CODES, RowTable, api_name
+from kanalyze.tui.rows import NONE32, NONE64, STATUS_CODES, STATUSES, RowTable, api_name
+
+Summary = tuple[str, tuple[str, ...]]
 
 
 def header_matcher(flt: Filter, rows: RowTable) -> Callable[[int], bool]:
@@ -66,6 +71,35 @@ def header_matcher(flt: Filter, rows: RowTable) -> Callable[[int], bool]:
                     ok = addr_ok[c] = addr_matches(c)
                 if not ok:
                     return False
+        return True
+
+    return match
+
+
+def summary_matcher(flt: Filter, rows: RowTable) -> Callable[[int, Summary], bool]:
+    """`(i, summary) -> bool`: whether row i passes the terms of `flt` that need its summary
+    (errors, topic, free text); the header terms are `header_matcher`'s."""
+    status = rows.status
+    ok = STATUS_CODES[OK]
+    errors_only, topics, words = flt.errors_only, flt.topics, flt.words
+
+    def haystack(i: int, topic_text: str, errors: tuple[str, ...]) -> str:
+        c = rows.conns[rows.conn[i]]
+        return " ".join((api_name(rows.api_key(i)) or "", rows.client_id(i) or "", c.client, c.broker,
+                         str(rows.correlation_id(i)), STATUSES[status[i]], topic_text, *errors)).lower()
+
+    def match(i: int, summary: Summary) -> bool:
+        topic_text, errors = summary
+        if errors_only and status[i] == ok and not errors:
+            return False
+        if topics:
+            tl = topic_text.lower()
+            if not any(t in tl for t in topics):
+                return False
+        if words:
+            hay = haystack(i, topic_text, errors)
+            if not all(w in hay for w in words):
+                return False
         return True
 
     return match

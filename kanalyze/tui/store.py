@@ -29,7 +29,7 @@ from kanalyze.export.ndjson import ExchangeEncoder
 from kanalyze.framing import Pdu
 from kanalyze.tui import rebuild
 from kanalyze.tui.filters import Filter
-from kanalyze.tui.rowfilter import header_matcher
+from kanalyze.tui.rowfilter import header_matcher, summary_matcher
 from kanalyze.tui.rows import NO_MESSAGE, NONE32, NONE64, STATUSES, Row, RowTable, api_name
 from kanalyze.tui.spill import NEAR_BYTES, FrameSpill
 
@@ -340,14 +340,15 @@ class ExchangeStore:
     def match_range(self, flt: Filter, start: int, end: int,
                     cancelled: Callable[[], bool] = lambda: False,
                     progress: Callable[[int], None] | None = None) -> Rows | None:
-        """Indices in [start, end) matching `flt`; None if cancelled. Header terms are checked on
-        the columns; rows they keep are summarized (bodies decoded) only if the filter needs it."""
+        """Indices in [start, end) matching `flt`; None if cancelled. Terms are checked on the
+        columns; rows the header terms keep are summarized (bodies decoded) only if the filter
+        needs it."""
         if flt.empty:
             return array("q", range(start, end))
         out = array("q")
         probe = header_matcher(flt, self.rows)
         need = flt.needs_summary
-        match = flt.match
+        match = summary_matcher(flt, self.rows)
         get = self.spill.reader().get  # rows come in ascending order: frames read on in windows
         summary_of, values = self._summary, self._summary_values
         for i in range(start, end):
@@ -361,7 +362,7 @@ class ExchangeStore:
             if need:
                 k = summary_of[i]
                 s = values[k] if k >= 0 else self._summarize(i, self._for_bodies(i, get))
-                if not match(self.row(i), s):
+                if not match(i, s):
                     continue
             out.append(i)
         return out

@@ -203,7 +203,7 @@ def test_store_holds_no_exchange_and_no_frame_bytes(monkeypatch):
 
 def test_header_terms_on_columns_agree_with_filter_match(store):
     """The column matcher (kanalyze/tui/rowfilter.py) against the definition, `Filter.match`."""
-    from kanalyze.tui.rowfilter import header_matcher
+    from kanalyze.tui.rowfilter import header_matcher, summary_matcher
 
     texts = ["api:produce", "api:0", "api:f", "api:Fetch api:Metadata", "conn:2", "conn:1 conn:3",
              "status:no_response", "status:ok api:join", "lat>0.3", "lat>0", "client:lib-p",
@@ -213,6 +213,15 @@ def test_header_terms_on_columns_agree_with_filter_match(store):
         m = header_matcher(flt, store.rows)
         assert [i for i in range(len(store)) if m(i)] == [
             i for i in range(len(store)) if flt.match(store.row(i), None)], text
+    # with the summary terms: both matchers together, and match_range, against the definition
+    texts += ["errors", "topic:lib-gzip", "topic:LIB api:fetch", "gzip", "produce lib-none", "none",
+              "127.0.0.1", "19091", "no_response", "member_id_required", "errors conn:2", "ok 7"]
+    for text in texts:
+        flt = parse_filter(text)
+        h, s = header_matcher(flt, store.rows), summary_matcher(flt, store.rows)
+        want = [i for i in range(len(store)) if flt.match(store.row(i), store.summary(i))]
+        assert [i for i in range(len(store)) if h(i) and s(i, store.summary(i))] == want, text
+        assert list(store.match_range(flt, 0, len(store))) == want, text
 
 
 def test_sort_by_every_column_matches_value_then_index():
