@@ -8,6 +8,8 @@ few messages that have any.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dissectors.diagnostics import Diagnostic
 from kanalyze.correlation import (
     REQUEST_MISSING,
@@ -21,7 +23,7 @@ from kanalyze.framing import Pdu
 from kanalyze.tui.rows import Row
 
 
-def request_message(pdu: Pdu, api_key: int | None, diags: list[Diagnostic] | None) -> Message:
+def request_message(pdu: Pdu, api_key: int | None, diags: Sequence[Diagnostic] | None) -> Message:
     header: dict[str, object] = {}
     at = 0
     if api_key != SASL_RAW_API:  # raw SASL tokens have no header
@@ -32,7 +34,7 @@ def request_message(pdu: Pdu, api_key: int | None, diags: list[Diagnostic] | Non
 
 
 def response_message(pdu: Pdu, api_key: int | None, api_version: int | None, status: str,
-                     diags: list[Diagnostic] | None) -> Message:
+                     diags: Sequence[Diagnostic] | None) -> Message:
     data = pdu.data
     header: dict[str, object] = {}
     at = 0
@@ -49,7 +51,7 @@ def response_message(pdu: Pdu, api_key: int | None, api_version: int | None, sta
 
 
 def exchange(row: Row, req: Pdu | None, resp: Pdu | None,
-             req_diags: list[Diagnostic] | None, resp_diags: list[Diagnostic] | None) -> Exchange:
+             req_diags: Sequence[Diagnostic] | None, resp_diags: Sequence[Diagnostic] | None) -> Exchange:
     return Exchange(
         row.conn, row.api_key, row.api_version, row.correlation_id, row.client_id, row.status,
         None if req is None else request_message(req, row.api_key, req_diags),

@@ -164,7 +164,8 @@ class ExchangeStore:
     def __init__(self, ctx: DecodeContext | None = None, spill_dir: str | None = None) -> None:
         self.rows = RowTable()
         self.spill = FrameSpill(spill_dir)
-        self._diags: dict[int, list[Diagnostic]] = {}  # spill offset -> a message's diagnostics
+        self._diags: dict[int, tuple[Diagnostic, ...]] = {}  # spill offset -> a message's diagnostics
+        self._diag_sets: dict[tuple[Diagnostic, ...], tuple[Diagnostic, ...]] = {}
         self._n = 0  # rows published to readers (all columns appended)
         self._last: tuple[Exchange, int, int] | None = None  # the same exchange again: same frames
         self._summary = array("i")  # per row: index into _summary_values, -1 not yet known
@@ -231,8 +232,9 @@ class ExchangeStore:
         if msg is None:
             return NO_MESSAGE
         off = self.spill.put(msg.pdu)
-        if msg.diagnostics:
-            self._diags[off] = msg.diagnostics
+        if msg.diagnostics:  # few messages have any; a repeated set is stored once
+            d = tuple(msg.diagnostics)
+            self._diags[off] = self._diag_sets.setdefault(d, d)
         return off
 
     # -- reading rows back ------------------------------------------------------------------
