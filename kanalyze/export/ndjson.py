@@ -62,6 +62,14 @@ def _fast_encode(obj: object) -> bytes | str:
 def _plain_float(x: float | None) -> bool:
     return x is None or not x or 1e-4 <= abs(x) < 1e16
 
+
+def _plain_times(d: dict) -> bool:
+    """The exchange's own floats (latency, message times) are spelled alike by orjson and json."""
+    if not _plain_float(d["latency_ms"]):
+        return False
+    req, resp = d["request"], d["response"]
+    return (req is None or _plain_float(req["ts"])) and (resp is None or _plain_float(resp["ts"]))
+
 _HEADER_KEYS = ("request_api_key", "request_api_version", "correlation_id", "client_id")
 
 
@@ -213,21 +221,21 @@ class ExchangeEncoder:
         """orjson's bytes, or json's text when orjson would spell something differently."""
         walk = JsonWalk()
         # decoding builds thousands of acyclic containers per big exchange: the cyclic
-        # collector would only traverse them again and again, so it pauses meanwhile
+        # collector would only traverse them again and again, so it pauses until they are
+        # freed again (resumed while they live, it would sweep them all at the next tuple)
         paused = gc.isenabled()
         if paused:
             gc.disable()
+        d: dict[str, object] | None = None
         try:
             d = self._encode(ex, walk)
+            if walk.odd_float or not _plain_times(d):
+                return dumps(d)
+            return _fast_encode(d)
         finally:
+            d = None  # the tree goes before the collector resumes
             if paused:
                 gc.enable()
-        if walk.odd_float or not _plain_float(d["latency_ms"]):  # type: ignore[arg-type]
-            return dumps(d)
-        for m in (d["request"], d["response"]):
-            if m is not None and not _plain_float(m["ts"]):  # type: ignore[index]
-                return dumps(d)
-        return _fast_encode(d)
 
     def _header_line(self, ex: Exchange) -> str:
         """The header-only line, built as text directly (about 5x faster than dumps)."""
