@@ -283,7 +283,7 @@ def _records(buf, pos, end, args, diags, *, cut, where=""):
         start = pos
         b = data[pos]
         if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
+            length = zz[b]
             pos += 1
         else:
             b2 = data[pos + 1] if pos + 1 < end else 0x80
@@ -353,7 +353,7 @@ def _records(buf, pos, end, args, diags, *, cut, where=""):
                 raise RecordError(key_off, f"key length {key_len} is invalid")
             b = data[pos] if pos < rec_end else 0x80
             if b < 0x80:
-                value_len = (b >> 1) ^ -(b & 1)
+                value_len = zz[b]
                 pos += 1
             else:
                 b2 = data[pos + 1] if pos + 1 < rec_end else 0x80
@@ -374,7 +374,7 @@ def _records(buf, pos, end, args, diags, *, cut, where=""):
                 raise RecordError(value_off, f"value length {value_len} is invalid")
             b = data[pos] if pos < rec_end else 0x80
             if b < 0x80:
-                count = (b >> 1) ^ -(b & 1)
+                count = zz[b]
                 pos += 1
             else:
                 count, pos = read_varint(data, pos, rec_end)
@@ -520,7 +520,7 @@ def _headers(buf, text, pos: int, end: int, count: int, max_value, headers: list
     for _ in range(count):
         b = buf[pos] if pos < end else 0x80
         if b < 0x80:
-            hk_len = (b >> 1) ^ -(b & 1)
+            hk_len = _ZIGZAG[b]
             pos += 1
         else:
             hk_len, pos = read_varint(buf, pos, end)
@@ -532,12 +532,17 @@ def _headers(buf, text, pos: int, end: int, count: int, max_value, headers: list
             raise RecordError(hk, f"header key length {hk_len} does not fit in the record")
         b = buf[pos] if pos < end else 0x80
         if b < 0x80:
-            hv_len = (b >> 1) ^ -(b & 1)
+            hv_len = _ZIGZAG[b]
             pos += 1
         else:
             hv_len, pos = read_varint(buf, pos, end)
         hv = pos
-        pos = _skip(pos, hv_len, end, "header value")
+        if hv_len > 0:  # inline, not a call: this runs for every header
+            pos += hv_len
+            if pos > end:
+                raise RecordError(hv, f"header value length {hv_len} does not fit in the record")
+        elif hv_len < -1:
+            raise RecordError(hv, f"header value length {hv_len} does not fit in the record")
         try:
             key = text(buf[hk : hk + hk_len])
         except UnicodeDecodeError:
@@ -554,8 +559,3 @@ def _headers(buf, text, pos: int, end: int, count: int, max_value, headers: list
         headers.append({"key": key, "value": value})
     return pos
 
-
-def _skip(pos: int, n: int, end: int, what: str) -> int:
-    if n < -1 or pos + n > end:
-        raise RecordError(pos, f"{what} length {n} does not fit in the record")
-    return pos + n if n > 0 else pos
