@@ -242,7 +242,8 @@ def _compressed(buf, start, end, codec, args, diags, ctx):
 
 
 def _records(buf, pos, end, args, diags, *, cut, where=""):
-    """Decode varint records in buf[pos:end]; `cut` = the bytes stop early (partial or capped).
+    """Decode varint records in buf[pos:end] (bytes or a memoryview); `cut` = the bytes stop
+    early (partial or capped).
 
     Returns the records (JSON-ready dicts), where the first record starts then where each
     ends, and {index: (record or None, diagnostics)} for the records with diagnostics (see
@@ -265,8 +266,8 @@ def _records(buf, pos, end, args, diags, *, cut, where=""):
     idx = 0
     # index and slice the bytes object itself when the view covers all of it (the frame, a
     # decompressed buffer): about twice as fast as going through the memoryview
-    obj = getattr(buf, "obj", None)
-    if type(obj) is bytes and buf.format == "B" and buf.nbytes == len(obj):
+    obj = buf if type(buf) is bytes else getattr(buf, "obj", None)
+    if obj is buf or type(obj) is bytes and buf.format == "B" and buf.nbytes == len(obj):
         data, text = obj, bytes.decode
     else:
         data, text = buf, _utf8

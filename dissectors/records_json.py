@@ -95,11 +95,13 @@ def _batch(data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
         if not crc_ok:
             raise NotClean("CRC mismatch")
     lim = ctx.limits
-    limit = min(lim.max_array_count, lim.max_records_per_batch, max(record_count, 0) + RECORD_COUNT_SLACK)
+    limit = max(record_count, 0) + RECORD_COUNT_SLACK
+    if limit > lim.max_records_per_batch or limit > lim.max_array_count:
+        limit = min(lim.max_array_count, lim.max_records_per_batch, limit)
     args = (base_offset, base_ts, max_ts if ts_type == "log_append" else None, ts_type, False, ctx, limit)
     diags = []
     if codec == 0:
-        records, spans, _ = _records(view, pos + HEADER_SIZE, batch_end, args, diags, cut=partial)
+        records, spans, _ = _records(data, pos + HEADER_SIZE, batch_end, args, diags, cut=partial)
         if diags or not partial and len(spans) - 1 != record_count:
             raise NotClean("bad record")
     elif partial:  # a cut compressed batch: nothing to inflate, no diagnostic
@@ -111,7 +113,7 @@ def _batch(data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
         if res.error is not None:
             raise NotClean("decompression")
         if res.data:
-            records, spans, _ = _records(memoryview(res.data), 0, len(res.data), args, diags, cut=False)
+            records, spans, _ = _records(res.data, 0, len(res.data), args, diags, cut=False)
             found = len(spans) - 1
         else:
             records, found = [], 0
