@@ -42,9 +42,11 @@ from dissectors import apis
 from dissectors.context import DecodeContext, Limits
 from dissectors.decoder import decode_body
 from dissectors.embedded import ASSIGN, SUB, decode_raw_sasl, embed_versioned
-from dissectors.jsonify import node_to_json
+from dissectors.fastjson import FALLBACK, decode_body_json
+from dissectors.jsonify import JsonWalk, node_to_json, node_to_json_collect
 from dissectors.node import PRIM, Node
 from dissectors.records import decode_records
+from dissectors.records_json import NotClean, records_json
 from kanalyze.capture import CaptureError, CaptureStats, Packet, read_captures
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.reassembly import ReassemblyLimits
@@ -257,11 +259,21 @@ def run_schema(data: bytes) -> None:
     if len(data) < 3:
         return
     api, version, is_req = SCHEMA_TARGETS[int.from_bytes(data[:2], "big") % len(SCHEMA_TARGETS)]
-    ctx = DecodeContext(limits=Limits(max_decompressed_bytes=1 << 20), strict=True, decode_records=not data[2] & 1)
+
+    def ctx() -> DecodeContext:
+        return DecodeContext(limits=Limits(max_decompressed_bytes=1 << 20), strict=True, decode_records=not data[2] & 1)
+
     buf = data[3:]
-    node = decode_body(api, version, is_req, buf, 0, len(buf), ctx)
-    node_to_json(node, ctx)
-    check_node(node, ctx)
+    rctx, walk = ctx(), JsonWalk()
+    node = decode_body(api, version, is_req, buf, 0, len(buf), rctx)
+    ref = node_to_json_collect(node, rctx, walk), walk.diagnostics, walk.odd_float
+    check_node(node, rctx)
+    # the export's fast path (dissectors/fastjson.py) answers only for clean bodies, and then
+    # exactly as the reference path
+    fwalk = JsonWalk()
+    value = decode_body_json(api, version, is_req, buf, 0, len(buf), ctx(), fwalk)
+    if value is not FALLBACK:
+        assert (value, fwalk.diagnostics, fwalk.odd_float) == ref, ((api, version, is_req), value, ref)
 
 
 def check_node(root: Node, ctx: DecodeContext) -> None:
@@ -285,6 +297,14 @@ def run_records(data: bytes) -> None:
     buf = data[1:]
     node = decode_records(buf, 0, len(buf), ctx)
     node_to_json(node, ctx)
+    # the export's fast path (dissectors/records_json.py): declines, or agrees with a clean reference
+    try:
+        got = records_json(buf, memoryview(buf), 0, len(buf), DecodeContext(limits=limits, show_secrets=bool(data[0] & 2)))
+    except NotClean:
+        return
+    diags = [d for n in node.walk() for d in n.diagnostics]
+    assert not diags, ("records_json answered where the reference has diagnostics", diags)
+    assert got == node.value, (got, node.value)
 
 
 # ---------------------------------------------------------------- consumer protocol
