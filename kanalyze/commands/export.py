@@ -27,14 +27,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     session = Session(args.files, engine_options(args))
     enc = ExchangeEncoder(decode_context(args), decode=not args.header_only)
-    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    # binary output: orjson's bytes go out as they are, no round trip through str
+    out = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
     try:
         write = out.write
+        line = enc.line_bytes
         for ex in session.exchanges():
-            write(enc.line(ex))
-            write("\n")
+            write(line(ex))
+            write(b"\n")
     finally:
-        if out is not sys.stdout:
+        if out is not sys.stdout.buffer:
             out.close()
         else:
             out.flush()

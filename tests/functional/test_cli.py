@@ -82,6 +82,16 @@ def test_missing_file_and_bad_options():
     assert r.returncode == 2
 
 
+def test_unwritable_output_is_a_clear_error(tmp_path):
+    r = kanalyze("export", str(CAP), "-o", str(tmp_path / "no" / "such" / "dir.ndjson"))
+    assert r.returncode == 1 and b"No such file or directory" in r.stderr and b"Traceback" not in r.stderr
+    if Path("/dev/full").exists():  # a full disk
+        with open("/dev/full", "wb") as full:
+            r = subprocess.run([sys.executable, "-m", "kanalyze.cli", "export", str(CAP)], stdout=full,
+                               stderr=subprocess.PIPE, timeout=120, cwd=ROOT)
+        assert r.returncode == 1 and b"No space left" in r.stderr and b"Traceback" not in r.stderr
+
+
 def test_unsupported_link_type_is_reported(tmp_path):
     from tests.support import packets as P
 
