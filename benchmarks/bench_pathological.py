@@ -105,8 +105,8 @@ def real_frames() -> list[tuple[bool, bytes]]:
     out = []
     for p in sorted((ROOT / "captures").glob("*.pcap")):
         for ex in Session([str(p)]).exchanges():
-            for msg, from_client in ((ex.request, True), (ex.response, False)):
-                if msg is not None and not msg.pdu.missing:
+            for msg, from_client in ex.messages():
+                if not msg.pdu.missing:
                     out.append((from_client, msg.pdu.size.to_bytes(4, "big") + msg.pdu.data))
     return out
 
@@ -288,8 +288,8 @@ def real_bodies() -> list[tuple[int, int, bool, bytes]]:
         for ex in Session([str(p)]).exchanges():
             if ex.api_key is None or ex.api_version is None:
                 continue
-            for msg, is_req in ((ex.request, True), (ex.response, False)):
-                if msg is not None and not msg.pdu.missing:
+            for msg, is_req in ex.messages():
+                if not msg.pdu.missing:
                     out.append((ex.api_key, ex.api_version, is_req, bytes(msg.pdu.data[msg.body_offset :])))
     return out
 

@@ -130,8 +130,8 @@ def _capture_bodies():
         for ex in Session([str(p)]).exchanges():
             if ex.api_key is None or ex.api_version is None:
                 continue
-            for msg, is_req in ((ex.request, True), (ex.response, False)):
-                if msg is not None and not msg.pdu.missing:
+            for msg, is_req in ex.messages():
+                if not msg.pdu.missing:
                     yield ex.api_key, ex.api_version, is_req, bytes(msg.pdu.data[msg.body_offset :])
 
 

@@ -88,9 +88,7 @@ def decode_exchanges(exchanges: list, ctx: DecodeContext) -> None:
     for ex in exchanges:
         if ex.api_key is None or ex.api_version is None:
             continue
-        for msg, is_req in ((ex.request, True), (ex.response, False)):
-            if msg is None:
-                continue
+        for msg, is_req in ex.messages():
             data = msg.pdu.data
             node = decode_body(ex.api_key, ex.api_version, is_req, data, msg.body_offset, len(data), ctx)
             node_to_json(node, ctx)

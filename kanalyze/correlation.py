@@ -10,7 +10,7 @@ header) flow until the client sends a real request again.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from dissectors.apis import API_NAMES, REQUEST_VERSIONS
@@ -77,6 +77,13 @@ class Exchange:
         if self.request and self.response:
             return self.response.pdu.last_ts - self.request.pdu.last_ts
         return None
+
+    def messages(self) -> Iterator[tuple[Message, bool]]:
+        """(message, is_request) for each side that was captured, request first."""
+        if self.request is not None:
+            yield self.request, True
+        if self.response is not None:
+            yield self.response, False
 
 
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:

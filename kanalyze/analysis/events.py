@@ -123,9 +123,7 @@ def ordered_events(exchanges: Iterable[Exchange], decoder: BodyDecoder) -> Itera
         start = _msg_key(ex.request) if ex.request else _msg_key(ex.response)  # type: ignore[arg-type]
         while heap and heap[0][:2] <= start:
             yield heapq.heappop(heap)[3]
-        for msg, is_req in ((ex.request, True), (ex.response, False)):
-            if msg is None:
-                continue
+        for msg, is_req in ex.messages():
             seq += 1
             key = _msg_key(msg)
             heapq.heappush(heap, (key[0], key[1], seq, Event(is_req, item, key[1], key[0])))

@@ -27,16 +27,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     session = Session(args.files, engine_options(args))
     enc = ExchangeEncoder(decode_context(args), decode=not args.header_only)
-    # binary output: orjson's bytes go out as they are, no round trip through str
-    out = sys.stdout.buffer if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
+    # binary output: orjson's bytes go out as they are, no round trip through str; a stdout
+    # replaced by a text-only stream (an embedding program's StringIO) gets text
+    stdout = getattr(sys.stdout, "buffer", None)
+    binary = args.output != "-" or stdout is not None
+    out = (stdout or sys.stdout) if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
     try:
         write = out.write
-        line = enc.line_bytes
+        line, newline = (enc.line_bytes, b"\n") if binary else (enc.line, "\n")
         for ex in session.exchanges():
             write(line(ex))
-            write(b"\n")
+            write(newline)
     finally:
-        if out is not sys.stdout.buffer:
+        if args.output != "-":
             out.close()
         else:
             out.flush()

@@ -92,9 +92,7 @@ def summarize(ex: Exchange, encoder: ExchangeEncoder, topic_names: dict[str, str
     topic ids are named through `topic_names` (learned from Metadata responses)."""
     topics: dict[str, set[int]] = {}
     errors: list[str] = []
-    for msg, is_req in ((ex.request, True), (ex.response, False)):
-        if msg is None:
-            continue
+    for msg, is_req in ex.messages():
         node, _ctx = encoder.body(ex, msg, is_req)
         if node is None:
             continue

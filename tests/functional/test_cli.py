@@ -82,6 +82,19 @@ def test_missing_file_and_bad_options():
     assert r.returncode == 2
 
 
+def test_export_into_a_text_only_stdout(tmp_path):
+    """Called from Python with stdout redirected to a StringIO (no binary buffer): the same lines."""
+    import contextlib
+    import io
+
+    from kanalyze.cli import main
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert main(["export", str(CAP)]) == 0
+    assert text.getvalue().encode() == kanalyze("export", str(CAP)).stdout
+
+
 def test_unwritable_output_is_a_clear_error(tmp_path):
     r = kanalyze("export", str(CAP), "-o", str(tmp_path / "no" / "such" / "dir.ndjson"))
     assert r.returncode == 1 and b"No such file or directory" in r.stderr and b"Traceback" not in r.stderr

@@ -126,9 +126,7 @@ def test_capture_bodies_agree(path: Path, settings: dict) -> None:
     for ex in Session([str(path)]).exchanges():
         if ex.api_key is None or ex.api_version is None:
             continue
-        for msg, is_request in ((ex.request, True), (ex.response, False)):
-            if msg is None:
-                continue
+        for msg, is_request in ex.messages():
             data = msg.pdu.data
             end = len(data)
             ctx = DecodeContext(**settings)

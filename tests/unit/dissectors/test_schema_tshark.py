@@ -89,10 +89,9 @@ def _ours(path: Path) -> tuple[dict[int, dict[str, list[str]]], set[str]]:
     ports = set()
     for ex in Session([str(path)]).exchanges():
         ports.add(ex.conn.broker.rsplit(":", 1)[1])
-        for msg, is_request in ((ex.request, True), (ex.response, False)):
-            if msg is not None:
-                m = enc.message(ex, msg, is_request)
-                _collect(m["body"], frames[m["frame"]])
+        for msg, is_request in ex.messages():
+            m = enc.message(ex, msg, is_request)
+            _collect(m["body"], frames[m["frame"]])
     return frames, ports
 
 
