@@ -3,6 +3,102 @@
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ApiKey(IntEnum):
+    """Kafka API keys by name (members in spec UPPER_SNAKE_CASE)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    CREATE_DELEGATION_TOKEN = 38
+    RENEW_DELEGATION_TOKEN = 39
+    EXPIRE_DELEGATION_TOKEN = 40
+    DESCRIBE_DELEGATION_TOKEN = 41
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
+    DESCRIBE_QUORUM = 55
+    ALTER_PARTITION = 56
+    UPDATE_FEATURES = 57
+    ENVELOPE = 58
+    FETCH_SNAPSHOT = 59
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+    ALLOCATE_PRODUCER_IDS = 67
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
+    CONTROLLER_REGISTRATION = 70
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    PUSH_TELEMETRY = 72
+    ASSIGN_REPLICAS_TO_DIRS = 73
+    LIST_CONFIG_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+    ADD_RAFT_VOTER = 80
+    REMOVE_RAFT_VOTER = 81
+    UPDATE_RAFT_VOTER = 82
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
+
+
 API_NAMES: dict[int, str] = {
     0: "Produce",
     1: "Fetch",
@@ -456,95 +552,4 @@ RESPONSE_FLEXIBLE_FROM: dict[int, int | None] = {
     85: 0,
     86: 0,
     87: 0,
-}
-
-API_KEYS: dict[str, int] = {
-    "AddOffsetsToTxn": 25,
-    "AddPartitionsToTxn": 24,
-    "AddRaftVoter": 80,
-    "AllocateProducerIds": 67,
-    "AlterClientQuotas": 49,
-    "AlterConfigs": 33,
-    "AlterPartition": 56,
-    "AlterPartitionReassignments": 45,
-    "AlterReplicaLogDirs": 34,
-    "AlterUserScramCredentials": 51,
-    "ApiVersions": 18,
-    "AssignReplicasToDirs": 73,
-    "BeginQuorumEpoch": 53,
-    "BrokerHeartbeat": 63,
-    "BrokerRegistration": 62,
-    "ConsumerGroupDescribe": 69,
-    "ConsumerGroupHeartbeat": 68,
-    "ControlledShutdown": 7,
-    "ControllerRegistration": 70,
-    "CreateAcls": 30,
-    "CreateDelegationToken": 38,
-    "CreatePartitions": 37,
-    "CreateTopics": 19,
-    "DeleteAcls": 31,
-    "DeleteGroups": 42,
-    "DeleteRecords": 21,
-    "DeleteShareGroupState": 86,
-    "DeleteTopics": 20,
-    "DescribeAcls": 29,
-    "DescribeClientQuotas": 48,
-    "DescribeCluster": 60,
-    "DescribeConfigs": 32,
-    "DescribeDelegationToken": 41,
-    "DescribeGroups": 15,
-    "DescribeLogDirs": 35,
-    "DescribeProducers": 61,
-    "DescribeQuorum": 55,
-    "DescribeTopicPartitions": 75,
-    "DescribeTransactions": 65,
-    "DescribeUserScramCredentials": 50,
-    "ElectLeaders": 43,
-    "EndQuorumEpoch": 54,
-    "EndTxn": 26,
-    "Envelope": 58,
-    "ExpireDelegationToken": 40,
-    "Fetch": 1,
-    "FetchSnapshot": 59,
-    "FindCoordinator": 10,
-    "GetTelemetrySubscriptions": 71,
-    "Heartbeat": 12,
-    "IncrementalAlterConfigs": 44,
-    "InitProducerId": 22,
-    "InitializeShareGroupState": 83,
-    "JoinGroup": 11,
-    "LeaderAndIsr": 4,
-    "LeaveGroup": 13,
-    "ListConfigResources": 74,
-    "ListGroups": 16,
-    "ListOffsets": 2,
-    "ListPartitionReassignments": 46,
-    "ListTransactions": 66,
-    "Metadata": 3,
-    "OffsetCommit": 8,
-    "OffsetDelete": 47,
-    "OffsetFetch": 9,
-    "OffsetForLeaderEpoch": 23,
-    "Produce": 0,
-    "PushTelemetry": 72,
-    "ReadShareGroupState": 84,
-    "ReadShareGroupStateSummary": 87,
-    "RemoveRaftVoter": 81,
-    "RenewDelegationToken": 39,
-    "SaslAuthenticate": 36,
-    "SaslHandshake": 17,
-    "ShareAcknowledge": 79,
-    "ShareFetch": 78,
-    "ShareGroupDescribe": 77,
-    "ShareGroupHeartbeat": 76,
-    "StopReplica": 5,
-    "SyncGroup": 14,
-    "TxnOffsetCommit": 28,
-    "UnregisterBroker": 64,
-    "UpdateFeatures": 57,
-    "UpdateMetadata": 6,
-    "UpdateRaftVoter": 82,
-    "Vote": 52,
-    "WriteShareGroupState": 85,
-    "WriteTxnMarkers": 27,
 }

@@ -5,6 +5,8 @@ Codes and names follow Apache Kafka's protocol error list (Errors.java).
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 ERROR_NAMES: dict[int, str] = {
     -1: "UNKNOWN_SERVER_ERROR",
     0: "NONE",
@@ -142,6 +144,11 @@ ERROR_NAMES: dict[int, str] = {
     132: "STREAMS_TOPOLOGY_FENCED",
     133: "SHARE_SESSION_LIMIT_REACHED",
 }
+
+
+# The same table as an enum, for code that names an error instead of writing its number
+# (`ErrorCode.NOT_LEADER_OR_FOLLOWER`); built from ERROR_NAMES so the two cannot drift.
+ErrorCode = IntEnum("ErrorCode", {name: code for code, name in ERROR_NAMES.items()})  # type: ignore[misc]
 
 
 def error_name(code: int | None) -> str | None:

@@ -274,13 +274,17 @@ def generate(spec_dirs: list[Path]) -> dict[str, str]:
         "",
         "from __future__ import annotations",
         "",
+        "from enum import IntEnum",
+        "",
     ]
+    apis_py += ["", "class ApiKey(IntEnum):", '    """Kafka API keys by name (members in spec UPPER_SNAKE_CASE)."""', ""]
+    apis_py += [f"    {snake(v).upper()} = {k}" for k, v in api_names.items()]
+    apis_py += ["", ""]
     apis_py += table("API_NAMES", "dict[int, str]", api_names)
     apis_py += table("REQUEST_VERSIONS", "dict[int, tuple[int, int]]", req_versions)
     apis_py += table("RESPONSE_VERSIONS", "dict[int, tuple[int, int]]", resp_versions)
     apis_py += table("REQUEST_FLEXIBLE_FROM", "dict[int, int | None]", req_flex)
     apis_py += table("RESPONSE_FLEXIBLE_FROM", "dict[int, int | None]", resp_flex)
-    apis_py += table("API_KEYS", "dict[str, int]", {json.dumps(v): k for k, v in sorted(api_names.items(), key=lambda kv: kv[1])})
     files["../apis.py"] = "\n".join(apis_py).rstrip("\n") + "\n"
     return files
 

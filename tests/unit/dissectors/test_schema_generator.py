@@ -62,4 +62,4 @@ def test_api_table_shape() -> None:
     assert apis.REQUEST_VERSIONS[3] == (0, 13)
     assert apis.REQUEST_FLEXIBLE_FROM[1] == 12 and apis.RESPONSE_FLEXIBLE_FROM[1] == 12
     assert apis.REQUEST_FLEXIBLE_FROM[17] is None  # SaslHandshake is never flexible
-    assert apis.API_KEYS["Metadata"] == 3
+    assert apis.ApiKey.METADATA == 3 and apis.ApiKey["METADATA"] is apis.ApiKey(3)
