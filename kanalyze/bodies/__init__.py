@@ -1,0 +1,42 @@
+"""The body and facts service: decode an exchange's bodies once, with the run's decode
+context and topic-name registry, and answer the small questions every consumer asks.
+
+    decoder = BodyDecoder(ctx, Records.DATA)      # one per run (shares one TopicNames)
+    bodies = Bodies(ex, decoder)                   # per exchange: .request / .response
+    facts = exchange_facts(bodies)                 # ExchangeFacts (frozen)
+
+`kanalyze.export` only encodes what this package decodes.
+"""
+
+from kanalyze.bodies.decode import DATA_BODIES, Bodies, BodyDecoder, Records
+from kanalyze.bodies.facts import (
+    PARTITION_FIELDS,
+    ExchangeFacts,
+    PartitionFacts,
+    TopicEntry,
+    error_codes,
+    exchange_facts,
+    is_error_key,
+    topic_entries,
+    topic_label,
+)
+from kanalyze.bodies.names import NAME_SOURCES, NULL_TOPIC_ID, TopicNames
+
+__all__ = [
+    "DATA_BODIES",
+    "NAME_SOURCES",
+    "NULL_TOPIC_ID",
+    "PARTITION_FIELDS",
+    "Bodies",
+    "BodyDecoder",
+    "ExchangeFacts",
+    "PartitionFacts",
+    "Records",
+    "TopicEntry",
+    "TopicNames",
+    "error_codes",
+    "exchange_facts",
+    "is_error_key",
+    "topic_entries",
+    "topic_label",
+]
