@@ -3,12 +3,13 @@ context and topic-name registry, and answer the small questions every consumer a
 
     decoder = BodyDecoder(ctx, Records.DATA)      # one per run (shares one TopicNames)
     bodies = Bodies(ex, decoder)                   # per exchange: .request / .response
-    facts = exchange_facts(bodies)                 # ExchangeFacts (frozen)
+    bodies.facts                                   # ExchangeFacts (frozen), computed once
 
 `kanalyze.export` only encodes what this package decodes.
 """
 
-from kanalyze.bodies.decode import DATA_BODIES, Bodies, BodyDecoder, Records
+from kanalyze.bodies.decode import DATA_BODIES, BodyDecoder, Records
+from kanalyze.bodies.exchange import Bodies
 from kanalyze.bodies.facts import (
     PARTITION_FIELDS,
     ExchangeFacts,

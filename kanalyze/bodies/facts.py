@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kanalyze.bodies.decode import Bodies
 from kanalyze.bodies.names import TopicNames
 
 # JSON keys (snake_case spec names) that name a topic in a struct, in preference order
@@ -168,10 +167,8 @@ class ExchangeFacts:
         return sum(1 for p in self.partitions if p.error_code)
 
 
-def exchange_facts(bodies: Bodies) -> ExchangeFacts:
-    """The facts of one exchange, from its bodies (decoded now if not yet)."""
-    req, rsp = bodies.request, bodies.response
-    names = bodies.decoder.names
+def exchange_facts(req: dict | None, rsp: dict | None, names: TopicNames) -> ExchangeFacts:
+    """The facts of one exchange from its decoded bodies (`Bodies.facts` keeps them)."""
     topics: dict[str, set[int]] = {}
     listed: dict[str, None] = {}
     merged: dict[tuple[str | None, int], dict] = {}
