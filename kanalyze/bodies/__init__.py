@@ -17,7 +17,6 @@ from kanalyze.bodies.facts import (
     TopicEntry,
     error_codes,
     exchange_facts,
-    is_error_key,
     topic_entries,
     topic_label,
 )
@@ -37,7 +36,6 @@ __all__ = [
     "TopicNames",
     "error_codes",
     "exchange_facts",
-    "is_error_key",
     "topic_entries",
     "topic_label",
 ]

@@ -23,10 +23,6 @@ _PARTITION_INDEX_SET = frozenset(PARTITION_INDEX_KEYS)
 _TOPIC_NAME_SET = frozenset(TOPIC_NAME_KEYS)
 
 
-def is_error_key(key: str) -> bool:
-    return key == "error_code" or key.endswith("_error_code")
-
-
 def error_codes(body: object) -> list[int]:
     """Every non-zero error code in a decoded (JSON) body, depth first in field order: any
     field named `error_code` or `*_error_code` (the spec's ErrorCode, *ErrorCode)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kanalyze.engine import EngineOptions
-from kanalyze.spark import rows as R
+from kanalyze.spark import schemas as R
 from kanalyze.spark.units import (
     SPLIT_BYTES,
     Plan,
@@ -145,7 +145,7 @@ def segments(spark: SparkSession, plan: Plan) -> DataFrame:
     Data Source's `segments` table)."""
 
     def stage1(batches: Iterator) -> Iterator:
-        from kanalyze.spark.rows import extract
+        from kanalyze.spark.extract import extract
 
         for b in batches:
             for i in b.column("id").to_pylist():
@@ -170,7 +170,7 @@ def decode_segments(
         shuffle_partitions = max(2 * spark.sparkContext.defaultParallelism, total // (128 << 20))
 
     def stage2(batches: Iterator) -> Iterator:
-        from kanalyze.spark.rows import decode
+        from kanalyze.spark.decode import decode
 
         yield from decode(batches, files, opts, decode_bodies)
 
