@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import struct
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import cache
 from types import ModuleType
 
 from dissectors import quirks, schemas
@@ -35,6 +35,7 @@ from dissectors.primitives import (
     short,
     uuid_str,
 )
+from dissectors.registry import BODY_HOOKS, decode_records_field
 from dissectors.secrets import SECRET_FIELDS, SecretBytes
 
 Reader = Callable[..., int]
@@ -48,7 +49,7 @@ def _in(r: Range, v: int) -> bool:
 
 
 @cache
-def _module(modname: str) -> ModuleType:
+def schema_module(modname: str) -> ModuleType:
     return importlib.import_module(f"dissectors.schemas.{modname}")
 
 
@@ -64,7 +65,7 @@ def api_definition(api_key: int, version: int, is_request: bool) -> dict | None:
     modname = schemas.API_MODULES.get(api_key)
     if modname is None:
         return None
-    mod = _module(modname)
+    mod = schema_module(modname)
     return _definition(mod.REQUEST if is_request else mod.RESPONSE, version)
 
 
@@ -72,7 +73,7 @@ def message_definition(name: str, version: int) -> dict | None:
     modname = schemas.MESSAGE_MODULES.get(name)
     if modname is None:
         return None
-    return _definition(_module(modname).MESSAGE, version)
+    return _definition(schema_module(modname).MESSAGE, version)
 
 
 # ------------------------------------------------------------------ failure helpers
@@ -88,25 +89,6 @@ def _fail(node: Node, err: DecodeError) -> None:
         node.length = max(last.offset + last.length - node.offset, 0)
     else:
         node.length = max(err.offset - node.offset, 0)
-
-
-_records_fn: Callable | None = None
-_records_missing = False
-
-
-def _decode_records(buf, offset: int, length: int, ctx: DecodeContext) -> Node:
-    """Delegate to dissectors.records (written separately); raw bytes if it is absent."""
-    global _records_fn, _records_missing
-    if _records_fn is None and not _records_missing:
-        try:
-            from dissectors.records import decode_records
-        except ImportError:
-            _records_missing = True
-        else:
-            _records_fn = decode_records
-    if _records_fn is None:
-        return Node("records", RAW, offset, length, bytes(buf[offset : offset + length]))
-    return _records_fn(buf, offset, length, ctx)
 
 
 # ------------------------------------------------------------------ reader factories
@@ -196,7 +178,7 @@ def _records_reader(compact: bool) -> tuple[Reader, int]:
         nxt = p + n
         if nxt > end:
             raise short(p, n, end, name)
-        node = _decode_records(buf, p, n, ctx)
+        node = decode_records_field(buf, p, n, ctx)
         node.name = name
         out.append(node)
         return nxt
@@ -552,7 +534,7 @@ def decode_body(
                 f"API key {api_key} version {api_version} is outside the known versions",
             )
         node = _walk(reader, mv, offset, end, ctx)
-        hook = _hooks().get((api_key, is_request))
+        hook = BODY_HOOKS.get((api_key, is_request))
         if hook is not None:
             hook(node, api_version, mv, ctx)
         return node
@@ -577,10 +559,3 @@ def decode_message(
         if ctx.strict:
             raise
         return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {exc!r}")
-
-
-@lru_cache(maxsize=1)
-def _hooks() -> dict:
-    from dissectors.embedded import HOOKS
-
-    return HOOKS

@@ -27,11 +27,11 @@ from functools import cache
 from dissectors import quirks
 from dissectors.context import DecodeContext
 from dissectors.decoder import api_definition
-from dissectors.embedded import HOOKS
 from dissectors.errors import error_name
-from dissectors.jsonify import JsonWalk, _float, _key
+from dissectors.jsonify import JsonWalk, json_float, json_key
 from dissectors.primitives import FIXED, read_uvarint, uuid_str
 from dissectors.records_json import records_json
+from dissectors.registry import BODY_HOOKS
 from dissectors.secrets import SECRET_FIELDS
 
 FALLBACK = object()  # "take the reference path"
@@ -93,7 +93,7 @@ _RUNTIME = {
     "topic_name": _topic_name,
     "fixed_list": _fixed_list,
     "records": _records,
-    "as_float": _float,
+    "as_float": json_float,
     "I16": FIXED["int16"].unpack_from,
     "I32": FIXED["int32"].unpack_from,
 }
@@ -265,7 +265,7 @@ class _Gen:
             else:
                 flush()
                 self.value(body, "    ", var, f, ftype, fflex, nullable)
-            key, is_error = _key(f["name"])
+            key, is_error = json_key(f["name"])
             items.append(f"{key!r}: {var}")
             if is_error:
                 if ftype not in _INT_TYPES:
@@ -288,7 +288,7 @@ class _Gen:
 
 
 def _generate(api_key: int, version: int, is_request: bool) -> tuple[str, dict] | None:
-    if (api_key, is_request) in HOOKS:
+    if (api_key, is_request) in BODY_HOOKS:
         return None
     defn = api_definition(api_key, version, is_request)
     if defn is None:
