@@ -21,9 +21,10 @@ from collections.abc import Iterator
 
 from dissectors import quirks, schemas
 from dissectors.context import DecodeContext
-from dissectors.decoder import decode_body, decode_message, message_reader, schema_module
+from dissectors.decoder import decode_body, decode_message, message_reader
 from dissectors.diagnostics import Code
 from dissectors.node import ARRAY, PRIM, STRUCT, Node
+from dissectors.plan import schema_module
 from dissectors.primitives import INT16, DecodeError
 from dissectors.registry import register_body_hook
 from dissectors.secrets import SecretBytes, SecretStr
