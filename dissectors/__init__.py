@@ -18,7 +18,13 @@ from dissectors.apis import (
     ApiKey,
 )
 from dissectors.context import DecodeContext, Limits
-from dissectors.decoder import body_reader, decode_body, decode_message, message_reader
+from dissectors.decoder import (
+    body_reader,
+    decode_body,
+    decode_message,
+    message_reader,
+    schema_module,
+)
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.embedded import decode_raw_sasl
 from dissectors.errors import ERROR_NAMES, ErrorCode, error_name
@@ -75,4 +81,5 @@ __all__ = [
     "redacted",
     "request_header_version",
     "response_header_version",
+    "schema_module",
 ]

@@ -66,7 +66,7 @@ def decode_batch_v2(
     diags: list[Diagnostic] = []
     avail = end - pos
     if avail < HEADER_SIZE:
-        return _short_batch(buf, pos, end, source, diags)
+        return short_batch(buf, pos, end, source, diags)
     (
         base_offset,
         batch_length,
@@ -142,8 +142,8 @@ def decode_batch_v2(
         limit = min(lim.max_array_count, lim.max_records_per_batch, max(record_count, 0) + RECORD_COUNT_SLACK)
         args = (base_offset, base_ts, log_append, ts_type, is_control, ctx, limit)
         if codec == 0:
-            records, spans, extra = _records(buf, rec_start, batch_end, args, diags, cut=partial)
-            nodes = _RecordNodes(spans, records[:], extra, source)
+            records, spans, extra = read_records(buf, rec_start, batch_end, args, diags, cut=partial)
+            nodes = RecordNodes(spans, records[:], extra, source)
             if not partial and len(nodes.spans) - 1 != record_count:
                 _check_count(record_count, len(nodes), partial, pos + 57, diags)
         elif codec not in CODEC_NAMES:
@@ -162,7 +162,7 @@ def decode_batch_v2(
             ):
                 _check_count(record_count, len(nodes), False, pos + 57, diags)
         batch["records"] = records
-        if type(nodes) is _RecordNodes and len(nodes.spans) > 1:
+        if type(nodes) is RecordNodes and len(nodes.spans) > 1:
             node.pending = nodes  # the record nodes are built when someone asks for them
         else:
             node.children = []
@@ -179,7 +179,7 @@ _FIELDS = (
 _FIELD_ENDS = (8, 12, 16, 17, 21, 23, 27, 35, 43, 51, 53, 57, 61)
 
 
-def _short_batch(
+def short_batch(
     buf: memoryview, pos: int, end: int, source: int, diags: list[Diagnostic]
 ) -> tuple[Node, int | None]:
     """A batch cut inside its 61-byte header: the fields present, None for the rest."""
@@ -235,19 +235,19 @@ def _compressed(buf, start, end, codec, args, diags, ctx):
         return [], []
     source = ctx.add_buffer(res.data)
     cut = res.error is not None
-    records, spans, extra = _records(
+    records, spans, extra = read_records(
         memoryview(res.data), 0, len(res.data), args, diags, cut=cut, where=" (decompressed)"
     )
-    return records, _RecordNodes(spans, records[:], extra, source)
+    return records, RecordNodes(spans, records[:], extra, source)
 
 
-def _records(buf, pos, end, args, diags, *, cut, where=""):
+def read_records(buf, pos, end, args, diags, *, cut, where=""):
     """Decode varint records in buf[pos:end] (bytes or a memoryview); `cut` = the bytes stop
     early (partial or capped).
 
     Returns the records (JSON-ready dicts), where the first record starts then where each
     ends, and {index: (record or None, diagnostics)} for the records with diagnostics (see
-    `_RecordNodes`).
+    `RecordNodes`).
 
     Hot path: the record loop is written out in one function, one- and two-byte varints (the
     common cases) are decoded inline and the common value renderings (UTF-8 text, no limit)
@@ -450,7 +450,7 @@ def _records(buf, pos, end, args, diags, *, cut, where=""):
     return records, spans, extra
 
 
-class _RecordNodes:
+class RecordNodes:
     """The record nodes of one batch, built on demand (see `LazyNode`): one STRUCT node per
     record (RAW for a record skipped as bad), named by index, located in `source`.
 

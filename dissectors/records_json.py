@@ -4,7 +4,7 @@
 children are batch nodes (record nodes built lazily) for the TUI hex view. The
 export needs only the value, so for records that decode without a single
 diagnostic this builds just that: no batch, record or records nodes. The
-record loop is the same (`record_batch._records`); only the per-batch and
+record loop is the same (`record_batch.read_records`); only the per-batch and
 per-field wrapping is left out. Anything that would carry a diagnostic -- a
 bad CRC, length, varint, codec or count, a control batch, a legacy message
 set, a decompression problem -- raises `NotClean` and the caller takes the
@@ -24,10 +24,10 @@ from dissectors.record_batch import (
     LENGTH_BEFORE,
     MIN_BATCH_LENGTH,
     RECORD_COUNT_SLACK,
-    _records,
-    _short_batch,
+    read_records,
+    short_batch,
 )
-from dissectors.records import MAGIC_OFFSET, _unknown_partial
+from dissectors.records import MAGIC_OFFSET, unknown_partial
 
 _CRC_START = 21
 
@@ -47,7 +47,7 @@ def records_json(data: bytes, view: memoryview, offset: int, length: int, ctx: D
     end = offset + length
     while pos < end:
         if pos + MAGIC_OFFSET >= end:  # cut before the magic byte: a partial entry, no diagnostic
-            batches.append(_unknown_partial(view, pos, end, 0).value)
+            batches.append(unknown_partial(view, pos, end, 0).value)
             break
         if data[pos + MAGIC_OFFSET] != 2:
             raise NotClean("legacy message set or bad magic")
@@ -61,7 +61,7 @@ def _batch(data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
     avail = end - pos
     if avail < HEADER_SIZE:
         diags: list = []
-        node, nxt = _short_batch(view, pos, end, 0, diags)
+        node, nxt = short_batch(view, pos, end, 0, diags)
         if diags or nxt is None:
             raise NotClean("short batch")
         return node.value, end
@@ -101,7 +101,7 @@ def _batch(data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
     args = (base_offset, base_ts, max_ts if ts_type == "log_append" else None, ts_type, False, ctx, limit)
     diags = []
     if codec == 0:
-        records, spans, _ = _records(data, pos + HEADER_SIZE, batch_end, args, diags, cut=partial)
+        records, spans, _ = read_records(data, pos + HEADER_SIZE, batch_end, args, diags, cut=partial)
         if diags or not partial and len(spans) - 1 != record_count:
             raise NotClean("bad record")
     elif partial:  # a cut compressed batch: nothing to inflate, no diagnostic
@@ -113,7 +113,7 @@ def _batch(data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
         if res.error is not None:
             raise NotClean("decompression")
         if res.data:
-            records, spans, _ = _records(res.data, 0, len(res.data), args, diags, cut=False)
+            records, spans, _ = read_records(res.data, 0, len(res.data), args, diags, cut=False)
             found = len(spans) - 1
         else:
             records, found = [], 0
