@@ -50,7 +50,9 @@ _PLAIN_CTX = tuple(f.name for f in fields(DecodeContext)) == _CTX_FIELDS
 def _fresh(t: DecodeContext) -> DecodeContext:
     """A context like `t` with its own (empty) buffer list, sharing the topic names."""
     if _PLAIN_CTX and type(t) is DecodeContext:
-        return DecodeContext(t.limits, t.show_secrets, t.decode_records, t.strict, [], t.topic_names)
+        return DecodeContext(
+            t.limits, t.show_secrets, t.decode_records, t.strict, [], t.topic_names
+        )
     return replace(t, buffers=[])
 
 
@@ -80,7 +82,9 @@ class BodyDecoder:
         t = self._with if (api_key, is_request) in DATA_BODIES else self._without
         return _fresh(t)
 
-    def node(self, ex: Exchange, msg: Message, is_request: bool) -> tuple[Node | None, DecodeContext]:
+    def node(
+        self, ex: Exchange, msg: Message, is_request: bool
+    ) -> tuple[Node | None, DecodeContext]:
         """The decoded body tree of one side (None when its api or version is unknown)."""
         ctx = self.context(ex.api_key, is_request)
         data = msg.pdu.data
@@ -88,7 +92,9 @@ class BodyDecoder:
             return decode_raw_sasl(data, 0, len(data), ctx), ctx
         if ex.api_key is None or ex.api_version is None:
             return None, ctx
-        node = decode_body(ex.api_key, ex.api_version, is_request, data, msg.body_offset, len(data), ctx)
+        node = decode_body(
+            ex.api_key, ex.api_version, is_request, data, msg.body_offset, len(data), ctx
+        )
         return node, ctx
 
     def fast_json(self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk) -> object:
@@ -102,7 +108,9 @@ class BodyDecoder:
             ex.api_key, ex.api_version, is_request, data, msg.body_offset, len(data), ctx, walk
         )
 
-    def json(self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk | None = None) -> object:
+    def json(
+        self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk | None = None
+    ) -> object:
         """The body's JSON value (None when its api is unknown), equal to
         `node_to_json(self.node(...))`; with `walk`, the body's diagnostics are appended to
         `walk.diagnostics` (JSON form) and odd floats noted."""

@@ -26,8 +26,9 @@ class Bodies:
         self._facts: ExchangeFacts | None = None
 
     @classmethod
-    def given(cls, ex: Exchange, decoder: BodyDecoder, request: dict | None,
-              response: dict | None) -> Bodies:
+    def given(
+        cls, ex: Exchange, decoder: BodyDecoder, request: dict | None, response: dict | None
+    ) -> Bodies:
         b = cls(ex, decoder)
         b._req, b._rsp = request, response
         return b

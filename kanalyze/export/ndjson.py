@@ -51,6 +51,7 @@ def _plain_times(d: dict) -> bool:
     req, resp = d["request"], d["response"]
     return (req is None or _plain_float(req["ts"])) and (resp is None or _plain_float(resp["ts"]))
 
+
 _HEADER_KEYS = ("request_api_key", "request_api_version", "correlation_id", "client_id")
 
 
@@ -60,7 +61,10 @@ class ExchangeEncoder:
     Bodies come from `bodies` (a `BodyDecoder`, made from `ctx` when not given)."""
 
     def __init__(
-        self, ctx: DecodeContext | None = None, decode: bool = True, bodies: BodyDecoder | None = None
+        self,
+        ctx: DecodeContext | None = None,
+        decode: bool = True,
+        bodies: BodyDecoder | None = None,
     ) -> None:
         self.bodies = bodies if bodies is not None else BodyDecoder(ctx)
         self.decode = decode
@@ -72,7 +76,9 @@ class ExchangeEncoder:
         calls this now and then: connection ids never repeat)."""
         self._conn_json.clear()
 
-    def message(self, ex: Exchange, msg: Message | None, is_request: bool) -> dict[str, object] | None:
+    def message(
+        self, ex: Exchange, msg: Message | None, is_request: bool
+    ) -> dict[str, object] | None:
         return self._message(ex, msg, is_request, None)
 
     def _message(
@@ -131,7 +137,7 @@ class ExchangeEncoder:
         (about 5x faster) when bodies are not decoded, the header-only indexing path."""
         if self.decode:
             out = self._decoded_line(ex)
-            return out if type(out) is str else out.decode()
+            return out if isinstance(out, str) else out.decode()
         return self._header_line(ex)
 
     def line_bytes(self, ex: Exchange) -> bytes:
@@ -139,7 +145,7 @@ class ExchangeEncoder:
         the round trip through str (a decoded line is often megabytes of record values)."""
         if self.decode:
             out = self._decoded_line(ex)
-            return out if type(out) is bytes else out.encode()
+            return out if isinstance(out, bytes) else out.encode()
         return self.line(ex).encode()
 
     def _decoded_line(self, ex: Exchange) -> bytes | str:
@@ -169,14 +175,17 @@ class ExchangeEncoder:
             c = ex.conn
             if len(self._conn_json) >= 10_000:  # bounded: live runs see endless connections
                 self._conn_json.clear()
-            conn = self._conn_json[c.id] = dumps({"id": c.id, "client": c.client, "broker": c.broker})
+            conn = self._conn_json[c.id] = dumps(
+                {"id": c.id, "client": c.client, "broker": c.broker}
+            )
         lat = ex.latency_ns
         acks = "" if ex.acks is None else f',"acks":{ex.acks}'
+        latency = "null" if lat is None else repr(round(lat / 1e6, 3))
         return (
             f'{{"schema":"{SCHEMA_VERSION}","connection":{conn},"api_key":{_num(ex.api_key)},'
             f'"api":{self._str(ex.api)},"api_version":{_num(ex.api_version)},'
             f'"correlation_id":{_num(ex.correlation_id)},"client_id":{self._str(ex.client_id)},'
-            f'"status":"{ex.status}","latency_ms":{"null" if lat is None else repr(round(lat / 1e6, 3))},'
+            f'"status":"{ex.status}","latency_ms":{latency},'
             f'"request":{self._msg_line(ex.request)},"response":{self._msg_line(ex.response)}{acks}}}'
         )
 

@@ -75,7 +75,7 @@ class Decoder:
     ) -> None:
         self.files = files
         self.opts = opts or EngineOptions()
-        self.builder = RowBuilder(files, decode=decode, **({"ctx": ctx} if ctx else {}))
+        self.builder = RowBuilder(files, decode=decode, ctx=ctx)
         self.rows: list[dict] = []
         self.cur: _ConnRun | None = None
         self.cur_key: tuple[str, bytes] | None = None
@@ -91,13 +91,13 @@ class Decoder:
             if kind == KIND_UNIT:
                 self.rows.append({"kind": "unit", "capture_id": cap, "extra": data.decode()})
                 continue
-            if (cap, key) != self.cur_key:
+            run = self.cur
+            if run is None or (cap, key) != self.cur_key:
                 self._finish()
                 self.cur_key = (cap, key)
-                self.cur = _ConnRun(self.opts)
+                run = self.cur = _ConnRun(self.opts)
                 self.builder.capture_id = cap
                 self.engines += 1
-            run = self.cur
             no = (rank << FRAME_BITS) | fno
             if run.first_ns is None:
                 run.first_ns, run.first_ptr = ts, no
@@ -111,11 +111,8 @@ class Decoder:
             if eng.next_id != before:
                 c = eng.order.get(before)
                 if c is not None:
-                    inc = 1 + sum(
-                        1
-                        for v in run.infos.values()
-                        if v[0] == c.info.client and v[1] == c.info.broker
-                    )
+                    pair = (c.info.client, c.info.broker)
+                    inc = 1 + len([v for v in run.infos.values() if v[:2] == pair])
                     run.infos[before] = (c.info.client, c.info.broker, inc)
             if run.out:
                 self._emit(run)
@@ -231,9 +228,7 @@ def decode_slice(
         groups.setdefault(plan.files[u.rank].capture_id, {}).setdefault(u.rank, []).append(i)
     rows: list[dict] = []
     for cap, by_file in groups.items():
-        builder = RowBuilder(
-            files, capture_id=cap, decode=decode_bodies, **({"ctx": ctx} if ctx else {})
-        )
+        builder = RowBuilder(files, capture_id=cap, decode=decode_bodies, ctx=ctx)
         out: list[Exchange] = []
         engine = Engine(out.append, opts or EngineOptions())
         seen: dict[tuple[str, str], int] = {}

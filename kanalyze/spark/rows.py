@@ -27,16 +27,14 @@ class RowBuilder:
     files: list[str]
     capture_id: str = ""
     decode: bool = True
-    ctx: DecodeContext = field(
-        default_factory=lambda: DecodeContext(limits=Limits(max_value_bytes=64))
-    )
+    ctx: DecodeContext | None = None  # default: values cut to 64 bytes (rows stay small)
     bodies: BodyDecoder = field(init=False)  # with the capture group's topic-name registry
     incarnations: dict[tuple[int, int], str] = field(
         default_factory=dict
     )  # (engine id, conn id) -> conn_id
 
     def __post_init__(self) -> None:
-        self.bodies = BodyDecoder(self.ctx)
+        self.bodies = BodyDecoder(self.ctx or DecodeContext(limits=Limits(max_value_bytes=64)))
 
     def conn_id(
         self, engine_key: int, conn_no: int, client: str, broker: str, incarnation: int
@@ -103,7 +101,9 @@ class RowBuilder:
         if self.decode:
             facts = Bodies(ex, self.bodies).facts
             parts = [{f: getattr(p, f) for f in PARTITION_FIELDS} for p in facts.partitions]
-            topics = sorted({p["topic"] or p["topic_id"] for p in parts if p["topic"] or p["topic_id"]})
+            topics = sorted(
+                {p["topic"] or p["topic_id"] for p in parts if p["topic"] or p["topic_id"]}
+            )
             r["error_code"] = facts.error_code
             r["throttle_time_ms"] = facts.throttle_time_ms
             r["replica_id"] = facts.replica_id
@@ -111,8 +111,14 @@ class RowBuilder:
             r["topics"] = topics or sorted(facts.listed_topics)
             r["partitions"] = parts
         else:
-            for k in ("error_code", "throttle_time_ms", "replica_id", "partition_error_count",
-                      "topics", "partitions"):
+            for k in (
+                "error_code",
+                "throttle_time_ms",
+                "replica_id",
+                "partition_error_count",
+                "topics",
+                "partitions",
+            ):
                 r[k] = None
         r["diagnostics"] = diags
         start = req or resp

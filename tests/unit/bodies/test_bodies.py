@@ -32,8 +32,12 @@ def test_error_codes_every_nonzero_code_depth_first() -> None:
         "error_code": 0,
         "throttle_time_ms": 5,
         "topics": [
-            {"name": "a", "error_code": 3, "error_code_name": "UNKNOWN_TOPIC_OR_PARTITION",
-             "partitions": [{"partition_index": 0, "error_code": 6}]},
+            {
+                "name": "a",
+                "error_code": 3,
+                "error_code_name": "UNKNOWN_TOPIC_OR_PARTITION",
+                "partitions": [{"partition_index": 0, "error_code": 6}],
+            },
             {"name": "b", "partitions": [{"partition_index": 1, "leader_error_code": 9}]},
         ],
         "flag": True,  # not an error code, whatever its name
@@ -50,10 +54,15 @@ def test_topic_entries_names_ids_partitions_and_list_keys() -> None:
         "protocols": [{"name": "range"}],
         "groups": [{"group_id": "g", "topics": [{"name": "u", "partitions": [{"index": 7}]}]}],
     }
-    got = [(e.name, e.topic_id, [i for i, _p in e.partitions], e.list_key) for e in topic_entries(body)]
+    got = [
+        (e.name, e.topic_id, [i for i, _p in e.partitions], e.list_key) for e in topic_entries(body)
+    ]
     # the null topic id names nothing; a named struct in any list counts (as the TUI shows)
-    assert got == [("t", None, [2, 0], "topics"), ("range", None, [], "protocols"),
-                   ("u", None, [7], "topics")]
+    assert got == [
+        ("t", None, [2, 0], "topics"),
+        ("range", None, [], "protocols"),
+        ("u", None, [7], "topics"),
+    ]
 
 
 def test_each_side_is_decoded_once_and_only_when_asked() -> None:
@@ -102,7 +111,9 @@ def test_facts_of_produce_and_metadata() -> None:
 
 def test_error_facts_of_a_rebalance() -> None:
     dec = BodyDecoder(records=Records.NONE)
-    codes = {c for ex in exchanges("lib_group_rebalance.pcap") for c in Bodies(ex, dec).facts.error_codes}
+    codes = {
+        c for ex in exchanges("lib_group_rebalance.pcap") for c in Bodies(ex, dec).facts.error_codes
+    }
     assert 27 in codes  # REBALANCE_IN_PROGRESS in Heartbeat responses
 
 

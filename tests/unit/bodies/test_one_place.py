@@ -39,8 +39,11 @@ def _imports_ndjson(tree: ast.Module) -> bool:
 
 
 def test_only_the_export_package_imports_the_ndjson_module() -> None:
-    offenders = {path for path, tree in _modules()
-                 if _imports_ndjson(tree) and not path.startswith("kanalyze/export/")}
+    offenders = {
+        path
+        for path, tree in _modules()
+        if _imports_ndjson(tree) and not path.startswith("kanalyze/export/")
+    }
     assert offenders - PENDING == set()
     assert offenders >= PENDING, "fixed: drop it from PENDING"
 
@@ -68,13 +71,23 @@ def test_topic_id_names_are_learned_in_one_place() -> None:
             elif isinstance(node, ast.Call) and _name(node.func) in ("setdefault", "update"):
                 targets = [node.func.value] if isinstance(node.func, ast.Attribute) else []
             for t in targets:
-                base = t.value if isinstance(t, ast.Subscript) else (t if isinstance(node, ast.Call) else None)
+                base = (
+                    t.value
+                    if isinstance(t, ast.Subscript)
+                    else (t if isinstance(node, ast.Call) else None)
+                )
                 if base is not None and _name(base) in ("topic_names", "topic_ids", "mapping"):
                     writes.append(f"{path}:{node.lineno}")
     assert len(writes) == 1, writes
     assert writes[0].startswith("dissectors/")
     # and the list of responses that teach names is written once
-    teaching = [path for path, tree in _modules() if path.startswith(("kanalyze/", "dissectors/"))
-                and any(isinstance(n, ast.Name) and n.id == "NAME_SOURCES" and isinstance(n.ctx, ast.Store)
-                        for n in ast.walk(tree))]
+    teaching = [
+        path
+        for path, tree in _modules()
+        if path.startswith(("kanalyze/", "dissectors/"))
+        and any(
+            isinstance(n, ast.Name) and n.id == "NAME_SOURCES" and isinstance(n.ctx, ast.Store)
+            for n in ast.walk(tree)
+        )
+    ]
     assert teaching == ["kanalyze/bodies/names.py"]
