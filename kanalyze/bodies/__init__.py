@@ -9,14 +9,15 @@ context and topic-name registry, and answer the small questions every consumer a
 """
 
 from kanalyze.bodies.decode import DATA_BODIES, BodyDecoder, Records
-from kanalyze.bodies.exchange import Bodies
+from kanalyze.bodies.exchange import Bodies, exchange_facts
 from kanalyze.bodies.facts import (
     PARTITION_FIELDS,
     ExchangeFacts,
     PartitionFacts,
     TopicEntry,
     error_codes,
-    exchange_facts,
+    facts_of,
+    replica_id,
     topic_entries,
     topic_label,
 )
@@ -36,6 +37,8 @@ __all__ = [
     "TopicNames",
     "error_codes",
     "exchange_facts",
+    "facts_of",
+    "replica_id",
     "topic_entries",
     "topic_label",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kanalyze.bodies.decode import BodyDecoder
-from kanalyze.bodies.facts import ExchangeFacts, exchange_facts
+from kanalyze.bodies.facts import ExchangeFacts, facts_of
 from kanalyze.correlation import Exchange, Message
 
 _UNSET: object = object()
@@ -59,5 +59,10 @@ class Bodies:
     def facts(self) -> ExchangeFacts:
         """Error codes, topics and partitions, record counts of this exchange."""
         if self._facts is None:
-            self._facts = exchange_facts(self.request, self.response, self.decoder.names)
+            self._facts = facts_of(self.request, self.response, self.decoder.names)
         return self._facts
+
+
+def exchange_facts(bodies: Bodies) -> ExchangeFacts:
+    """The facts of one exchange (decoding its bodies if not yet; computed once)."""
+    return bodies.facts

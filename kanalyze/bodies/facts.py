@@ -3,7 +3,7 @@ error codes, the topics and partitions it touches (topic ids named through the r
 record counts and the offsets it produced or fetched.
 
 `error_codes` is the one error scanner and `topic_entries` the one topic/partition reader;
-`exchange_facts` combines them into a frozen `ExchangeFacts` that filters, events, stats,
+`facts_of` combines them into a frozen `ExchangeFacts` that filters, events, stats,
 the TUI and the Spark rows share.
 """
 
@@ -163,8 +163,9 @@ class ExchangeFacts:
         return sum(1 for p in self.partitions if p.error_code)
 
 
-def exchange_facts(req: dict | None, rsp: dict | None, names: TopicNames) -> ExchangeFacts:
-    """The facts of one exchange from its decoded bodies (`Bodies.facts` keeps them)."""
+def facts_of(req: dict | None, rsp: dict | None, names: TopicNames) -> ExchangeFacts:
+    """The facts of an exchange from its decoded bodies (`exchange_facts` / `Bodies.facts`
+    compute them once per exchange)."""
     topics: dict[str, set[int]] = {}
     listed: dict[str, None] = {}
     merged: dict[tuple[str | None, int], dict] = {}
@@ -194,7 +195,7 @@ def exchange_facts(req: dict | None, rsp: dict | None, names: TopicNames) -> Exc
         error_codes=tuple(error_codes(rsp)) if rsp is not None else (),
         error_code=err,
         throttle_time_ms=throttle,
-        replica_id=_replica_id(req),
+        replica_id=replica_id(req),
         topics=tuple((t, frozenset(p)) for t, p in topics.items()),
         partitions=tuple(parts),
         listed_topics=tuple(listed),
@@ -248,8 +249,9 @@ def _records(rec: object, out: dict) -> None:
         out["records_bytes"] = rec["size"]
 
 
-def _replica_id(body: object) -> int | None:
-    """The fetching/listing replica of a Fetch or ListOffsets request (-1 for consumers)."""
+def replica_id(body: object) -> int | None:
+    """The fetching/listing replica of a Fetch or ListOffsets request (-1 for consumers):
+    `replica_id` (Fetch < v15, ListOffsets) or `replica_state.replica_id` (Fetch v15+)."""
     if not isinstance(body, dict):
         return None
     rid = body.get("replica_id")

@@ -16,6 +16,7 @@ from kanalyze.bodies import (
     Records,
     TopicNames,
     error_codes,
+    exchange_facts,
     topic_entries,
 )
 from kanalyze.session import Session
@@ -79,7 +80,7 @@ def test_each_side_is_decoded_once_and_only_when_asked() -> None:
     assert b.response is not None and b.response is b.response
     assert calls == [False]
     facts = b.facts
-    assert facts is b.facts and calls == [False, True]
+    assert facts is b.facts is exchange_facts(b) and calls == [False, True]
 
 
 def test_records_policy() -> None:
