@@ -60,7 +60,11 @@ def read_fixed(st: struct.Struct, buf, pos: int, end: int, what: str = "value"):
 
 
 def read_uvarint(buf, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
-    """Unsigned LEB128 (Kafka's unsigned varint); at most `max_bytes` bytes."""
+    """Unsigned LEB128 (Kafka's unsigned varint); at most `max_bytes` bytes.
+
+    The one varint reader of the package (hot loops inline the one- and two-byte cases and
+    call it for the rest). A varint cut by `end` is TRUNCATED, one longer than
+    `max_bytes` BAD_VARINT; the error's offset is where the varint starts."""
     value = 0
     shift = 0
     start = pos
@@ -77,9 +81,9 @@ def read_uvarint(buf, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]
             raise DecodeError(Code.BAD_VARINT, start, f"varint longer than {max_bytes} bytes")
 
 
-def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
-    """Zig-zag signed 32-bit varint."""
-    u, pos = read_uvarint(buf, pos, end, 5)
+def read_varint(buf, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
+    """Zig-zag signed varint: 32-bit (`max_bytes` 5) or 64-bit (10, Kafka's varlong)."""
+    u, pos = read_uvarint(buf, pos, end, max_bytes)
     return (u >> 1) ^ -(u & 1), pos
 
 
