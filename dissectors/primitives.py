@@ -52,13 +52,6 @@ def short(pos: int, need: int, end: int, what: str) -> DecodeError:
     return DecodeError(Code.TRUNCATED, pos, f"{what}: need {need} bytes, {max(end - pos, 0)} left")
 
 
-def read_fixed(st: struct.Struct, buf, pos: int, end: int, what: str = "value"):
-    nxt = pos + st.size
-    if nxt > end:
-        raise short(pos, st.size, end, what)
-    return st.unpack_from(buf, pos)[0], nxt
-
-
 def read_uvarint(buf, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
     """Unsigned LEB128 (Kafka's unsigned varint); at most `max_bytes` bytes.
 
@@ -87,12 +80,6 @@ def read_varint(buf, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
     return (u >> 1) ^ -(u & 1), pos
 
 
-def read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
-    """Zig-zag signed 64-bit varint."""
-    u, pos = read_uvarint(buf, pos, end, 10)
-    return (u >> 1) ^ -(u & 1), pos
-
-
 def uuid_str(raw: bytes) -> str:
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
@@ -112,16 +99,3 @@ def read_length(buf, pos: int, end: int, compact: bool, wide: bool) -> tuple[int
     if n < -1:
         raise DecodeError(Code.BAD_LENGTH, pos, f"negative length {n}")
     return n, nxt
-
-
-def encode_uvarint(value: int) -> bytes:
-    """Unsigned varint encoding (used for tagged-field framing in tests and tools)."""
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
