@@ -22,7 +22,8 @@ from tests.spark.support import (
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.spark import schemas as R  # noqa: E402 - needs pyarrow
-from kanalyze.spark.pipeline import AGGREGATES, TABLES, run_pipeline  # noqa: E402
+from kanalyze.spark.pipeline import run_pipeline  # noqa: E402
+from kanalyze.spark.tables import AGGREGATES, TABLES  # noqa: E402
 
 pytestmark = pytest.mark.spark
 SPLIT = 4096  # bytes: the 46 KB capture becomes ~12 verified ranges
