@@ -136,3 +136,17 @@ def test_one_registry_names_topic_ids_for_every_decode() -> None:
     after = Bodies(fetch[-1], other).facts
     assert [t for t, _p in after.topics] == ["lib-group"]
     assert all(p.topic == "lib-group" for p in after.partitions)
+
+
+def test_partitions_of_topics_nested_in_groups() -> None:
+    """OffsetFetch v8+ lists topics per group: the one reader finds them at any depth (the
+    Spark rows once read only top-level topic lists and left these rows without partitions)."""
+    dec = BodyDecoder()
+    fetches = [
+        e
+        for e in exchanges("kp_codecs.pcap")
+        if e.api_key == ApiKey.OFFSET_FETCH and (e.api_version or 0) >= 8
+    ]
+    assert fetches
+    topics = {p.topic for ex in fetches for p in Bodies(ex, dec).facts.partitions}
+    assert {"kp-gzip", "kp-lz4", "kp-none", "kp-snappy", "kp-zstd"} <= topics
