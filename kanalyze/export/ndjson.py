@@ -71,11 +71,6 @@ class ExchangeEncoder:
         self._conn_json: dict[int, str] = {}
         self._str_json: dict[str | None, str] = {}
 
-    def forget_connections(self) -> None:
-        """Drop the per-connection JSON texts cached for header-only lines (a long live run
-        calls this now and then: connection ids never repeat)."""
-        self._conn_json.clear()
-
     def message(
         self, ex: Exchange, msg: Message | None, is_request: bool
     ) -> dict[str, object] | None:
