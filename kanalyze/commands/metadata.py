@@ -28,9 +28,9 @@ def build(session: Session) -> dict[str, object]:
     view = ClusterView()
     for ex in session.exchanges():
         if ex.api_key == METADATA and ex.response is not None:
-            view.feed(ex, source.item(ex).rsp)
-        elif ex.api_key in (19, 75) and ex.response is not None:
-            source.item(ex)
+            view.feed(ex, source.bodies(ex).response)
+        else:
+            source.decoder.learn(ex)
     return view.to_json(list(session.paths))
 
 

@@ -72,14 +72,12 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format
     for ex in session.exchanges():
         if ex.api_key == 0 and ex.request is not None:
-            item = source.item(ex)
-            recs = produced(ex, item.req, item.rsp, include_refused=args.all)
+            b = source.bodies(ex)
+            recs = produced(ex, b.request, b.response, include_refused=args.all)
         elif ex.api_key == 1 and ex.response is not None:
-            item = source.item(ex)
-            recs = fetched(ex, item.rsp, include_control=args.all)
+            recs = fetched(ex, source.bodies(ex).response, include_control=args.all)
         else:
-            if ex.api_key in (3, 19, 75):
-                source.item(ex)
+            source.decoder.learn(ex)
             continue
         for r in recs:
             if topics and r.topic not in topics or parts and r.partition not in parts:

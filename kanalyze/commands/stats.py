@@ -1,0 +1,59 @@
+"""`kanalyze stats`: statistics tables as Wireshark's Statistics menu would show them for
+Kafka: connections, topics and partitions, clients, latency, errors, traffic over time
+(docs/stats.md; --json follows docs/stats.schema.json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kanalyze.commands.common import add_input_arguments, engine_options, report_capture_problems
+from kanalyze.session import Session
+from kanalyze.views.progress import for_command
+from kanalyze.views.stats import TABLES, build, parse_interval
+from kanalyze.views.stats_text import render
+from kanalyze.views.table import Out
+
+
+def table_choice(text: str) -> tuple[str, float | None]:
+    """-z NAME[,ARG]: NAME one of TABLES; io takes an interval (io,1s)."""
+    name, _, arg = text.partition(",")
+    name = name.strip()
+    if name not in TABLES:
+        raise argparse.ArgumentTypeError(f"unknown statistic {name!r} (known: {', '.join(TABLES)})")
+    if name == "io":
+        try:
+            return name, parse_interval(arg) if arg else 1.0
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    if name == "conv" and arg in ("", "tcp"):
+        return name, None
+    if arg:
+        raise argparse.ArgumentTypeError(f"statistic {name!r} takes no argument (got {arg!r})")
+    return name, None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stats", help="statistics tables: conv, topics, clients, latency, errors, io",
+                       description=__doc__)
+    add_input_arguments(p)
+    p.add_argument("-z", dest="tables", type=table_choice, action="append", default=[],
+                   metavar="NAME[,ARG]",
+                   help=f"a statistic to show (repeatable): {', '.join(TABLES)}; io,INTERVAL "
+                        "(io,1s default, io,500ms, io,1m); default: all")
+    p.add_argument("--json", action="store_true", help="one JSON document (docs/stats.md)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    choices = dict(args.tables) if args.tables else {t: None for t in TABLES}
+    session = Session(args.files, engine_options(args), progress=for_command(streams_stdout=False))
+    doc = build(session, choices)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        render(doc, Out())
+    report_capture_problems(session)
+    return 0

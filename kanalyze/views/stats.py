@@ -1,0 +1,466 @@
+"""The statistics tables of `kanalyze stats` (Wireshark's Statistics menu, for Kafka): one
+collector per table, all fed from one pass over a session (docs/stats.md).
+
+Each collector takes an exchange with its lazily decoded bodies and facts (`kanalyze.bodies`)
+and returns JSON rows; the text tables are drawn from the same rows (`kanalyze.views.stats_text`),
+so the two outputs cannot disagree. Bodies are decoded only when a chosen table needs them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dissectors.errors import error_name
+from kanalyze.analysis.stats import ApiStats
+from kanalyze.analysis.summary import percentile
+from kanalyze.bodies import Bodies, ExchangeFacts
+from kanalyze.correlation import Exchange
+from kanalyze.views.conv import ConversationTracker, software_of
+from kanalyze.views.expected import expected_error
+
+SCHEMA = "kanalyze.stats/1"
+TABLES = ("conv", "topics", "clients", "latency", "errors", "io")
+PRODUCE, FETCH, API_VERSIONS, JOIN_GROUP, SYNC_GROUP = 0, 1, 18, 11, 14
+LONG_POLL_SHARE = 0.8  # a Fetch answered after >= 80% of its max_wait_ms waited on purpose
+MAX_KEYS = 100_000  # rows per table before further keys are counted as dropped
+MAX_IO_BUCKETS = 100_000
+
+
+class Exch:
+    """An exchange with its bodies and facts, each computed at most once, when first asked."""
+
+    __slots__ = ("_facts", "bodies", "ex", "facts_of")
+
+    def __init__(self, ex: Exchange, bodies: Bodies, facts_of: Callable[[Bodies], ExchangeFacts]) -> None:
+        self.ex = ex
+        self.bodies = bodies
+        self.facts_of = facts_of
+        self._facts: ExchangeFacts | None = None
+
+    @property
+    def facts(self) -> ExchangeFacts:
+        if self._facts is None:
+            self._facts = self.facts_of(self.bodies)
+        return self._facts
+
+    @property
+    def software(self) -> str | None:
+        if self.ex.api_key != API_VERSIONS:
+            return None
+        return software_of(self.bodies.request)
+
+
+def _frame(ex: Exchange) -> int:
+    m = ex.response or ex.request
+    return m.pdu.last_pkt if m else 0
+
+
+def _lat(values: list[float]) -> dict[str, float | None]:
+    v = sorted(values)
+    r = (lambda x: None if x is None else round(x, 3))
+    return {"p50_ms": r(percentile(v, 50)), "p90_ms": r(percentile(v, 90)),
+            "p99_ms": r(percentile(v, 99)), "max_ms": r(v[-1] if v else None)}
+
+
+# -- conv ---------------------------------------------------------------------------------------
+
+class ConvCollector:
+    needs_bodies = True  # ApiVersions requests name the client software
+
+    def __init__(self) -> None:
+        self.tracker = ConversationTracker()
+
+    def feed(self, x: Exch) -> None:
+        self.tracker.exchange(x.ex, x.software)
+
+    def rows(self, cut: bool = False) -> list[dict[str, object]]:
+        return self.tracker.rows(cut)
+
+
+# -- topics -------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Part:
+    produced_records: int = 0
+    produced_bytes: int = 0
+    produce_requests: int = 0
+    fetched_records: int = 0
+    fetched_bytes: int = 0
+    fetch_responses: int = 0
+    producers: set[str] = field(default_factory=set)
+    consumers: set[str] = field(default_factory=set)
+    first_offset: int | None = None
+    last_offset: int | None = None
+    high_watermark: int | None = None
+
+    def offsets(self, lo: int | None, hi: int | None) -> None:
+        if lo is not None and lo >= 0:
+            self.first_offset = lo if self.first_offset is None else min(self.first_offset, lo)
+        if hi is not None and hi >= 0:
+            self.last_offset = hi if self.last_offset is None else max(self.last_offset, hi)
+
+
+class TopicsCollector:
+    needs_bodies = True
+
+    def __init__(self) -> None:
+        self.parts: dict[tuple[str, int], _Part] = {}
+        self.dropped = 0
+
+    def _part(self, topic: str, partition: int) -> _Part | None:
+        key = (topic, partition)
+        p = self.parts.get(key)
+        if p is None:
+            if len(self.parts) >= MAX_KEYS:
+                self.dropped += 1
+                return None
+            p = self.parts[key] = _Part()
+        return p
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        if ex.api_key not in (PRODUCE, FETCH):
+            return
+        who = ex.client_id or "-"
+        for pf in x.facts.partitions:
+            topic = pf.topic or (pf.topic_id[:8] if pf.topic_id else "?")
+            p = self._part(topic, pf.partition)
+            if p is None:
+                continue
+            n = pf.record_count or 0
+            if ex.api_key == PRODUCE:
+                p.produce_requests += 1
+                p.produced_records += n
+                p.produced_bytes += pf.records_bytes or 0
+                p.producers.add(who)
+                if pf.base_offset is not None and pf.base_offset >= 0 and not pf.error_code and n:
+                    p.offsets(pf.base_offset, pf.base_offset + n - 1)
+            elif ex.response is not None:
+                p.fetch_responses += 1
+                p.fetched_records += n
+                p.fetched_bytes += pf.records_bytes or 0
+                rid = x.facts.replica_id
+                p.consumers.add(f"replica {rid}" if rid is not None and rid >= 0 else who)
+                if n:
+                    p.offsets(pf.first_offset, pf.last_offset)
+                if pf.high_watermark is not None and pf.high_watermark >= 0:
+                    p.high_watermark = pf.high_watermark
+
+    def rows(self) -> list[dict[str, object]]:
+        return [
+            {"topic": t, "partition": n,
+             "produced_records": p.produced_records, "produced_bytes": p.produced_bytes,
+             "produce_requests": p.produce_requests,
+             "fetched_records": p.fetched_records, "fetched_bytes": p.fetched_bytes,
+             "fetch_responses": p.fetch_responses,
+             "producers": sorted(p.producers), "consumers": sorted(p.consumers),
+             "first_offset": p.first_offset, "last_offset": p.last_offset,
+             "high_watermark": p.high_watermark}
+            for (t, n), p in sorted(self.parts.items())
+        ]
+
+
+# -- clients ------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Client:
+    software: set[str] = field(default_factory=set)
+    addresses: set[str] = field(default_factory=set)
+    connections: set[int] = field(default_factory=set)
+    apis: dict[str, set[int]] = field(default_factory=dict)
+    requests: int = 0
+    errors: int = 0
+    expected_errors: int = 0
+
+
+class ClientsCollector:
+    needs_bodies = True
+
+    def __init__(self) -> None:
+        self.clients: dict[str | None, _Client] = {}
+        self.dropped = 0
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        c = self.clients.get(ex.client_id)
+        if c is None:
+            if len(self.clients) >= MAX_KEYS:
+                self.dropped += 1
+                return
+            c = self.clients[ex.client_id] = _Client()
+        c.requests += 1
+        c.addresses.add(ex.conn.client.rpartition(":")[0])
+        c.connections.add(ex.conn.id)
+        if ex.api is not None and ex.api_version is not None:
+            c.apis.setdefault(ex.api, set()).add(ex.api_version)
+        sw = x.software
+        if sw:
+            c.software.add(sw)
+        if ex.response is not None:
+            for code in x.facts.error_codes:
+                if expected_error(ex.api_key, code, x.bodies.request):
+                    c.expected_errors += 1
+                else:
+                    c.errors += 1
+
+    def rows(self) -> list[dict[str, object]]:
+        return [
+            {"client_id": cid, "software": sorted(c.software), "addresses": sorted(c.addresses),
+             "connections": len(c.connections), "requests": c.requests,
+             "apis": [{"api": a, "versions": sorted(v)} for a, v in sorted(c.apis.items())],
+             "errors": c.errors, "expected_errors": c.expected_errors}
+            for cid, c in sorted(self.clients.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+        ]
+
+
+# -- latency ------------------------------------------------------------------------------------
+
+KINDS = ("response", "long-poll", "rebalance wait")
+
+
+class LatencyCollector:
+    """Per API and version: percentiles of real responses; Fetch long-polls (the broker held
+    the answer for the request's max_wait_ms) and rebalance waits apart, as waits by design:
+    JoinGroup (the broker holds every member until the group is complete; not the first join
+    answered at once with MEMBER_ID_REQUIRED) and SyncGroup (followers wait for the leader's
+    assignment)."""
+
+    needs_bodies = True  # Fetch requests' max_wait_ms
+
+    def __init__(self) -> None:
+        self.stats: dict[tuple[int, str, int, str], ApiStats] = defaultdict(ApiStats)
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        lat = ex.latency_ns
+        if lat is None or ex.api_key is None or ex.api is None or ex.api_version is None:
+            return
+        ms = lat / 1e6
+        kind = "response"
+        if ex.api_key == FETCH:
+            req = x.bodies.request or {}
+            wait = req.get("max_wait_ms")
+            if isinstance(wait, int) and wait > 0 and ms >= LONG_POLL_SHARE * wait:
+                kind = "long-poll"
+        elif ex.api_key == SYNC_GROUP or ex.api_key == JOIN_GROUP and not _is_first_join(x):
+            kind = "rebalance wait"
+        st = self.stats[(ex.api_key, ex.api, ex.api_version, kind)]
+        st.count += 1
+        st.add_latency(ms)
+
+    def rows(self) -> list[dict[str, object]]:
+        return [
+            {"api": api, "api_key": key, "api_version": ver, "kind": kind, "count": st.count,
+             **_lat(st.latencies)}
+            for (key, api, ver, kind), st in sorted(self.stats.items(),
+                                                    key=lambda kv: (kv[0][0], kv[0][2], KINDS.index(kv[0][3])))
+        ]
+
+
+def _is_first_join(x: Exch) -> bool:
+    """A JoinGroup answered at once with MEMBER_ID_REQUIRED: no wait happened."""
+    rsp = x.bodies.response or {}
+    return rsp.get("error_code") == 79
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class _Err:
+    count: int = 0
+    frames: list[int] = field(default_factory=list)
+    clients: set[str] = field(default_factory=set)
+    reason: str | None = None
+
+
+class ErrorsCollector:
+    needs_bodies = True
+    MAX_FRAMES = 10
+
+    def __init__(self) -> None:
+        self.errors: dict[tuple[str, int, bool], _Err] = {}
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        if ex.response is None or ex.api is None:
+            return
+        codes = x.facts.error_codes
+        if not codes:
+            return
+        for code in set(codes):
+            reason = expected_error(ex.api_key, code, x.bodies.request)
+            key = (ex.api, code, reason is not None)
+            e = self.errors.get(key)
+            if e is None:
+                if len(self.errors) >= MAX_KEYS:
+                    continue
+                e = self.errors[key] = _Err(reason=reason)
+            e.count += codes.count(code)
+            if len(e.frames) < self.MAX_FRAMES:
+                e.frames.append(_frame(ex))
+            if ex.client_id:
+                e.clients.add(ex.client_id)
+
+    def rows(self) -> list[dict[str, object]]:
+        items = sorted(self.errors.items(), key=lambda kv: (kv[0][2], -kv[1].count, kv[0][0], kv[0][1]))
+        return [
+            {"error": error_name(code), "code": code, "api": api, "count": e.count,
+             "expected": exp, "reason": e.reason, "clients": sorted(e.clients), "frames": e.frames}
+            for (api, code, exp), e in items
+        ]
+
+
+# -- io -----------------------------------------------------------------------------------------
+
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
+
+
+def parse_interval(text: str) -> float:
+    """'1s', '500ms', '2', '1m' -> seconds (> 0); ValueError otherwise."""
+    m = _INTERVAL.match(text)
+    if not m:
+        raise ValueError(f"io interval {text!r} is not a duration such as 1s, 500ms or 1m")
+    v = float(m.group(1)) * {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60}[m.group(2)]
+    if v <= 0:
+        raise ValueError(f"io interval {text!r} must be more than zero")
+    return v
+
+
+@dataclass(slots=True)
+class _Bucket:
+    requests: int = 0
+    request_bytes: int = 0
+    response_bytes: int = 0
+    produced_records: int = 0
+    fetched_records: int = 0
+    errors: int = 0
+
+
+class IoCollector:
+    """Requests, bytes, records and errors per interval, by the time each exchange started."""
+
+    needs_bodies = True  # record counts and errors
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_ns = max(1, int(interval_s * 1e9))
+        self.interval_s = interval_s
+        self.start_ns: int | None = None
+        self.buckets: dict[int, _Bucket] = {}
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        t = ex.start_ts
+        if self.start_ns is None:
+            self.start_ns = t
+        i = max(0, (t - self.start_ns) // self.interval_ns)
+        b = self.buckets.get(i)
+        if b is None:
+            if len(self.buckets) >= MAX_IO_BUCKETS:
+                return
+            b = self.buckets[i] = _Bucket()
+        b.requests += 1
+        if ex.request is not None:
+            b.request_bytes += ex.request.pdu.size + 4
+        if ex.response is not None:
+            b.response_bytes += ex.response.pdu.size + 4
+        if ex.api_key == PRODUCE:
+            b.produced_records += x.facts.record_count
+        elif ex.api_key == FETCH:
+            b.fetched_records += x.facts.record_count
+        if ex.response is not None:
+            b.errors += sum(1 for c in x.facts.error_codes
+                            if not expected_error(ex.api_key, c, x.bodies.request))
+
+    def rows(self) -> list[dict[str, object]]:
+        if not self.buckets:
+            return []
+        last = max(self.buckets)
+        out = []
+        for i in range(min(last + 1, MAX_IO_BUCKETS)):
+            b = self.buckets.get(i) or _Bucket()
+            out.append({"start_s": round(i * self.interval_s, 6),
+                        "end_s": round((i + 1) * self.interval_s, 6),
+                        "requests": b.requests, "request_bytes": b.request_bytes,
+                        "response_bytes": b.response_bytes, "produced_records": b.produced_records,
+                        "fetched_records": b.fetched_records, "errors": b.errors})
+        return out
+
+
+COLLECTORS = {
+    "conv": ConvCollector,
+    "topics": TopicsCollector,
+    "clients": ClientsCollector,
+    "latency": LatencyCollector,
+    "errors": ErrorsCollector,
+}
+
+
+def error_counts(rows: list[dict[str, object]]) -> Counter:
+    """(expected?, count) totals of an errors table, for summaries."""
+    c: Counter = Counter()
+    for r in rows:
+        c["expected" if r["expected"] else "errors"] += int(r["count"])  # type: ignore[call-overload]
+    return c
+
+
+def build(session: object, choices: dict[str, float | None]) -> dict[str, object]:
+    """Run `session` once, feeding the chosen collectors; the `kanalyze stats --json` document.
+
+    `choices` maps table names (TABLES) to their argument (the io interval in seconds)."""
+    from kanalyze.bodies import exchange_facts
+    from kanalyze.session import Session
+    from kanalyze.views.source import BodySource
+
+    assert isinstance(session, Session)
+    source = BodySource()
+    cols: dict[str, object] = {}
+    for name in TABLES:
+        if name in choices:
+            cols[name] = IoCollector(choices[name] or 1.0) if name == "io" else COLLECTORS[name]()
+    conv = cols.get("conv")
+    if isinstance(conv, ConvCollector):
+        session.on_packet = conv.tracker.packet
+    first = last = None
+    n = 0
+    feeds = [c.feed for c in cols.values()]  # type: ignore[attr-defined]
+    for ex in session.exchanges():
+        n += 1
+        t0 = ex.start_ts
+        t1 = ex.response.pdu.last_ts if ex.response else t0
+        first = t0 if first is None else min(first, t0)
+        last = t1 if last is None else max(last, t1)
+        x = Exch(ex, source.bodies(ex), exchange_facts)
+        for f in feeds:
+            f(x)
+    notes = [f"{name}: offset {d.offset}: {d.message}" for name, d in session.capture.diagnostics]
+    cut = bool(session.capture.diagnostics)
+    es = session.engine.stats if session.engine is not None else None
+    if es is not None:
+        lost = es.client.gaps + es.broker.gaps
+        if lost:
+            notes.append(f"{lost} bytes lost in capture gaps ({es.client.gap_count + es.broker.gap_count} gaps)")
+    if isinstance(conv, ConvCollector) and conv.tracker.first_ns is not None:
+        first = conv.tracker.first_ns
+        last = max(c.last_ns for c in conv.tracker.all) if conv.tracker.all else last
+    tables: dict[str, object] = {}
+    for name, c in cols.items():
+        tables[name] = c.rows(cut) if name == "conv" else c.rows()  # type: ignore[attr-defined]
+    doc: dict[str, object] = {
+        "schema": SCHEMA,
+        "files": list(session.paths),
+        "capture": {
+            "first": None if first is None else round(first / 1e9, 6),
+            "last": None if last is None else round(last / 1e9, 6),
+            "duration_s": None if first is None or last is None else round((last - first) / 1e9, 6),
+            "packets": session.capture.packets,
+            "exchanges": n,
+            "notes": notes,
+        },
+        "tables": tables,
+    }
+    if "io" in cols:
+        doc["io_interval_s"] = cols["io"].interval_s  # type: ignore[attr-defined]
+    return doc
