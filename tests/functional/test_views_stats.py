@@ -1,0 +1,163 @@
+"""`kanalyze stats` on the real-client captures: conversations against `tshark -z conv,tcp`,
+topics and clients against what the clients know (captures/*.truth.json), fixed-width
+snapshots of the text tables, and the JSON document against docs/stats.schema.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from kanalyze.cli import main
+from kanalyze.views.stats import parse_interval
+from tests.support.tshark import tshark_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL = sorted((ROOT / "captures").glob("*.pcap"))
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+UPDATE = os.environ.get("KANALYZE_UPDATE_SNAPSHOTS") == "1"
+SCHEMA = json.loads((ROOT / "docs" / "stats.schema.json").read_text())
+
+
+def truth(cap: Path) -> dict:
+    return json.loads(cap.with_suffix(".truth.json").read_text())
+
+
+def stats(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["stats", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def snapshot(name: str, text: str) -> None:
+    """Compare with tests/functional/snapshots/NAME (KANALYZE_UPDATE_SNAPSHOTS=1 rewrites it)."""
+    path = SNAPSHOTS / name
+    if UPDATE or not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        if not UPDATE:
+            pytest.fail(f"snapshot {name} written; check it and run again")
+    assert text == path.read_text(), f"{name} differs (KANALYZE_UPDATE_SNAPSHOTS=1 to accept)"
+
+
+_CONV = re.compile(
+    r"^(\S+)\s+<->\s+(\S+)\s+(\d+)\s+(\d+) (bytes|kB|MB)\s+(\d+)\s+(\d+) (bytes|kB|MB)"
+    r"\s+\d+\s+\d+ (?:bytes|kB|MB)\s+([\d.]+)\s+([\d.]+)\s*$"
+)
+
+
+def tshark_conv(cap: Path) -> list[tuple]:
+    out = subprocess.run([tshark_binary(), "-r", str(cap), "-q", "-z", "conv,tcp"],  # type: ignore[list-item]
+                         capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        m = _CONV.match(line)
+        if m:
+            a, b, fr_ba, by_ba, u1, fr_ab, by_ab, u2, start, dur = m.groups()
+            rows.append((a, b, int(fr_ab), int(by_ab) if u2 == "bytes" else None,
+                         int(fr_ba), int(by_ba) if u1 == "bytes" else None, float(start), float(dur)))
+    return rows
+
+
+@pytest.mark.tshark
+@pytest.mark.skipif(tshark_binary() is None, reason="tshark is not installed")
+@pytest.mark.parametrize("cap", REAL, ids=lambda p: p.stem)
+def test_conv_matches_tshark(cap: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ours = stats(capsys, "-z", "conv", str(cap))["tables"]["conv"]
+    theirs = tshark_conv(cap)
+    assert len(ours) == len(theirs) > 0
+    by_pair = {frozenset((r["client"], r["broker"])): r for r in ours}
+    for a, b, fr_ab, by_ab, fr_ba, by_ba, start, dur in theirs:
+        r = by_pair[frozenset((a, b))]
+        fwd = r["client"] == a  # tshark's A is the side that opened the conversation
+        assert fwd, (a, b)
+        assert (r["frames_to_broker"], r["frames_to_client"]) == (fr_ab, fr_ba)
+        if by_ab is not None:
+            assert r["bytes_to_broker"] == by_ab
+        if by_ba is not None:
+            assert r["bytes_to_client"] == by_ba
+        assert abs(r["relative_start_s"] - start) < 1e-5
+        assert abs(r["duration_s"] - dur) < 1e-3
+        assert r["kafka"] and r["requests"] > 0 and r["syn"]
+        assert r["ended"] in ("FIN", "RST", "half-closed", "open")
+
+
+@pytest.mark.parametrize("cap", REAL, ids=lambda p: p.stem)
+def test_topics_and_clients_match_truth(cap: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    t = truth(cap)
+    doc = stats(capsys, str(cap))
+    jsonschema.validate(doc, SCHEMA)
+    topics = {(r["topic"], r["partition"]): r for r in doc["tables"]["topics"]}
+    produced = Counter((r["topic"], r["partition"]) for r in t["produced"] if not r.get("error"))
+    for key, n in produced.items():
+        assert topics[key]["produced_records"] >= n, key  # retries may send a record again
+        offs = [r["offset"] for r in t["produced"]
+                if (r["topic"], r["partition"]) == key and r["offset"] is not None]
+        if offs:
+            assert topics[key]["last_offset"] >= max(offs)
+    consumed = Counter((r["topic"], r["partition"]) for r in t["consumed"])
+    for key, n in consumed.items():
+        assert topics[key]["fetched_records"] >= n, key
+    assert {k[0] for k in topics} <= set(t["topics"]) | {r["topic"] for r in t["produced"]}
+    clients = {r["client_id"]: r for r in doc["tables"]["clients"]}
+    for c in t["clients"]:
+        cid = c["config"].get("client.id") or c["config"].get("client_id")
+        if cid is None or cid not in clients:
+            continue
+        sw = " ".join(clients[cid]["software"])
+        if c["library"] == "confluent-kafka" and sw:
+            assert c["version"] in sw and c["librdkafka"] in sw, (cid, sw)
+        elif c["library"] == "aiokafka" and sw:
+            assert "aiokafka" in sw, (cid, sw)
+    assert sum(r["requests"] for r in doc["tables"]["clients"]) == doc["capture"]["exchanges"]
+
+
+def test_latency_waits_apart_and_expected_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = stats(capsys, "-z", "latency", "-z", "errors",
+                str(ROOT / "captures" / "lib_group_rebalance.pcap"))
+    lat = doc["tables"]["latency"]
+    waits = {(r["api"], r["kind"]) for r in lat if r["kind"] != "response"}
+    assert ("Fetch", "long-poll") in waits and ("JoinGroup", "rebalance wait") in waits
+    normal = [r for r in lat if r["kind"] == "response"]
+    assert all(r["max_ms"] < 300 for r in normal if r["api"] == "Fetch")
+    errs = {(r["error"], r["api"]): r for r in doc["tables"]["errors"]}
+    first_join = errs[("MEMBER_ID_REQUIRED", "JoinGroup")]
+    assert first_join["expected"] and "KIP-394" in first_join["reason"] and first_join["frames"]
+    assert not [r for r in doc["tables"]["errors"] if not r["expected"]]
+
+
+def test_io_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    cap = str(ROOT / "captures" / "lib_codecs.pcap")
+    one = stats(capsys, "-z", "io,1s", cap)
+    half = stats(capsys, "-z", "io,500ms", cap)
+    assert one["io_interval_s"] == 1.0 and half["io_interval_s"] == 0.5
+    for doc in (one, half):
+        rows = doc["tables"]["io"]
+        assert sum(r["requests"] for r in rows) == doc["capture"]["exchanges"]
+        assert sum(r["produced_records"] for r in rows) == 60
+    assert len(half["tables"]["io"]) >= 2 * len(one["tables"]["io"]) - 1
+    assert [parse_interval(x) for x in ("1", "2s", "250ms", "1m")] == [1, 2, 0.25, 60]
+
+
+@pytest.mark.parametrize("bad", ["nope", "io,0s", "io,fast", "topics,x"])
+def test_bad_statistic_is_exit_2(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["stats", "-z", bad, str(ROOT / "captures" / "lib_codecs.pcap")])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("kanalyze stats: error:")
+
+
+@pytest.mark.parametrize("name", ["lib_group_rebalance", "lib_transactions"])
+def test_stats_text_snapshot(name: str, capsys: pytest.CaptureFixture[str],
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # the file name as given appears in the output
+    assert main(["stats", f"captures/{name}.pcap"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out  # no colour when stdout is not a terminal
+    assert all(line == line.rstrip() for line in out.splitlines())
+    snapshot(f"stats_{name}.txt", out)
