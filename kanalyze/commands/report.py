@@ -10,6 +10,7 @@ import sys
 from kanalyze.analysis.report import analyze
 from kanalyze.commands.common import add_input_arguments, engine_options, positive_int
 from kanalyze.session import Session
+from kanalyze.views.progress import for_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +32,8 @@ def build(session: Session, timeline_cap: int = 5000, stall_ms: float = 10_000.0
 
 
 def run(args: argparse.Namespace) -> int:
-    doc = build(Session(args.files, engine_options(args)), args.timeline_cap, args.stall_ms)
+    session = Session(args.files, engine_options(args), progress=for_command(False))
+    doc = build(session, args.timeline_cap, args.stall_ms)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
