@@ -47,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    choices = dict(args.tables) if args.tables else {t: None for t in TABLES}
+    choices = dict(args.tables) if args.tables else dict.fromkeys(TABLES)
     session = Session(args.files, engine_options(args), progress=for_command(streams_stdout=False))
     doc = build(session, choices)
     if args.json:

@@ -58,11 +58,14 @@ def _frame(ex: Exchange) -> int:
     return m.pdu.last_pkt if m else 0
 
 
+def _round3(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
 def _lat(values: list[float]) -> dict[str, float | None]:
     v = sorted(values)
-    r = (lambda x: None if x is None else round(x, 3))
-    return {"p50_ms": r(percentile(v, 50)), "p90_ms": r(percentile(v, 90)),
-            "p99_ms": r(percentile(v, 99)), "max_ms": r(v[-1] if v else None)}
+    return {"p50_ms": _round3(percentile(v, 50)), "p90_ms": _round3(percentile(v, 90)),
+            "p99_ms": _round3(percentile(v, 99)), "max_ms": _round3(v[-1] if v else None)}
 
 
 # -- conv ---------------------------------------------------------------------------------------

@@ -136,7 +136,8 @@ class Out:
         self.console.print(Text(text, style=style if self.color else ""))
         self._flush()
 
-    def table(self, cols: Sequence[Col], rows: Iterable[dict[str, object]], empty: str = "(none)") -> None:
+    def table(self, cols: Sequence[Col], rows: Iterable[dict[str, object]], empty: str = "(none)",
+              row_style: Callable[[dict[str, object]], str] | None = None) -> None:
         from rich import box
         from rich.table import Table
 
@@ -150,7 +151,8 @@ class Out:
             t.add_column(c.header, justify="right" if c.right else "left", no_wrap=not self.tty,
                          overflow="fold")
         for r in rows:
-            t.add_row(*(c.fmt(r.get(c.key)) for c in cols))
+            style = row_style(r) if row_style is not None and self.color else None
+            t.add_row(*(c.fmt(r.get(c.key)) for c in cols), style=style)
         self.console.print(t)
         self._flush()
 

@@ -1,0 +1,49 @@
+"""The readable outputs: fixed-width snapshots of the report text on two captures, and no
+Python repr (of a dict, list, None, True/False) anywhere in any text output."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from test_views_stats import snapshot
+
+from kanalyze.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = (sorted((ROOT / "captures").glob("*.pcap"))
+            + sorted((ROOT / "captures" / "replication").glob("*.pcap")))
+# what str() of a dict, list, tuple or None leaves in text
+REPR = re.compile(r"\{'|\['|\('|': |\bNone\b|\bTrue\b|\bFalse\b|<[a-z_.]+ object at 0x")
+
+
+@pytest.mark.parametrize("name", ["lib_group_rebalance", "lib_transactions"])
+def test_report_text_snapshot(name: str, capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["report", f"captures/{name}.pcap"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out
+    heads = [line for line in out.splitlines() if line and not line.startswith((" ", "─"))]
+    assert heads.index("Capture") == 0 and heads[1].startswith("Findings")  # findings come first
+    snapshot(f"report_{name}.txt", out)
+
+
+def test_report_marks_expected_errors_and_waits(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(ROOT / "captures" / "lib_group_rebalance.pcap")]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("MEMBER_ID_REQUIRED"))
+    assert "expected: first JoinGroup" in line
+    assert re.search(r"^Fetch +16 +long-poll", out, re.M)
+    assert re.search(r"^JoinGroup +5 +rebalance wait", out, re.M)
+    assert "window:      2026-11-22 03:37:13.338 UTC" in out
+
+
+@pytest.mark.parametrize("cap", CAPTURES, ids=lambda p: p.stem)
+def test_no_python_repr_in_text(cap: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["report"], ["stats"], ["metadata"], ["summary"]):
+        assert main([*command, str(cap)]) == 0
+        out = capsys.readouterr().out
+        bad = [line for line in out.splitlines() if REPR.search(line)]
+        assert not bad, (command, bad[:3])
