@@ -24,7 +24,7 @@ def table_choice(text: str) -> tuple[str, float | None]:
         raise argparse.ArgumentTypeError(f"unknown statistic {name!r} (known: {', '.join(TABLES)})")
     if name == "io":
         try:
-            return name, parse_interval(arg) if arg else 1.0
+            return name, parse_interval(arg) if arg else None
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     if name == "conv" and arg in ("", "tcp"):
@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-z", dest="tables", type=table_choice, action="append", default=[],
                    metavar="NAME[,ARG]",
                    help=f"a statistic to show (repeatable): {', '.join(TABLES)}; io,INTERVAL "
-                        "(io,1s default, io,500ms, io,1m); default: all")
+                        "(io,1s, io,500ms, io,1m; without one, 1 s or coarser to stay within 100 rows); "
+                        "default: all")
     p.add_argument("--json", action="store_true", help="one JSON document (docs/stats.md)")
     p.set_defaults(run=run)
 

@@ -343,15 +343,41 @@ class _Bucket:
 
 
 class IoCollector:
-    """Requests, bytes, records and errors per interval, by the time each exchange started."""
+    """Requests, bytes, records and errors per interval, by the time each exchange started.
+
+    Without an interval the table stays readable: it starts at 1 s and, whenever the capture
+    outgrows AUTO_ROWS intervals, moves to the next coarser one (each a multiple of the one
+    before, so buckets merge exactly). An explicit interval is kept; past MAX_IO_BUCKETS
+    intervals later exchanges are counted in `dropped`."""
 
     needs_bodies = True  # record counts and errors
+    AUTO_STEPS = (1, 2, 10, 30, 60, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400)
+    AUTO_ROWS = 100
 
-    def __init__(self, interval_s: float = 1.0) -> None:
-        self.interval_ns = max(1, int(interval_s * 1e9))
-        self.interval_s = interval_s
+    def __init__(self, interval_s: float | None = None) -> None:
+        self.auto = interval_s is None
+        self.interval_s: float = 1.0 if interval_s is None else interval_s
+        self.interval_ns = max(1, int(self.interval_s * 1e9))
         self.start_ns: int | None = None
         self.buckets: dict[int, _Bucket] = {}
+        self.dropped = 0
+
+    def _coarser(self, index: int) -> int:
+        """Grow the interval until `index` (at the current one) fits in AUTO_ROWS."""
+        while index >= self.AUTO_ROWS:
+            steps = self.AUTO_STEPS
+            nxt = next((x for x in steps if x > self.interval_s), self.interval_s * 2)
+            factor = round(nxt / self.interval_s)
+            merged: dict[int, _Bucket] = {}
+            for i, b in self.buckets.items():
+                m = merged.setdefault(i // factor, _Bucket())
+                for f in _Bucket.__slots__:
+                    setattr(m, f, getattr(m, f) + getattr(b, f))
+            self.buckets = merged
+            self.interval_s = float(nxt)
+            self.interval_ns = int(nxt * 1e9)
+            index //= factor
+        return index
 
     def feed(self, x: Exch) -> None:
         ex = x.ex
@@ -359,9 +385,12 @@ class IoCollector:
         if self.start_ns is None:
             self.start_ns = t
         i = max(0, (t - self.start_ns) // self.interval_ns)
+        if self.auto and i >= self.AUTO_ROWS:
+            i = self._coarser(i)
         b = self.buckets.get(i)
         if b is None:
-            if len(self.buckets) >= MAX_IO_BUCKETS:
+            if i >= MAX_IO_BUCKETS:
+                self.dropped += 1
                 return
             b = self.buckets[i] = _Bucket()
         b.requests += 1
@@ -380,12 +409,11 @@ class IoCollector:
     def rows(self) -> list[dict[str, object]]:
         if not self.buckets:
             return []
-        last = max(self.buckets)
         out = []
-        for i in range(min(last + 1, MAX_IO_BUCKETS)):
+        step = self.interval_s
+        for i in range(max(self.buckets) + 1):
             b = self.buckets.get(i) or _Bucket()
-            out.append({"start_s": round(i * self.interval_s, 6),
-                        "end_s": round((i + 1) * self.interval_s, 6),
+            out.append({"start_s": round(i * step, 6), "end_s": round((i + 1) * step, 6),
                         "requests": b.requests, "request_bytes": b.request_bytes,
                         "response_bytes": b.response_bytes, "produced_records": b.produced_records,
                         "fetched_records": b.fetched_records, "errors": b.errors})
@@ -422,7 +450,7 @@ def build(session: object, choices: dict[str, float | None]) -> dict[str, object
     cols: dict[str, object] = {}
     for name in TABLES:
         if name in choices:
-            cols[name] = IoCollector(choices[name] or 1.0) if name == "io" else COLLECTORS[name]()
+            cols[name] = IoCollector(choices[name]) if name == "io" else COLLECTORS[name]()
     conv = cols.get("conv")
     if isinstance(conv, ConvCollector):
         session.on_packet = conv.tracker.packet
@@ -445,6 +473,10 @@ def build(session: object, choices: dict[str, float | None]) -> dict[str, object
         lost = es.client.gaps + es.broker.gaps
         if lost:
             notes.append(f"{lost} bytes lost in capture gaps ({es.client.gap_count + es.broker.gap_count} gaps)")
+    io = cols.get("io")
+    if isinstance(io, IoCollector) and io.dropped:
+        notes.append(f"io: {io.dropped} exchanges past the last of {MAX_IO_BUCKETS} intervals "
+                     "not counted (choose a longer interval)")
     if isinstance(conv, ConvCollector) and conv.tracker.first_ns is not None:
         first = conv.tracker.first_ns
         last = max(c.last_ns for c in conv.tracker.all) if conv.tracker.all else last

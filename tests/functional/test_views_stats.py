@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 
 from kanalyze.cli import main
-from kanalyze.views.stats import parse_interval
+from kanalyze.views.stats import Exch, IoCollector, parse_interval
+from kanalyze.views.table import Col, Out, count, nbytes
 from tests.support.tshark import tshark_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,3 +162,33 @@ def test_stats_text_snapshot(name: str, capsys: pytest.CaptureFixture[str],
     assert "\x1b[" not in out  # no colour when stdout is not a terminal
     assert all(line == line.rstrip() for line in out.splitlines())
     snapshot(f"stats_{name}.txt", out)
+
+
+def test_plain_tables_equal_rich() -> None:
+    """The direct layout (piped output) is the one rich draws on a terminal."""
+    import io
+
+    cols = (Col("name", "n", right=False), Col("bytes →", "b", nbytes), Col("count", "c", count),
+            Col("wide", "w", right=False))
+    rows = [{"n": "a", "b": 10, "c": 1234567, "w": ["x", "yy"]},
+            {"n": "lönger-näme", "b": None, "c": 0, "w": "→←"}, {"n": "", "b": 5 << 20, "c": None}]
+    plain, fancy = io.StringIO(), io.StringIO()
+    Out(plain, color=False).table(cols, rows)
+    out = Out(fancy, color=False)
+    out.tty = True  # the rich path, at the plain width (the stream is no terminal)
+    out.table(cols, rows)
+    assert plain.getvalue() == fancy.getvalue()
+    assert "5.0 MiB" in plain.getvalue() and "1,234,567" in plain.getvalue()
+
+
+def test_io_without_interval_stays_short() -> None:
+    from types import SimpleNamespace
+
+    col = IoCollector()
+    for k in range(500):  # one exchange every 7 s: 3500 s
+        ex = SimpleNamespace(start_ts=k * 7_000_000_000, request=None, response=None, api_key=3)
+        col.feed(Exch(ex, None, lambda b: None))  # type: ignore[arg-type]
+    rows = col.rows()
+    assert col.interval_s == 60 and len(rows) <= IoCollector.AUTO_ROWS
+    assert sum(r["requests"] for r in rows) == 500
+    assert rows[1]["start_s"] == 60 and rows[0]["requests"] == 9  # 0, 7, ..., 56 s
