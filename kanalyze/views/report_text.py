@@ -9,8 +9,17 @@ the capture's packets and damage notes. `--json` is untouched by this module.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from kanalyze.analysis.report import analyze
+from kanalyze.bodies import Bodies, exchange_facts
+from kanalyze.correlation import Exchange
+from kanalyze.session import Session
 from kanalyze.views.expected import expected_error
+from kanalyze.views.source import BodySource
+from kanalyze.views.stats import Exch, LatencyCollector
 from kanalyze.views.table import Col, Out, count, dash, ms, nbytes, seconds, stamp
+from kanalyze.views.window import capture_notes
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_FRAMES = 8
@@ -243,3 +252,23 @@ def render(doc: dict, out: Out, latency: list[dict] | None = None, capture: dict
                     lambda: _groups(doc, out), lambda: _who(doc, out)):
         out.line()
         section()
+
+
+def text_report(session: Session, timeline_cap: int, stall_ms: float, out: Out) -> None:
+    """Run the report over `session` and write its text. The text also shows latency with
+    long-polls and rebalance waits apart: one more reader of the same exchanges (Fetch
+    requests and JoinGroup responses decoded a second time, cheap next to the analysis)."""
+    latency = LatencyCollector()
+    source = BodySource()
+
+    def tee(exchanges: Iterator[Exchange]) -> Iterator[Exchange]:
+        for ex in exchanges:
+            source.decoder.learn(ex)
+            if ex.latency_ns is not None:
+                latency.feed(Exch(ex, Bodies(ex, source.decoder), exchange_facts))
+            yield ex
+
+    doc = analyze(tee(session.exchanges()), timeline_cap=timeline_cap, stall_ms=stall_ms)
+    doc["files"] = list(session.paths)
+    capture = {"packets": session.capture.packets, "notes": capture_notes(session)}
+    render(doc, out, latency.rows(), capture)

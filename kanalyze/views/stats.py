@@ -444,6 +444,7 @@ def build(session: object, choices: dict[str, float | None]) -> dict[str, object
     from kanalyze.bodies import exchange_facts
     from kanalyze.session import Session
     from kanalyze.views.source import BodySource
+    from kanalyze.views.window import capture_notes
 
     assert isinstance(session, Session)
     source = BodySource()
@@ -466,13 +467,8 @@ def build(session: object, choices: dict[str, float | None]) -> dict[str, object
         x = Exch(ex, source.bodies(ex), exchange_facts)
         for f in feeds:
             f(x)
-    notes = [f"{name}: offset {d.offset}: {d.message}" for name, d in session.capture.diagnostics]
+    notes = capture_notes(session)
     cut = bool(session.capture.diagnostics)
-    es = session.engine.stats if session.engine is not None else None
-    if es is not None:
-        lost = es.client.gaps + es.broker.gaps
-        if lost:
-            notes.append(f"{lost} bytes lost in capture gaps ({es.client.gap_count + es.broker.gap_count} gaps)")
     io = cols.get("io")
     if isinstance(io, IoCollector) and io.dropped:
         notes.append(f"io: {io.dropped} exchanges past the last of {MAX_IO_BUCKETS} intervals "

@@ -3,6 +3,7 @@ Python repr (of a dict, list, None, True/False) anywhere in any text output."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -47,3 +48,19 @@ def test_no_python_repr_in_text(cap: Path, capsys: pytest.CaptureFixture[str]) -
         out = capsys.readouterr().out
         bad = [line for line in out.splitlines() if REPR.search(line)]
         assert not bad, (command, bad[:3])
+
+
+def test_truncated_and_lossy_captures_say_so(capsys: pytest.CaptureFixture[str]) -> None:
+    crafted = ROOT / "captures" / "crafted"
+    assert main(["report", str(crafted / "bad_truncated.pcap")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  note: +.*truncated packet record.*\(the capture ends early\)$", out, re.M)
+    assert main(["stats", "--json", "-z", "conv", str(crafted / "bad_truncated.pcap")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["ended"] for r in doc["tables"]["conv"]] == ["cut"]
+    assert any("ends early" in n for n in doc["capture"]["notes"])
+    assert main(["report", str(crafted / "gap.pcap")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"note: +[\d,]+ bytes never captured \(2 gaps\)", out)
+    assert main(["report", str(ROOT / "captures" / "lib_codecs.pcap")]) == 0
+    assert "integrity:   no capture damage, no bytes lost in gaps" in capsys.readouterr().out
