@@ -13,7 +13,8 @@ from kanalyze.capture import CaptureError
 from kanalyze.inputs import missing_input
 
 COMMANDS = (
-    "export", "summary", "schemas", "report", "stats", "metadata", "records", "live", "tui", "spark",
+    "export", "summary", "schemas", "report", "stats", "metadata", "records",
+    "live", "tui", "spark",
 )
 
 

@@ -16,8 +16,11 @@ from kanalyze.views.table import Out
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("metadata", help="brokers, topics, partitions, leaders, ISR (kcat -L style)",
-                       description=__doc__)
+    p = sub.add_parser(
+        "metadata",
+        help="brokers, topics, partitions, leaders, ISR (kcat -L style)",
+        description=__doc__,
+    )
     add_input_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON document (docs/metadata.md)")
     p.set_defaults(run=run)

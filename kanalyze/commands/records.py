@@ -44,20 +44,41 @@ def _partition(text: str) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     tokens = " ".join("%" + t for t in TOKENS)
-    p = sub.add_parser("records", help="one line per record produced or fetched (kcat -C style)",
-                       description=__doc__)
+    p = sub.add_parser(
+        "records",
+        help="one line per record produced or fetched (kcat -C style)",
+        description=__doc__,
+    )
     add_input_arguments(p)
-    p.add_argument("-f", "--format", type=_format, default=compile_format(DEFAULT_FORMAT),
-                   metavar="FORMAT",
-                   help=f"kcat format string; tokens {tokens} (%%d produce/fetch, %%c client id); "
-                        f"escapes \\n \\t; default '{DEFAULT_FORMAT}'")
-    p.add_argument("--topic", action="append", default=[], metavar="T", help="only topic T (repeatable)")
-    p.add_argument("--partition", type=_partition, action="append", default=[], metavar="P",
-                   help="only partition P (repeatable)")
-    p.add_argument("--all", action="store_true",
-                   help="every copy of every record (each produce and each fetch), refused produces "
-                        "and transaction markers too; default: each (topic, partition, offset) once")
-    p.add_argument("--json", action="store_true", help="one JSON object per record (docs/records.md)")
+    p.add_argument(
+        "-f",
+        "--format",
+        type=_format,
+        default=compile_format(DEFAULT_FORMAT),
+        metavar="FORMAT",
+        help=f"kcat format string; tokens {tokens} (%%d produce/fetch, %%c client id); "
+        f"escapes \\n \\t; default '{DEFAULT_FORMAT}'",
+    )
+    p.add_argument(
+        "--topic", action="append", default=[], metavar="T", help="only topic T (repeatable)"
+    )
+    p.add_argument(
+        "--partition",
+        type=_partition,
+        action="append",
+        default=[],
+        metavar="P",
+        help="only partition P (repeatable)",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every copy of every record (each produce and each fetch), refused produces "
+        "and transaction markers too; default: each (topic, partition, offset) once",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per record (docs/records.md)"
+    )
     p.set_defaults(run=run)
 
 
@@ -68,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
     topics = set(args.topic)
     parts = set(args.partition)
     out = getattr(sys.stdout, "buffer", None)
-    write = out.write if out is not None else (lambda b: sys.stdout.write(b.decode("utf-8", "replace")))
+    write = (
+        out.write if out is not None else (lambda b: sys.stdout.write(b.decode("utf-8", "replace")))
+    )
     fmt = args.format
     for ex in session.exchanges():
         if ex.api_key == 0 and ex.request is not None:

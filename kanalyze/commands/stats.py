@@ -35,14 +35,23 @@ def table_choice(text: str) -> tuple[str, float | None]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("stats", help="statistics tables: conv, topics, clients, latency, errors, io",
-                       description=__doc__)
+    p = sub.add_parser(
+        "stats",
+        help="statistics tables: conv, topics, clients, latency, errors, io",
+        description=__doc__,
+    )
     add_input_arguments(p)
-    p.add_argument("-z", dest="tables", type=table_choice, action="append", default=[],
-                   metavar="NAME[,ARG]",
-                   help=f"a statistic to show (repeatable): {', '.join(TABLES)}; io,INTERVAL "
-                        "(io,1s, io,500ms, io,1m; without one, 1 s or coarser to stay within 100 rows); "
-                        "default: all")
+    p.add_argument(
+        "-z",
+        dest="tables",
+        type=table_choice,
+        action="append",
+        default=[],
+        metavar="NAME[,ARG]",
+        help=f"a statistic to show (repeatable): {', '.join(TABLES)}; io,INTERVAL "
+        "(io,1s, io,500ms, io,1m; without one, 1 s or coarser to stay within 100 rows); "
+        "default: all",
+    )
     p.add_argument("--json", action="store_true", help="one JSON document (docs/stats.md)")
     p.set_defaults(run=run)
 

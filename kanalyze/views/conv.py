@@ -81,14 +81,20 @@ class ConversationTracker:
         syn_only = flags & SYN and not flags & ACK
         if conv is not None and syn_only and conv.isn is not None and conv.isn != seg.seq:
             conv = None  # port reuse: a new connection on the same 4-tuple
-        elif conv is not None and syn_only and conv.isn is None and (conv.payload[0] or conv.payload[1]):
+        elif (
+            conv is not None
+            and syn_only
+            and conv.isn is None
+            and (conv.payload[0] or conv.payload[1])
+        ):
             conv = None  # a SYN after data of a connection whose start was not captured
         if conv is None:
             if len(self.all) >= self.cap:
                 self.dropped += 1
                 return
-            conv = Conversation(src, dst, pkt.ts_ns, pkt.ts_ns, bool(syn_only),
-                                seg.seq if syn_only else None)
+            conv = Conversation(
+                src, dst, pkt.ts_ns, pkt.ts_ns, bool(syn_only), seg.seq if syn_only else None
+            )
             self.current[key] = conv
             self.all.append(conv)
             pair = (format_endpoint(*src), format_endpoint(*dst))
@@ -135,27 +141,29 @@ class ConversationTracker:
             client_first = c.client_is_a if c.client_is_a is not None else True
             ci, si = (0, 1) if client_first else (1, 0)
             client, broker = (c.a, c.b) if client_first else (c.b, c.a)
-            out.append({
-                "connection": c.conn_id,
-                "kafka": c.conn_id is not None,
-                "client": format_endpoint(*client),
-                "broker": format_endpoint(*broker),
-                "client_ids": sorted(c.client_ids),
-                "software": sorted(c.software),
-                "start": round(c.first_ns / 1e9, 6),
-                "relative_start_s": round((c.first_ns - base) / 1e9, 6),
-                "end": round(c.last_ns / 1e9, 6),
-                "duration_s": round((c.last_ns - c.first_ns) / 1e9, 6),
-                "requests": c.requests,
-                "frames_to_broker": c.frames[ci],
-                "bytes_to_broker": c.bytes[ci],
-                "payload_to_broker": c.payload[ci],
-                "frames_to_client": c.frames[si],
-                "bytes_to_client": c.bytes[si],
-                "payload_to_client": c.payload[si],
-                "syn": c.syn,
-                "ended": c.end(cut),
-            })
+            out.append(
+                {
+                    "connection": c.conn_id,
+                    "kafka": c.conn_id is not None,
+                    "client": format_endpoint(*client),
+                    "broker": format_endpoint(*broker),
+                    "client_ids": sorted(c.client_ids),
+                    "software": sorted(c.software),
+                    "start": round(c.first_ns / 1e9, 6),
+                    "relative_start_s": round((c.first_ns - base) / 1e9, 6),
+                    "end": round(c.last_ns / 1e9, 6),
+                    "duration_s": round((c.last_ns - c.first_ns) / 1e9, 6),
+                    "requests": c.requests,
+                    "frames_to_broker": c.frames[ci],
+                    "bytes_to_broker": c.bytes[ci],
+                    "payload_to_broker": c.payload[ci],
+                    "frames_to_client": c.frames[si],
+                    "bytes_to_client": c.bytes[si],
+                    "payload_to_client": c.payload[si],
+                    "syn": c.syn,
+                    "ended": c.end(cut),
+                }
+            )
         return out
 
 

@@ -55,8 +55,16 @@ class ClusterView:
         brokers = rsp.get("brokers")
         if isinstance(brokers, list):
             self.brokers = sorted(
-                ({"id": _int(b.get("node_id")), "host": b.get("host"), "port": _int(b.get("port")),
-                  "rack": b.get("rack")} for b in brokers if isinstance(b, dict)),
+                (
+                    {
+                        "id": _int(b.get("node_id")),
+                        "host": b.get("host"),
+                        "port": _int(b.get("port")),
+                        "rack": b.get("rack"),
+                    }
+                    for b in brokers
+                    if isinstance(b, dict)
+                ),
                 key=lambda b: (b["id"] is None, b["id"] or 0),
             )
             self.brokers_frame, self.brokers_ts = frame, ts
@@ -80,15 +88,17 @@ class ClusterView:
         for p in t.get("partitions") or []:
             if not isinstance(p, dict):
                 continue
-            parts.append({
-                "partition": _int(p.get("partition_index")),
-                "leader": _int(p.get("leader_id")),
-                "leader_epoch": _int(p.get("leader_epoch")),
-                "replicas": _ints(p.get("replica_nodes")),
-                "isr": _ints(p.get("isr_nodes")),
-                "offline_replicas": _ints(p.get("offline_replicas")),
-                "error": _error(p),
-            })
+            parts.append(
+                {
+                    "partition": _int(p.get("partition_index")),
+                    "leader": _int(p.get("leader_id")),
+                    "leader_epoch": _int(p.get("leader_epoch")),
+                    "replicas": _ints(p.get("replica_nodes")),
+                    "isr": _ints(p.get("isr_nodes")),
+                    "offline_replicas": _ints(p.get("offline_replicas")),
+                    "error": _error(p),
+                }
+            )
         parts.sort(key=lambda p: p["partition"] if p["partition"] is not None else -1)
         self.topics[key] = {
             "name": name if isinstance(name, str) else None,
@@ -115,7 +125,9 @@ class ClusterView:
 
 
 def _nodes(v: object) -> str:
-    return ",".join(str(x) for x in v) if isinstance(v, list) and v else "-"  # type: ignore[union-attr]
+    if not isinstance(v, list) or not v:
+        return "-"
+    return ",".join(str(x) for x in v)
 
 
 def render(doc: dict, out: Out) -> None:
@@ -125,10 +137,14 @@ def render(doc: dict, out: Out) -> None:
         out.line("No Metadata response in the capture: nothing to show.")
         return
     brokers = doc["brokers"]
-    out.line(f"Metadata as last seen in {n} Metadata response{'s' if n != 1 else ''}"
-             + (f", cluster {doc['cluster_id']}" if doc["cluster_id"] else ""))
-    out.line(f" {len(brokers)} broker{'s' if len(brokers) != 1 else ''}:"
-             + (f"  (frame {brokers[0]['frame']}, {clock(doc['brokers_ts'])})" if brokers else ""))
+    out.line(
+        f"Metadata as last seen in {n} Metadata response{'s' if n != 1 else ''}"
+        + (f", cluster {doc['cluster_id']}" if doc["cluster_id"] else "")
+    )
+    out.line(
+        f" {len(brokers)} broker{'s' if len(brokers) != 1 else ''}:"
+        + (f"  (frame {brokers[0]['frame']}, {clock(doc['brokers_ts'])})" if brokers else "")
+    )
     for b in brokers:
         where = f"{b['host']}:{b['port']}"
         rack = f", rack {b['rack']}" if b["rack"] else ""
@@ -146,11 +162,16 @@ def render(doc: dict, out: Out) -> None:
             extra.append("internal")
         extra.append(f"frame {t['frame']}")
         err = f": {t['error']}" if t["error"] else ""
-        out.line(f"  topic \"{label}\" with {len(parts)} partition{'s' if len(parts) != 1 else ''}"
-                 f"{err}  ({', '.join(extra)})")
+        out.line(
+            f'  topic "{label}" with {len(parts)} partition{"s" if len(parts) != 1 else ""}'
+            f"{err}  ({', '.join(extra)})"
+        )
         for p in parts:
-            line = (f"    partition {p['partition']}, leader {p['leader']}, replicas: {_nodes(p['replicas'])}, "
-                    f"isrs: {_nodes(p['isr'])}")
+            line = (
+                f"    partition {p['partition']}, leader {p['leader']}, "
+                f"replicas: {_nodes(p['replicas'])}, "
+                f"isrs: {_nodes(p['isr'])}"
+            )
             if p["offline_replicas"]:
                 line += f", offline: {_nodes(p['offline_replicas'])}"
             if p["error"]:

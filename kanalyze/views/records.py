@@ -56,8 +56,12 @@ def _headers(rec: dict) -> tuple[tuple[str, bytes | None], ...]:
     for h in rec.get("headers") or []:
         if isinstance(h, dict):
             k = h.get("key")
-            out.append((k if isinstance(k, str) else (_raw(k) or b"").decode("utf-8", "replace"),
-                        _raw(h.get("value"))))
+            out.append(
+                (
+                    k if isinstance(k, str) else (_raw(k) or b"").decode("utf-8", "replace"),
+                    _raw(h.get("value")),
+                )
+            )
     return tuple(out)
 
 
@@ -73,8 +77,9 @@ def _int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def produced(ex: Exchange, req: dict | None, rsp: dict | None,
-             include_refused: bool = False) -> Iterator[Record]:
+def produced(
+    ex: Exchange, req: dict | None, rsp: dict | None, include_refused: bool = False
+) -> Iterator[Record]:
     """The records of a Produce request, with the offsets its response assigned."""
     frame = ex.request.pdu.last_pkt if ex.request else 0
     results = {(t, p): r for t, p, r in produce_results(rsp)}
@@ -90,9 +95,19 @@ def produced(ex: Exchange, req: dict | None, rsp: dict | None,
             for r in _records(b, False):
                 off = base + i if base is not None and base >= 0 and not code else -1
                 i += 1
-                yield Record(topic, partition, off, _int(r.get("timestamp_ms")), _raw(r.get("key")),
-                             _raw(r.get("value")), _headers(r), "produce", ex.client_id, frame,
-                             err if isinstance(err, str) else None)
+                yield Record(
+                    topic,
+                    partition,
+                    off,
+                    _int(r.get("timestamp_ms")),
+                    _raw(r.get("key")),
+                    _raw(r.get("value")),
+                    _headers(r),
+                    "produce",
+                    ex.client_id,
+                    frame,
+                    err if isinstance(err, str) else None,
+                )
 
 
 def fetched(ex: Exchange, rsp: dict | None, include_control: bool = False) -> Iterator[Record]:
@@ -102,9 +117,18 @@ def fetched(ex: Exchange, rsp: dict | None, include_control: bool = False) -> It
         for b in batches(p.get("records")):
             for r in _records(b, include_control):
                 off = _int(r.get("offset"))
-                yield Record(topic, partition, -1 if off is None else off, _int(r.get("timestamp_ms")),
-                             _raw(r.get("key")), _raw(r.get("value")), _headers(r), "fetch",
-                             ex.client_id, frame)
+                yield Record(
+                    topic,
+                    partition,
+                    -1 if off is None else off,
+                    _int(r.get("timestamp_ms")),
+                    _raw(r.get("key")),
+                    _raw(r.get("value")),
+                    _headers(r),
+                    "fetch",
+                    ex.client_id,
+                    frame,
+                )
 
 
 class Dedup:
@@ -142,7 +166,11 @@ def compile_format(fmt: str) -> list[str | tuple[str]]:
     while i < len(fmt):
         ch = fmt[i]
         if ch == "\\" and i + 1 < len(fmt):
-            lit.append({"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "0": "\0"}.get(fmt[i + 1], "\\" + fmt[i + 1]))
+            lit.append(
+                {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "0": "\0"}.get(
+                    fmt[i + 1], "\\" + fmt[i + 1]
+                )
+            )
             i += 2
             continue
         if ch == "%":
@@ -157,7 +185,11 @@ def compile_format(fmt: str) -> list[str | tuple[str]]:
                     lit = []
                 parts.append((tok,))
             else:
-                raise FormatError(f"unknown format token %{tok} (known: " + " ".join("%" + t for t in TOKENS) + ")")
+                raise FormatError(
+                    f"unknown format token %{tok} (known: "
+                    + " ".join("%" + t for t in TOKENS)
+                    + ")"
+                )
             i += 2
             continue
         lit.append(ch)

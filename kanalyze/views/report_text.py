@@ -42,8 +42,10 @@ def _window(doc: dict, capture: dict | None, out: Out) -> None:
     dur = None if first is None or last is None else last - first
     out.line(f"  window:      {stamp(first)} to {stamp(last)}  ({seconds(dur)})")
     packets = f"{count(capture['packets'])} packets, " if capture else ""
-    out.line(f"  traffic:     {packets}{count(st['exchanges'])} exchanges on "
-             f"{count(len(st['connections']))} connections")
+    out.line(
+        f"  traffic:     {packets}{count(st['exchanges'])} exchanges on "
+        f"{count(len(st['connections']))} connections"
+    )
     notes = (capture or {}).get("notes") or []
     for n in notes:
         out.line(f"  note:        {n}", style="yellow")
@@ -95,12 +97,24 @@ def _traffic(doc: dict, latency: list[dict] | None, out: Out) -> None:
     st = doc["stats"]
     out.heading("Latency by API (waits by design apart: Fetch long-polls, group rebalances)")
     if latency is not None:
-        rows = sorted(latency, key=lambda r: (r["kind"] != "response", r["api_key"], r["api_version"]))
+        rows = sorted(
+            latency, key=lambda r: (r["kind"] != "response", r["api_key"], r["api_version"])
+        )
         out.table(LATENCY, rows, empty="(no answered request)")
     else:
-        out.table(LATENCY, [{"api": a["api"] or "(request not captured)", "api_version": a["api_version"],
-                             "kind": "all", "count": a["count"],
-                             **{f"{k}_ms": v for k, v in a["latency_ms"].items()}} for a in st["apis"]])
+        out.table(
+            LATENCY,
+            [
+                {
+                    "api": a["api"] or "(request not captured)",
+                    "api_version": a["api_version"],
+                    "kind": "all",
+                    "count": a["count"],
+                    **{f"{k}_ms": v for k, v in a["latency_ms"].items()},
+                }
+                for a in st["apis"]
+            ],
+        )
     out.line()
     out.heading("Bytes by API")
     out.table(API_BYTES, [{**a, "api": a["api"] or "(request not captured)"} for a in st["apis"]])
@@ -137,68 +151,147 @@ def _replication(doc: dict, out: Out) -> None:
         fin = p["final"] or {}
         hl = p["hw_advance_latency_ms"]
         fol = fin.get("followers") or {}
-        rows.append({
-            "partition": f"{p['topic']}-{p['partition']}", "leo": fin.get("leader_leo"),
-            "hw": fin.get("high_watermark"), "start": fin.get("log_start_offset"),
-            "lso": fin.get("last_stable_offset"), "isr": fin.get("isr"),
-            "followers": [f"{k}: LEO {dash(v['leo'])}, lag {dash(v['lag_records'])} records / "
-                          f"{ms(v['lag_ms'])}" for k, v in fol.items()],
-            "hw_p50": hl["p50"] if hl["count"] else None, "hw_max": hl["max"] if hl["count"] else None,
-            "sources": p["sources"],
-        })
-    out.table((
-        Col("partition", "partition", right=False), Col("LEO", "leo", count), Col("HW", "hw", count),
-        Col("log start", "start", count), Col("LSO", "lso", count), Col("ISR", "isr", right=False),
-        Col("followers", "followers", right=False), Col("HW advance p50", "hw_p50", ms),
-        Col("max", "hw_max", ms), Col("seen in", "sources", right=False),
-    ), rows)
+        rows.append(
+            {
+                "partition": f"{p['topic']}-{p['partition']}",
+                "leo": fin.get("leader_leo"),
+                "hw": fin.get("high_watermark"),
+                "start": fin.get("log_start_offset"),
+                "lso": fin.get("last_stable_offset"),
+                "isr": fin.get("isr"),
+                "followers": [
+                    f"{k}: LEO {dash(v['leo'])}, lag {dash(v['lag_records'])} records / "
+                    f"{ms(v['lag_ms'])}"
+                    for k, v in fol.items()
+                ],
+                "hw_p50": hl["p50"] if hl["count"] else None,
+                "hw_max": hl["max"] if hl["count"] else None,
+                "sources": p["sources"],
+            }
+        )
+    out.table(
+        (
+            Col("partition", "partition", right=False),
+            Col("LEO", "leo", count),
+            Col("HW", "hw", count),
+            Col("log start", "start", count),
+            Col("LSO", "lso", count),
+            Col("ISR", "isr", right=False),
+            Col("followers", "followers", right=False),
+            Col("HW advance p50", "hw_p50", ms),
+            Col("max", "hw_max", ms),
+            Col("seen in", "sources", right=False),
+        ),
+        rows,
+    )
     for p in parts:
         tl = p["timeline"]
         if not tl:
             continue
         out.line()
-        more = f", last {TIMELINE_ROWS} of {len(tl)} (all in --json)" if len(tl) > TIMELINE_ROWS else ""
+        more = (
+            f", last {TIMELINE_ROWS} of {len(tl)} (all in --json)"
+            if len(tl) > TIMELINE_ROWS
+            else ""
+        )
         out.line(f"  {p['topic']}-{p['partition']} timeline{more}:")
-        out.table((
-            Col("frame", "frame", count), Col("event", "event", right=False),
-            Col("LEO", "leader_leo", count), Col("HW", "high_watermark", count),
-            Col("LSO", "last_stable_offset", count),
-            Col("followers (LEO/remote/HW)", "fol", right=False), Col("ISR", "isr", right=False),
-        ), [{**e, "fol": [f"{k}: {dash(v['leo'])}/{dash(v['remote_leo'])}/{dash(v['hw'])}"
-                          for k, v in e["followers"].items()]} for e in tl[-TIMELINE_ROWS:]])
+        out.table(
+            (
+                Col("frame", "frame", count),
+                Col("event", "event", right=False),
+                Col("LEO", "leader_leo", count),
+                Col("HW", "high_watermark", count),
+                Col("LSO", "last_stable_offset", count),
+                Col("followers (LEO/remote/HW)", "fol", right=False),
+                Col("ISR", "isr", right=False),
+            ),
+            [
+                {
+                    **e,
+                    "fol": [
+                        f"{k}: {dash(v['leo'])}/{dash(v['remote_leo'])}/{dash(v['hw'])}"
+                        for k, v in e["followers"].items()
+                    ],
+                }
+                for e in tl[-TIMELINE_ROWS:]
+            ],
+        )
 
 
 def _producers(doc: dict, out: Out) -> None:
     out.heading("Producers")
     rows = []
     for pr in doc["producers"]:
-        ident = f"pid {pr['producer_id']} epoch {pr['producer_epoch']}" if pr["idempotent"] else "not idempotent"
+        ident = (
+            f"pid {pr['producer_id']} epoch {pr['producer_epoch']}"
+            if pr["idempotent"]
+            else "not idempotent"
+        )
         errs = ", ".join(f"{k} x{v}" for k, v in (pr["errors"] or {}).items())
         for k, v in pr["partitions"].items():
-            seq = (f"{v['first_sequence']}..{v['last_sequence']}" if v["first_sequence"] is not None else None)
-            rows.append({"client": pr["client_id"], "identity": ident, "acks": pr["acks"],
-                         "inflight": pr["max_in_flight"], "txn": pr["transactional_id"], "partition": k,
-                         "seq": seq, "batches": v["batches"], "records": v["records"],
-                         "dup": v["duplicates"], "gaps": v["gaps"], "retries": v["retries"], "errors": errs})
-    out.table((
-        Col("client", "client", right=False), Col("identity", "identity", right=False),
-        Col("acks", "acks", dash), Col("in flight", "inflight", count),
-        Col("transactional id", "txn", right=False), Col("partition", "partition", right=False),
-        Col("sequences", "seq", right=False), Col("batches", "batches", count),
-        Col("records", "records", count), Col("dup", "dup", count), Col("gaps", "gaps", count),
-        Col("retries", "retries", count), Col("errors", "errors", right=False),
-    ), rows, empty="(no Produce traffic)")
+            seq = (
+                f"{v['first_sequence']}..{v['last_sequence']}"
+                if v["first_sequence"] is not None
+                else None
+            )
+            rows.append(
+                {
+                    "client": pr["client_id"],
+                    "identity": ident,
+                    "acks": pr["acks"],
+                    "inflight": pr["max_in_flight"],
+                    "txn": pr["transactional_id"],
+                    "partition": k,
+                    "seq": seq,
+                    "batches": v["batches"],
+                    "records": v["records"],
+                    "dup": v["duplicates"],
+                    "gaps": v["gaps"],
+                    "retries": v["retries"],
+                    "errors": errs,
+                }
+            )
+    out.table(
+        (
+            Col("client", "client", right=False),
+            Col("identity", "identity", right=False),
+            Col("acks", "acks", dash),
+            Col("in flight", "inflight", count),
+            Col("transactional id", "txn", right=False),
+            Col("partition", "partition", right=False),
+            Col("sequences", "seq", right=False),
+            Col("batches", "batches", count),
+            Col("records", "records", count),
+            Col("dup", "dup", count),
+            Col("gaps", "gaps", count),
+            Col("retries", "retries", count),
+            Col("errors", "errors", right=False),
+        ),
+        rows,
+        empty="(no Produce traffic)",
+    )
 
 
 def _transactions(doc: dict, out: Out) -> None:
     out.heading("Transactions")
-    out.table((
-        Col("transactional id", "transactional_id", right=False), Col("pid", "producer_id", count),
-        Col("epoch", "producer_epoch", count), Col("outcome", "outcome", lambda v: str(v).upper(), right=False),
-        Col("partitions", "partitions", right=False),
-        Col("states", "states", lambda v: " -> ".join(v) if isinstance(v, list) else dash(v), right=False),
-        Col("markers", "control_records", right=False),
-    ), doc["transactions"], empty="(no transactions)")
+    out.table(
+        (
+            Col("transactional id", "transactional_id", right=False),
+            Col("pid", "producer_id", count),
+            Col("epoch", "producer_epoch", count),
+            Col("outcome", "outcome", lambda v: str(v).upper(), right=False),
+            Col("partitions", "partitions", right=False),
+            Col(
+                "states",
+                "states",
+                lambda v: " -> ".join(v) if isinstance(v, list) else dash(v),
+                right=False,
+            ),
+            Col("markers", "control_records", right=False),
+        ),
+        doc["transactions"],
+        empty="(no transactions)",
+    )
 
 
 def _groups(doc: dict, out: Out) -> None:
@@ -208,48 +301,90 @@ def _groups(doc: dict, out: Out) -> None:
         return
     for g in doc["groups"]:
         out.line(f"  group {g['group_id']} ({g['protocol']})")
-        out.table((
-            Col("generation", "generation_id", count), Col("members", "members", count),
-            Col("assignor", "assignor", right=False), Col("rebalance took", "duration_ms", ms),
-        ), g["rebalances"], empty="(no rebalance seen)")
+        out.table(
+            (
+                Col("generation", "generation_id", count),
+                Col("members", "members", count),
+                Col("assignor", "assignor", right=False),
+                Col("rebalance took", "duration_ms", ms),
+            ),
+            g["rebalances"],
+            empty="(no rebalance seen)",
+        )
         out.line()
-        out.table((
-            Col("member", "client_id", right=False), Col("generations", "generations", right=False),
-            Col("assignment", "assignment", right=False), Col("left", "left", lambda v: "left" if v else ""),
-        ), g["members"], empty="(no member seen)")
+        out.table(
+            (
+                Col("member", "client_id", right=False),
+                Col("generations", "generations", right=False),
+                Col("assignment", "assignment", right=False),
+                Col("left", "left", lambda v: "left" if v else ""),
+            ),
+            g["members"],
+            empty="(no member seen)",
+        )
         out.line()
-        out.table((
-            Col("partition", "key", right=False), Col("committed", "committed", count),
-            Col("HW", "high_watermark", count), Col("lag (records)", "lag", count),
-            Col("status", "status", right=False),
-        ), [{"key": k, **v} for k, v in g["lag"].items()], empty="(no commit seen)")
+        out.table(
+            (
+                Col("partition", "key", right=False),
+                Col("committed", "committed", count),
+                Col("HW", "high_watermark", count),
+                Col("lag (records)", "lag", count),
+                Col("status", "status", right=False),
+            ),
+            [{"key": k, **v} for k, v in g["lag"].items()],
+            empty="(no commit seen)",
+        )
         out.line()
 
 
 def _who(doc: dict, out: Out) -> None:
     st = doc["stats"]
     out.heading("Clients")
-    out.table((
-        Col("client id", "client_id", right=False),
-        Col("software", "sw", right=False), Col("addresses", "addresses", right=False),
-        Col("connections", "nconn", count), Col("requests", "requests", count),
-    ), [{**c, "sw": " ".join(x for x in (c["software_name"], c["software_version"]) if x) or None,
-         "nconn": len(c["connections"])} for c in st["clients"]])
+    out.table(
+        (
+            Col("client id", "client_id", right=False),
+            Col("software", "sw", right=False),
+            Col("addresses", "addresses", right=False),
+            Col("connections", "nconn", count),
+            Col("requests", "requests", count),
+        ),
+        [
+            {
+                **c,
+                "sw": " ".join(x for x in (c["software_name"], c["software_version"]) if x) or None,
+                "nconn": len(c["connections"]),
+            }
+            for c in st["clients"]
+        ],
+    )
     out.line()
     out.heading("Topics")
-    out.table((
-        Col("topic", "topic", right=False), Col("produced by", "producers", right=False),
-        Col("consumed by", "consumers", right=False),
-    ), st["topics"], empty="(no topic seen)")
+    out.table(
+        (
+            Col("topic", "topic", right=False),
+            Col("produced by", "producers", right=False),
+            Col("consumed by", "consumers", right=False),
+        ),
+        st["topics"],
+        empty="(no topic seen)",
+    )
 
 
-def render(doc: dict, out: Out, latency: list[dict] | None = None, capture: dict | None = None) -> None:
+def render(
+    doc: dict, out: Out, latency: list[dict] | None = None, capture: dict | None = None
+) -> None:
     """The whole report; `latency` rows from `LatencyCollector`, `capture` = {packets, notes}."""
     _window(doc, capture, out)
-    for section in (lambda: _findings(doc, out), lambda: _traffic(doc, latency, out),
-                    lambda: _errors(doc, out), lambda: _replication(doc, out),
-                    lambda: _producers(doc, out), lambda: _transactions(doc, out),
-                    lambda: _groups(doc, out), lambda: _who(doc, out)):
+    for section in (
+        lambda: _findings(doc, out),
+        lambda: _traffic(doc, latency, out),
+        lambda: _errors(doc, out),
+        lambda: _replication(doc, out),
+        lambda: _producers(doc, out),
+        lambda: _transactions(doc, out),
+        lambda: _groups(doc, out),
+        lambda: _who(doc, out),
+    ):
         out.line()
         section()
 

@@ -9,7 +9,7 @@ so the two outputs cannot disagree. Bodies are decoded only when a chosen table 
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,7 +34,9 @@ class Exch:
 
     __slots__ = ("_facts", "bodies", "ex", "facts_of")
 
-    def __init__(self, ex: Exchange, bodies: Bodies, facts_of: Callable[[Bodies], ExchangeFacts]) -> None:
+    def __init__(
+        self, ex: Exchange, bodies: Bodies, facts_of: Callable[[Bodies], ExchangeFacts]
+    ) -> None:
         self.ex = ex
         self.bodies = bodies
         self.facts_of = facts_of
@@ -64,11 +66,16 @@ def _round3(x: float | None) -> float | None:
 
 def _lat(values: list[float]) -> dict[str, float | None]:
     v = sorted(values)
-    return {"p50_ms": _round3(percentile(v, 50)), "p90_ms": _round3(percentile(v, 90)),
-            "p99_ms": _round3(percentile(v, 99)), "max_ms": _round3(v[-1] if v else None)}
+    return {
+        "p50_ms": _round3(percentile(v, 50)),
+        "p90_ms": _round3(percentile(v, 90)),
+        "p99_ms": _round3(percentile(v, 99)),
+        "max_ms": _round3(v[-1] if v else None),
+    }
 
 
 # -- conv ---------------------------------------------------------------------------------------
+
 
 class ConvCollector:
     needs_bodies = True  # ApiVersions requests name the client software
@@ -84,6 +91,7 @@ class ConvCollector:
 
 
 # -- topics -------------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class _Part:
@@ -154,19 +162,27 @@ class TopicsCollector:
 
     def rows(self) -> list[dict[str, object]]:
         return [
-            {"topic": t, "partition": n,
-             "produced_records": p.produced_records, "produced_bytes": p.produced_bytes,
-             "produce_requests": p.produce_requests,
-             "fetched_records": p.fetched_records, "fetched_bytes": p.fetched_bytes,
-             "fetch_responses": p.fetch_responses,
-             "producers": sorted(p.producers), "consumers": sorted(p.consumers),
-             "first_offset": p.first_offset, "last_offset": p.last_offset,
-             "high_watermark": p.high_watermark}
+            {
+                "topic": t,
+                "partition": n,
+                "produced_records": p.produced_records,
+                "produced_bytes": p.produced_bytes,
+                "produce_requests": p.produce_requests,
+                "fetched_records": p.fetched_records,
+                "fetched_bytes": p.fetched_bytes,
+                "fetch_responses": p.fetch_responses,
+                "producers": sorted(p.producers),
+                "consumers": sorted(p.consumers),
+                "first_offset": p.first_offset,
+                "last_offset": p.last_offset,
+                "high_watermark": p.high_watermark,
+            }
             for (t, n), p in sorted(self.parts.items())
         ]
 
 
 # -- clients ------------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class _Client:
@@ -211,10 +227,16 @@ class ClientsCollector:
 
     def rows(self) -> list[dict[str, object]]:
         return [
-            {"client_id": cid, "software": sorted(c.software), "addresses": sorted(c.addresses),
-             "connections": len(c.connections), "requests": c.requests,
-             "apis": [{"api": a, "versions": sorted(v)} for a, v in sorted(c.apis.items())],
-             "errors": c.errors, "expected_errors": c.expected_errors}
+            {
+                "client_id": cid,
+                "software": sorted(c.software),
+                "addresses": sorted(c.addresses),
+                "connections": len(c.connections),
+                "requests": c.requests,
+                "apis": [{"api": a, "versions": sorted(v)} for a, v in sorted(c.apis.items())],
+                "errors": c.errors,
+                "expected_errors": c.expected_errors,
+            }
             for cid, c in sorted(self.clients.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
         ]
 
@@ -256,10 +278,17 @@ class LatencyCollector:
 
     def rows(self) -> list[dict[str, object]]:
         return [
-            {"api": api, "api_key": key, "api_version": ver, "kind": kind, "count": st.count,
-             **_lat(st.latencies)}
-            for (key, api, ver, kind), st in sorted(self.stats.items(),
-                                                    key=lambda kv: (kv[0][0], kv[0][2], KINDS.index(kv[0][3])))
+            {
+                "api": api,
+                "api_key": key,
+                "api_version": ver,
+                "kind": kind,
+                "count": st.count,
+                **_lat(st.latencies),
+            }
+            for (key, api, ver, kind), st in sorted(
+                self.stats.items(), key=lambda kv: (kv[0][0], kv[0][2], KINDS.index(kv[0][3]))
+            )
         ]
 
 
@@ -270,6 +299,7 @@ def _is_first_join(x: Exch) -> bool:
 
 
 # -- errors -------------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class _Err:
@@ -308,10 +338,20 @@ class ErrorsCollector:
                 e.clients.add(ex.client_id)
 
     def rows(self) -> list[dict[str, object]]:
-        items = sorted(self.errors.items(), key=lambda kv: (kv[0][2], -kv[1].count, kv[0][0], kv[0][1]))
+        items = sorted(
+            self.errors.items(), key=lambda kv: (kv[0][2], -kv[1].count, kv[0][0], kv[0][1])
+        )
         return [
-            {"error": error_name(code), "code": code, "api": api, "count": e.count,
-             "expected": exp, "reason": e.reason, "clients": sorted(e.clients), "frames": e.frames}
+            {
+                "error": error_name(code),
+                "code": code,
+                "api": api,
+                "count": e.count,
+                "expected": exp,
+                "reason": e.reason,
+                "clients": sorted(e.clients),
+                "frames": e.frames,
+            }
             for (api, code, exp), e in items
         ]
 
@@ -403,8 +443,11 @@ class IoCollector:
         elif ex.api_key == FETCH:
             b.fetched_records += x.facts.record_count
         if ex.response is not None:
-            b.errors += sum(1 for c in x.facts.error_codes
-                            if not expected_error(ex.api_key, c, x.bodies.request))
+            b.errors += sum(
+                1
+                for c in x.facts.error_codes
+                if not expected_error(ex.api_key, c, x.bodies.request)
+            )
 
     def rows(self) -> list[dict[str, object]]:
         if not self.buckets:
@@ -413,10 +456,18 @@ class IoCollector:
         step = self.interval_s
         for i in range(max(self.buckets) + 1):
             b = self.buckets.get(i) or _Bucket()
-            out.append({"start_s": round(i * step, 6), "end_s": round((i + 1) * step, 6),
-                        "requests": b.requests, "request_bytes": b.request_bytes,
-                        "response_bytes": b.response_bytes, "produced_records": b.produced_records,
-                        "fetched_records": b.fetched_records, "errors": b.errors})
+            out.append(
+                {
+                    "start_s": round(i * step, 6),
+                    "end_s": round((i + 1) * step, 6),
+                    "requests": b.requests,
+                    "request_bytes": b.request_bytes,
+                    "response_bytes": b.response_bytes,
+                    "produced_records": b.produced_records,
+                    "fetched_records": b.fetched_records,
+                    "errors": b.errors,
+                }
+            )
         return out
 
 
@@ -427,14 +478,6 @@ COLLECTORS = {
     "latency": LatencyCollector,
     "errors": ErrorsCollector,
 }
-
-
-def error_counts(rows: list[dict[str, object]]) -> Counter:
-    """(expected?, count) totals of an errors table, for summaries."""
-    c: Counter = Counter()
-    for r in rows:
-        c["expected" if r["expected"] else "errors"] += int(r["count"])  # type: ignore[call-overload]
-    return c
 
 
 def build(session: object, choices: dict[str, float | None]) -> dict[str, object]:
@@ -471,8 +514,10 @@ def build(session: object, choices: dict[str, float | None]) -> dict[str, object
     cut = bool(session.capture.diagnostics)
     io = cols.get("io")
     if isinstance(io, IoCollector) and io.dropped:
-        notes.append(f"io: {io.dropped} exchanges past the last of {MAX_IO_BUCKETS} intervals "
-                     "not counted (choose a longer interval)")
+        notes.append(
+            f"io: {io.dropped} exchanges past the last of {MAX_IO_BUCKETS} intervals "
+            "not counted (choose a longer interval)"
+        )
     if isinstance(conv, ConvCollector) and conv.tracker.first_ns is not None:
         first = conv.tracker.first_ns
         last = max(c.last_ns for c in conv.tracker.all) if conv.tracker.all else last

@@ -94,8 +94,10 @@ IO = (
 def render(doc: dict, out: Out) -> None:
     cap = doc["capture"]
     out.line(f"Capture: {', '.join(doc['files'])}")
-    out.line(f"  {stamp(cap['first'])} to {stamp(cap['last'])}  ({seconds(cap['duration_s'])}, "
-             f"{count(cap['packets'])} packets, {count(cap['exchanges'])} exchanges)")
+    out.line(
+        f"  {stamp(cap['first'])} to {stamp(cap['last'])}  ({seconds(cap['duration_s'])}, "
+        f"{count(cap['packets'])} packets, {count(cap['exchanges'])} exchanges)"
+    )
     for note in cap["notes"]:
         out.line(f"  note: {note}", style="yellow")
     t = doc["tables"]
@@ -106,8 +108,10 @@ def render(doc: dict, out: Out) -> None:
         out.heading("Connections (conv)")
         out.table(CONV, [r for r in rows if r["kafka"]])
         if other:
-            out.line(f"  and {len(other)} TCP connection{'s' if len(other) != 1 else ''} that carried "
-                     "no Kafka exchange (in --json)")
+            out.line(
+                f"  and {len(other)} TCP connection{'s' if len(other) != 1 else ''} that carried "
+                "no Kafka exchange (in --json)"
+            )
     if "topics" in t:
         out.line()
         out.heading("Topics and partitions (topics)")
@@ -124,7 +128,9 @@ def render(doc: dict, out: Out) -> None:
         waits = [r for r in rows if r["kind"] != "response"]
         if waits:
             out.line()
-            out.heading("Waits by design (long-poll Fetch, JoinGroup/SyncGroup rebalance): not slowness")
+            out.heading(
+                "Waits by design (long-poll Fetch, JoinGroup/SyncGroup rebalance): not slowness"
+            )
             out.table((LATENCY[0], Col("kind", "kind", right=False), *LATENCY[1:]), waits)
     if "errors" in t:
         rows = t["errors"]

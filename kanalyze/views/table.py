@@ -136,8 +136,13 @@ class Out:
         self.console.print(Text(text, style=style if self.color else ""))
         self._flush()
 
-    def table(self, cols: Sequence[Col], rows: Iterable[dict[str, object]], empty: str = "(none)",
-              row_style: Callable[[dict[str, object]], str] | None = None) -> None:
+    def table(
+        self,
+        cols: Sequence[Col],
+        rows: Iterable[dict[str, object]],
+        empty: str = "(none)",
+        row_style: Callable[[dict[str, object]], str] | None = None,
+    ) -> None:
         from rich import box
         from rich.table import Table
 
@@ -148,11 +153,20 @@ class Out:
         if not self.tty and not self.color:
             self.stream.write(plain_table(cols, rows))
             return
-        t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
-                  header_style="bold" if self.color else "")
+        t = Table(
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, 1),
+            header_style="bold" if self.color else "",
+        )
         for c in cols:
-            t.add_column(c.header, justify="right" if c.right else "left", no_wrap=not self.tty,
-                         overflow="fold")
+            t.add_column(
+                c.header,
+                justify="right" if c.right else "left",
+                no_wrap=not self.tty,
+                overflow="fold",
+            )
         for r in rows:
             style = row_style(r) if row_style is not None and self.color else None
             t.add_row(*(c.fmt(r.get(c.key)) for c in cols), style=style)

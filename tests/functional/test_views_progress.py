@@ -18,7 +18,9 @@ CAP = "captures/lib_group_rebalance.pcap"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR", "KANALYZE_NO_PROGRESS")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR", "KANALYZE_NO_PROGRESS")
+    }
     env.update(PYTHONPATH=str(ROOT), TERM="xterm", KANALYZE_PROGRESS_DELAY="0")
     env.update(extra)
     return env
@@ -27,8 +29,14 @@ def _env(**extra: str) -> dict[str, str]:
 def run_with_pty_stderr(argv: list[str], env: dict[str, str]) -> tuple[bytes, bytes, int]:
     """(stdout, what the terminal on stderr received, exit code); stdout is a pipe."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "kanalyze.cli", *argv], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kanalyze.cli", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+    )
     os.close(slave)
     seen = bytearray()
     while True:
@@ -50,8 +58,13 @@ def test_progress_bar_on_a_terminal_only(command: list[str]) -> None:
     out, term, code = run_with_pty_stderr([*command, CAP], _env())
     assert code == 0
     assert b"reading" in term and b"\x1b[" in term  # the bar was drawn (and erased)
-    piped = subprocess.run([sys.executable, "-m", "kanalyze.cli", *command, CAP], cwd=ROOT,
-                           env=_env(), capture_output=True, check=True)
+    piped = subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", *command, CAP],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        check=True,
+    )
     assert piped.stderr == b""  # no bar when stderr is not a terminal
     assert piped.stdout == out  # stdout is the same with or without the bar
     assert b"\x1b[" not in out
@@ -75,8 +88,9 @@ def test_wanted_rules() -> None:
         assert not wanted(devnull, {})
 
 
-@pytest.mark.parametrize("command", ["export", "summary", "report", "stats", "metadata", "records",
-                                     "spark"])
+@pytest.mark.parametrize(
+    "command", ["export", "summary", "report", "stats", "metadata", "records", "spark"]
+)
 def test_missing_path_is_one_line_exit_2(command: str, tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "kanalyze.cli", command, str(tmp_path / "nope.pcap")]
     if command == "spark":

@@ -34,7 +34,9 @@ def test_records_match_truth(cap: Path, capsys: pytest.CaptureFixture[str]) -> N
     t = truth(cap)
     got = run_json(capsys, "records", "--json", str(cap))
     by_offset = {(r["topic"], r["partition"], r["offset"]): r for r in got if r["offset"] >= 0}
-    assert len(by_offset) == sum(1 for r in got if r["offset"] >= 0), "a (topic, partition, offset) twice"
+    assert len(by_offset) == sum(1 for r in got if r["offset"] >= 0), (
+        "a (topic, partition, offset) twice"
+    )
     unknown = [r for r in got if r["offset"] < 0]
     want = [r for r in t["produced"] + t["consumed"] if not r.get("error")]
     known = {(r["topic"], r["partition"], r["offset"]): r for r in want if r["offset"] is not None}
@@ -66,20 +68,37 @@ def test_records_all_shows_every_copy_and_filters(capsys: pytest.CaptureFixture[
 
 def test_records_kcat_format(capsys: pytest.CaptureFixture[str]) -> None:
     cap = str(ROOT / "captures" / "lib_codecs.pcap")
-    assert main(["records", "-f", "%t|%p|%o|%k|%s|%K|%S|%T|%h|%d|%c\\n", "--topic", "lib-none", cap]) == 0
+    assert (
+        main(["records", "-f", "%t|%p|%o|%k|%s|%K|%S|%T|%h|%d|%c\\n", "--topic", "lib-none", cap])
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
-    first = next(r for r in truth(Path(cap))["produced"] if r["topic"] == "lib-none" and r["offset"] == 0)
-    assert lines[0] == "|".join([
-        "lib-none", "0", "0", first["key"], first["value"], str(len(first["key"])),
-        str(len(first["value"])), str(first["timestamp_ms"]),
-        ",".join(f"{k}={v}" for k, v in first["headers"]), "produce", "lib-producer-none",
-    ])
+    first = next(
+        r for r in truth(Path(cap))["produced"] if r["topic"] == "lib-none" and r["offset"] == 0
+    )
+    assert lines[0] == "|".join(
+        [
+            "lib-none",
+            "0",
+            "0",
+            first["key"],
+            first["value"],
+            str(len(first["key"])),
+            str(len(first["value"])),
+            str(first["timestamp_ms"]),
+            ",".join(f"{k}={v}" for k, v in first["headers"]),
+            "produce",
+            "lib-producer-none",
+        ]
+    )
 
 
 def test_format_strings() -> None:
     r = Record("t", 3, 7, 5, None, b"v\xff", (("a", b"1"), ("b", None)), "fetch", None, 9)
     assert format_record(compile_format("%k|%K|%s|%S|%h|%c|%%"), r) == b"|-1|v\xff|2|a=1,b=||%\n"
-    assert format_record(compile_format("%o\\t%p\\n"), r) == b"7\t3\n"  # has its newline: none added
+    assert (
+        format_record(compile_format("%o\\t%p\\n"), r) == b"7\t3\n"
+    )  # has its newline: none added
     with pytest.raises(FormatError, match="%x"):
         compile_format("%x")
     with pytest.raises(FormatError):

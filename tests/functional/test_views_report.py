@@ -13,15 +13,17 @@ from test_views_stats import snapshot
 from kanalyze.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-CAPTURES = (sorted((ROOT / "captures").glob("*.pcap"))
-            + sorted((ROOT / "captures" / "replication").glob("*.pcap")))
+CAPTURES = sorted((ROOT / "captures").glob("*.pcap")) + sorted(
+    (ROOT / "captures" / "replication").glob("*.pcap")
+)
 # what str() of a dict, list, tuple or None leaves in text
 REPR = re.compile(r"\{'|\['|\('|': |\bNone\b|\bTrue\b|\bFalse\b|<[a-z_.]+ object at 0x")
 
 
 @pytest.mark.parametrize("name", ["lib_group_rebalance", "lib_transactions"])
-def test_report_text_snapshot(name: str, capsys: pytest.CaptureFixture[str],
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_text_snapshot(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["report", f"captures/{name}.pcap"]) == 0
     out = capsys.readouterr().out

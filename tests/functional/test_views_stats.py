@@ -53,15 +53,29 @@ _CONV = re.compile(
 
 
 def tshark_conv(cap: Path) -> list[tuple]:
-    out = subprocess.run([tshark_binary(), "-r", str(cap), "-q", "-z", "conv,tcp"],  # type: ignore[list-item]
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [tshark_binary(), "-r", str(cap), "-q", "-z", "conv,tcp"],  # type: ignore[list-item]
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = []
     for line in out.splitlines():
         m = _CONV.match(line)
         if m:
             a, b, fr_ba, by_ba, u1, fr_ab, by_ab, u2, start, dur = m.groups()
-            rows.append((a, b, int(fr_ab), int(by_ab) if u2 == "bytes" else None,
-                         int(fr_ba), int(by_ba) if u1 == "bytes" else None, float(start), float(dur)))
+            rows.append(
+                (
+                    a,
+                    b,
+                    int(fr_ab),
+                    int(by_ab) if u2 == "bytes" else None,
+                    int(fr_ba),
+                    int(by_ba) if u1 == "bytes" else None,
+                    float(start),
+                    float(dur),
+                )
+            )
     return rows
 
 
@@ -97,8 +111,11 @@ def test_topics_and_clients_match_truth(cap: Path, capsys: pytest.CaptureFixture
     produced = Counter((r["topic"], r["partition"]) for r in t["produced"] if not r.get("error"))
     for key, n in produced.items():
         assert topics[key]["produced_records"] >= n, key  # retries may send a record again
-        offs = [r["offset"] for r in t["produced"]
-                if (r["topic"], r["partition"]) == key and r["offset"] is not None]
+        offs = [
+            r["offset"]
+            for r in t["produced"]
+            if (r["topic"], r["partition"]) == key and r["offset"] is not None
+        ]
         if offs:
             assert topics[key]["last_offset"] >= max(offs)
     consumed = Counter((r["topic"], r["partition"]) for r in t["consumed"])
@@ -119,8 +136,9 @@ def test_topics_and_clients_match_truth(cap: Path, capsys: pytest.CaptureFixture
 
 
 def test_latency_waits_apart_and_expected_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = stats(capsys, "-z", "latency", "-z", "errors",
-                str(ROOT / "captures" / "lib_group_rebalance.pcap"))
+    doc = stats(
+        capsys, "-z", "latency", "-z", "errors", str(ROOT / "captures" / "lib_group_rebalance.pcap")
+    )
     lat = doc["tables"]["latency"]
     waits = {(r["api"], r["kind"]) for r in lat if r["kind"] != "response"}
     assert ("Fetch", "long-poll") in waits and ("JoinGroup", "rebalance wait") in waits
@@ -154,8 +172,9 @@ def test_bad_statistic_is_exit_2(bad: str, capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.parametrize("name", ["lib_group_rebalance", "lib_transactions"])
-def test_stats_text_snapshot(name: str, capsys: pytest.CaptureFixture[str],
-                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stats_text_snapshot(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(ROOT)  # the file name as given appears in the output
     assert main(["stats", f"captures/{name}.pcap"]) == 0
     out = capsys.readouterr().out
@@ -168,10 +187,17 @@ def test_plain_tables_equal_rich() -> None:
     """The direct layout (piped output) is the one rich draws on a terminal."""
     import io
 
-    cols = (Col("name", "n", right=False), Col("bytes →", "b", nbytes), Col("count", "c", count),
-            Col("wide", "w", right=False))
-    rows = [{"n": "a", "b": 10, "c": 1234567, "w": ["x", "yy"]},
-            {"n": "lönger-näme", "b": None, "c": 0, "w": "→←"}, {"n": "", "b": 5 << 20, "c": None}]
+    cols = (
+        Col("name", "n", right=False),
+        Col("bytes →", "b", nbytes),
+        Col("count", "c", count),
+        Col("wide", "w", right=False),
+    )
+    rows = [
+        {"n": "a", "b": 10, "c": 1234567, "w": ["x", "yy"]},
+        {"n": "lönger-näme", "b": None, "c": 0, "w": "→←"},
+        {"n": "", "b": 5 << 20, "c": None},
+    ]
     plain, fancy = io.StringIO(), io.StringIO()
     Out(plain, color=False).table(cols, rows)
     out = Out(fancy, color=False)
