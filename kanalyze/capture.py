@@ -56,9 +56,6 @@ class CaptureStats:
     packets: int = 0
     bytes: int = 0
     diagnostics: list[tuple[str, Diagnostic]] = field(default_factory=list)
-    # the raw file of each input as opened (None for stdin), so a progress display can ask how
-    # far the reader is (`tell()`, compressed bytes for .gz) without the readers reporting it
-    sources: list[BinaryIO | None] = field(default_factory=list, repr=False, compare=False)
 
 
 class _Blocks:
@@ -132,7 +129,6 @@ def read_capture(
     stats = stats if stats is not None else CaptureStats()
     f, name, owned = _open(path)
     stats.files.append(name)
-    stats.sources.append(owned[-1] if owned else None)
     try:
         try:
             magic = f.read(4)

@@ -30,7 +30,7 @@ class Session:
         if self.progress:
             from kanalyze.views.progress import track
 
-            packets = track(packets, self.paths, self.capture)
+            packets = track(packets, self.paths)
         feed = engine.feed
         if self.on_packet is not None:
             packets = _tapped(packets, self.on_packet)

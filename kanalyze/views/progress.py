@@ -1,8 +1,8 @@
 """A progress bar on stderr for long reads: bytes read of the total, rate, time left.
 
 Why here and not in the readers: the readers stay silent and fast; this wraps the packet
-iterator of a `Session`, and every few thousand packets asks the open files how far they are
-(`tell()` on the raw file, so a .gz file counts compressed bytes against its size on disk).
+iterator of a `Session` and counts the bytes read from the packets (`ReadMeter`), so the
+readers need no hook. The TUI's indexing percentage uses the same meter.
 
 The bar is shown only where a person is watching: stderr is a terminal, `TERM` is not
 `dumb`, and neither `CI` nor `NO_COLOR` is set (`KANALYZE_NO_PROGRESS` turns it off too).
@@ -12,13 +12,15 @@ line is erased when the read ends, leaving stdout's output as it would be withou
 
 from __future__ import annotations
 
+import gzip
 import os
 import sys
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
-from kanalyze.capture import CaptureStats, Packet
+from kanalyze.capture import Packet
 
 CHECK_EVERY = 2048  # packets between two looks at the clock
 REFRESH_S = 0.2
@@ -65,32 +67,73 @@ def delay_from_env(env: dict[str, str] | None = None) -> float:
         return DEFAULT_DELAY_S
 
 
-def input_sizes(paths: Sequence[str]) -> list[int | None]:
-    """Size on disk of each regular input file; None for stdin, pipes and what cannot be sized."""
-    out: list[int | None] = []
-    for p in paths:
-        try:
-            out.append(os.path.getsize(p) if p != "-" and os.path.isfile(p) else None)
-        except OSError:
-            out.append(None)
-    return out
+GZIP_MAGIC = b"\x1f\x8b"
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+PCAP_HEADER = 24
+PCAP_RECORD = 16  # per packet record header
+PCAPNG_EPB = 32  # enhanced packet block: header, interface, time, lengths, trailing length
 
 
-def bytes_read(stats: CaptureStats, sizes: Sequence[int | None]) -> int:
-    """Bytes of the inputs read so far: a finished (closed) file counts whole."""
-    done = 0
-    for i, f in enumerate(stats.sources):
-        size = sizes[i] if i < len(sizes) else None
-        if f is None:
-            continue
-        if f.closed:
-            done += size or 0
-            continue
-        try:
-            done += f.tell()
-        except (OSError, ValueError):
-            done += 0
-    return done
+class ReadMeter:
+    """How far the readers are in their files, counted from the packets they hand out.
+
+    Why from the packets: the readers stay untouched and silent. A pcap file is exactly its
+    header plus a 16-byte record header and the data per packet; a pcapng file is close to
+    32 bytes and padding per enhanced packet block (options and other blocks are not seen,
+    so the estimate ends a little short of 100 %). A .gz file is measured against its
+    uncompressed size (the gzip trailer's, below 4 GiB). Stdin and pipes have no total."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.done: list[int] = []
+        self.totals: list[int | None] = []
+        self.pcapng: list[bool] = []
+        for p in paths:
+            kind, total = _probe(p)
+            self.pcapng.append(kind == "pcapng")
+            self.totals.append(total)
+            self.done.append(PCAP_HEADER if kind == "pcap" else 0)
+        known = [t for t in self.totals if t is not None]
+        self.total: int | None = sum(known) if len(known) == len(self.totals) else None
+
+    def packet(self, pkt: Packet) -> None:
+        n = len(pkt.data)
+        i = pkt.file_index
+        if i < len(self.done):
+            if self.pcapng[i]:
+                self.done[i] += PCAPNG_EPB + n + (-n & 3)
+            else:
+                self.done[i] += PCAP_RECORD + n
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.done)
+
+    def fraction(self) -> float | None:
+        """0..1 of the inputs read; None when a total is unknown."""
+        if not self.total:
+            return None
+        return min(1.0, self.bytes / self.total)
+
+
+def _probe(path: str) -> tuple[str | None, int | None]:
+    """(format, bytes the readers will go through) of one input; (None, None) when unknown."""
+    if path == "-" or not os.path.isfile(path):
+        return None, None
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(4)
+            if head[:2] != GZIP_MAGIC:
+                return ("pcapng" if head == PCAPNG_MAGIC else "pcap"), size
+            f.seek(-4, os.SEEK_END)
+            isize = int.from_bytes(f.read(4), "little")
+        with gzip.open(path, "rb") as g:
+            inner = g.read(4)
+    except (OSError, EOFError, ValueError, zlib.error):
+        return None, None
+    if isize < size // 2:  # wrapped past 4 GiB (or damaged): no trustworthy total
+        return None, None
+    return ("pcapng" if inner == PCAPNG_MAGIC else "pcap"), isize
 
 
 class Bar:
@@ -134,21 +177,21 @@ class Bar:
 def track(
     packets: Iterator[Packet],
     paths: Sequence[str],
-    stats: CaptureStats,
     stream: IO[str] | None = None,
     delay: float | None = None,
 ) -> Iterator[Packet]:
     """`packets` unchanged, with a progress bar on `stream` while they are read."""
     stream = sys.stderr if stream is None else stream
     delay = delay_from_env() if delay is None else delay
-    sizes = input_sizes(paths)
-    total = sum(s for s in sizes if s is not None) if all(s is not None for s in sizes) else None
+    meter = ReadMeter(paths)
+    count = meter.packet
     start = time.monotonic()
     next_draw = start + delay
     bar: Bar | None = None
     n = 0
     try:
         for pkt in packets:
+            count(pkt)
             yield pkt
             n += 1
             if n % CHECK_EVERY and n != 1:
@@ -157,8 +200,8 @@ def track(
             if now < next_draw:
                 continue
             if bar is None:
-                bar = Bar(total, stream)
-            bar.update(bytes_read(stats, sizes))
+                bar = Bar(meter.total, stream)
+            bar.update(meter.bytes)
             next_draw = now + REFRESH_S
     finally:
         if bar is not None:

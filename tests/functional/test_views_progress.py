@@ -100,3 +100,24 @@ def test_missing_path_is_one_line_exit_2(command: str, tmp_path: Path) -> None:
     assert r.stderr == f"kanalyze: error: {tmp_path / 'nope.pcap'}: no such file or directory\n"
     assert r.stdout == ""
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "low"),
+    [("lib_codecs.pcap", 1.0), ("crafted/gzip.pcap.gz", 1.0), ("crafted/pcapng_multi.pcapng", 0.9)],
+)
+def test_read_meter_counts_the_file(name: str, low: float) -> None:
+    """The bytes counted from the packets reach the file's size (exactly for pcap, also
+    inside gzip; pcapng blocks other than packets are not seen)."""
+    from kanalyze.capture import read_captures
+    from kanalyze.views.progress import ReadMeter
+
+    path = str(ROOT / "captures" / name)
+    meter = ReadMeter([path])
+    seen = []
+    for pkt in read_captures([path]):
+        meter.packet(pkt)
+        seen.append(meter.fraction())
+    assert seen == sorted(seen) and seen[0] < 0.5  # it advances with the reading
+    assert low <= seen[-1] <= 1.0
+    assert ReadMeter(["-"]).fraction() is None
