@@ -27,6 +27,7 @@ PRODUCE, FETCH, API_VERSIONS, JOIN_GROUP, SYNC_GROUP = 0, 1, 18, 11, 14
 LONG_POLL_SHARE = 0.8  # a Fetch answered after >= 80% of its max_wait_ms waited on purpose
 MAX_KEYS = 100_000  # rows per table before further keys are counted as dropped
 MAX_IO_BUCKETS = 100_000
+MAX_IO_SAMPLES = 10_000  # latency samples per io interval (the first ones)
 
 
 class Exch:
@@ -264,14 +265,7 @@ class LatencyCollector:
         if lat is None or ex.api_key is None or ex.api is None or ex.api_version is None:
             return
         ms = lat / 1e6
-        kind = "response"
-        if ex.api_key == FETCH:
-            req = x.bodies.request or {}
-            wait = req.get("max_wait_ms")
-            if isinstance(wait, int) and wait > 0 and ms >= LONG_POLL_SHARE * wait:
-                kind = "long-poll"
-        elif ex.api_key == SYNC_GROUP or ex.api_key == JOIN_GROUP and not _is_first_join(x):
-            kind = "rebalance wait"
+        kind = latency_kind(x)
         st = self.stats[(ex.api_key, ex.api, ex.api_version, kind)]
         st.count += 1
         st.add_latency(ms)
@@ -290,6 +284,24 @@ class LatencyCollector:
                 self.stats.items(), key=lambda kv: (kv[0][0], kv[0][2], KINDS.index(kv[0][3]))
             )
         ]
+
+
+def latency_kind(x: Exch) -> str:
+    """'long-poll', 'rebalance wait' or 'response' (see LatencyCollector)."""
+    ex = x.ex
+    if ex.api_key == FETCH:
+        lat = ex.latency_ns
+        wait = (x.bodies.request or {}).get("max_wait_ms")
+        if lat is not None and isinstance(wait, int) and wait > 0:
+            if lat / 1e6 >= LONG_POLL_SHARE * wait:
+                return "long-poll"
+    elif ex.api_key == SYNC_GROUP or ex.api_key == JOIN_GROUP and not _is_first_join(x):
+        return "rebalance wait"
+    return "response"
+
+
+def _waits(x: Exch) -> bool:
+    return x.ex.api_key in (FETCH, JOIN_GROUP, SYNC_GROUP) and latency_kind(x) != "response"
 
 
 def _is_first_join(x: Exch) -> bool:
@@ -380,6 +392,7 @@ class _Bucket:
     produced_records: int = 0
     fetched_records: int = 0
     errors: int = 0
+    latencies: list[float] = field(default_factory=list)  # real responses only, ms
 
 
 class IoCollector:
@@ -413,6 +426,7 @@ class IoCollector:
                 m = merged.setdefault(i // factor, _Bucket())
                 for f in _Bucket.__slots__:
                     setattr(m, f, getattr(m, f) + getattr(b, f))
+                del m.latencies[MAX_IO_SAMPLES:]
             self.buckets = merged
             self.interval_s = float(nxt)
             self.interval_ns = int(nxt * 1e9)
@@ -442,6 +456,8 @@ class IoCollector:
             b.produced_records += x.facts.record_count
         elif ex.api_key == FETCH:
             b.fetched_records += x.facts.record_count
+        if ex.latency_ns is not None and len(b.latencies) < MAX_IO_SAMPLES and not _waits(x):
+            b.latencies.append(ex.latency_ns / 1e6)
         if ex.response is not None:
             b.errors += sum(
                 1
@@ -466,6 +482,7 @@ class IoCollector:
                     "produced_records": b.produced_records,
                     "fetched_records": b.fetched_records,
                     "errors": b.errors,
+                    **{k: v for k, v in _lat(b.latencies).items() if k in ("p50_ms", "max_ms")},
                 }
             )
         return out

@@ -88,6 +88,8 @@ IO = (
     Col("produced", "produced_records", count),
     Col("fetched", "fetched_records", count),
     Col("errors", "errors", count),
+    Col("p50", "p50_ms", ms),
+    Col("max", "max_ms", ms),
 )
 
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import IO
 
 PLAIN_WIDTH = 1000  # piped output: wide enough that no table wraps
+RICH_MAX_ROWS = 2000  # longer tables are written directly even on a terminal (rich: ~1.5 ms/row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,8 @@ class Out:
         if not rows:
             self.line("  " + empty)
             return
-        if not self.tty and not self.color:
+        if not self.tty and not self.color or len(rows) > RICH_MAX_ROWS:
+            self._flush()
             self.stream.write(plain_table(cols, rows))
             return
         t = Table(
@@ -212,7 +214,13 @@ def _isatty(stream: IO[str]) -> bool:
 
 
 def _width(stream: IO[str]) -> int:
+    """The terminal's width; a terminal that reports none (a fresh pty reports 0 columns)
+    gets $COLUMNS or 100."""
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        cols = os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, OSError, ValueError):
-        return 100
+        cols = 0
+    if cols >= 20:
+        return cols
+    env = os.environ.get("COLUMNS", "")
+    return int(env) if env.isdigit() and int(env) >= 20 else 100

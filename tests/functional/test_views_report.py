@@ -66,3 +66,39 @@ def test_truncated_and_lossy_captures_say_so(capsys: pytest.CaptureFixture[str])
     assert re.search(r"note: +[\d,]+ bytes never captured \(2 gaps\)", out)
     assert main(["report", str(ROOT / "captures" / "lib_codecs.pcap")]) == 0
     assert "integrity:   no capture damage, no bytes lost in gaps" in capsys.readouterr().out
+
+
+def _stdout_on_a_terminal(argv: list[str], **env: str) -> bytes:
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "CI")}
+    base.update(PYTHONPATH=str(ROOT), TERM="xterm", KANALYZE_NO_PROGRESS="1", COLUMNS="200")
+    base.update(env)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "kanalyze.cli", *argv], cwd=ROOT, env=base,
+                            stdout=slave, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    # the slave stays open here until the child is gone: Linux drops what a pty holds once
+    # its last slave descriptor closes, so the parent reads everything first
+    seen = bytearray()
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            seen += os.read(master, 65536)
+        elif proc.poll() is not None:
+            break
+    os.close(slave)
+    os.close(master)
+    assert proc.wait() == 0
+    return bytes(seen)
+
+
+def test_colour_on_a_terminal_unless_no_color() -> None:
+    argv = ["report", "captures/lib_transactions.pcap"]
+    coloured = _stdout_on_a_terminal(argv)
+    assert b"\x1b[" in coloured and b"Findings" in coloured
+    plain = _stdout_on_a_terminal(argv, NO_COLOR="1")
+    assert b"\x1b[" not in plain and b"Findings" in plain

@@ -212,9 +212,12 @@ def test_io_without_interval_stays_short() -> None:
 
     col = IoCollector()
     for k in range(500):  # one exchange every 7 s: 3500 s
-        ex = SimpleNamespace(start_ts=k * 7_000_000_000, request=None, response=None, api_key=3)
+        ex = SimpleNamespace(
+            start_ts=k * 7_000_000_000, request=None, response=None, api_key=3, latency_ns=k * 1000
+        )
         col.feed(Exch(ex, None, lambda b: None))  # type: ignore[arg-type]
     rows = col.rows()
     assert col.interval_s == 60 and len(rows) <= IoCollector.AUTO_ROWS
     assert sum(r["requests"] for r in rows) == 500
     assert rows[1]["start_s"] == 60 and rows[0]["requests"] == 9  # 0, 7, ..., 56 s
+    assert rows[0]["p50_ms"] == 0.004 and rows[0]["max_ms"] == 0.008  # latency over time
