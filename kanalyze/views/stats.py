@@ -292,9 +292,8 @@ def latency_kind(x: Exch) -> str:
     if ex.api_key == FETCH:
         lat = ex.latency_ns
         wait = (x.bodies.request or {}).get("max_wait_ms")
-        if lat is not None and isinstance(wait, int) and wait > 0:
-            if lat / 1e6 >= LONG_POLL_SHARE * wait:
-                return "long-poll"
+        if lat is not None and isinstance(wait, int) and 0 < wait <= lat / 1e6 / LONG_POLL_SHARE:
+            return "long-poll"
     elif ex.api_key == SYNC_GROUP or ex.api_key == JOIN_GROUP and not _is_first_join(x):
         return "rebalance wait"
     return "response"
