@@ -21,7 +21,7 @@ def missing_input(paths: Iterable[str]) -> str | None:
             continue
         if GLOB_CHARS & set(p):
             if not glob.glob(p):
-                return f"{p}: no file matches this pattern"
+                return f"{p}: cannot open: no file matches this pattern"
         elif not os.path.exists(p):
-            return f"{p}: no such file or directory"
+            return f"{p}: cannot open: No such file or directory"
     return None

@@ -97,7 +97,8 @@ def test_missing_path_is_one_line_exit_2(command: str, tmp_path: Path) -> None:
         argv += ["--out", str(tmp_path / "out")]
     r = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
-    assert r.stderr == f"kanalyze: error: {tmp_path / 'nope.pcap'}: no such file or directory\n"
+    missing = tmp_path / "nope.pcap"
+    assert r.stderr == f"kanalyze: error: {missing}: cannot open: No such file or directory\n"
     assert r.stdout == ""
     assert not (tmp_path / "out").exists()
 
