@@ -124,7 +124,7 @@ ERRORS = (
     Col("error", "name", right=False),
     Col("API", "api", right=False),
     Col("count", "count", count),
-    Col("", "note", right=False),
+    Col("", "note", lambda v: str(v or ""), right=False),
 )
 
 
