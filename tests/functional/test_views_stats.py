@@ -82,8 +82,11 @@ def tshark_conv(cap: Path) -> list[tuple]:
 CONV_CAPTURES = [
     *REAL,
     *sorted((ROOT / "captures" / "replication").glob("*.pcap")),
-    *(c for c in sorted((ROOT / "captures" / "crafted").glob("*.pcap*"))
-      if not c.name.startswith("bad_")),
+    *(
+        c
+        for c in sorted((ROOT / "captures" / "crafted").glob("*.pcap*"))
+        if not c.name.startswith("bad_")
+    ),
 ]
 
 
@@ -101,8 +104,12 @@ def test_conv_matches_tshark(cap: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert len(ours) == len(theirs) > 0
     for a, b, fr_ab, by_ab, fr_ba, by_ba, start, dur in theirs:
         # the same endpoints can carry several conversations (port reuse): match the start too
-        (r,) = [r for r in ours if {_endpoint(r["client"]), _endpoint(r["broker"])} == {a, b}
-                and abs(r["relative_start_s"] - start) < 1e-5]
+        (r,) = [
+            r
+            for r in ours
+            if {_endpoint(r["client"]), _endpoint(r["broker"])} == {a, b}
+            and abs(r["relative_start_s"] - start) < 1e-5
+        ]
         # tshark's A sent the first packet; without a SYN that can be the broker, which
         # kanalyze still names as the broker (from the Kafka requests)
         a_is_client = _endpoint(r["client"]) == a
@@ -240,3 +247,30 @@ def test_io_without_interval_stays_short() -> None:
     assert sum(r["requests"] for r in rows) == 500
     assert rows[1]["start_s"] == 60 and rows[0]["requests"] == 9  # 0, 7, ..., 56 s
     assert rows[0]["p50_ms"] == 0.004 and rows[0]["max_ms"] == 0.008  # latency over time
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "crafted/bad_truncated.pcap",
+        "crafted/gap.pcap",
+        "crafted/midstream.pcap",
+        "crafted/pcapng_multi.pcapng",
+        "replication/anomalies.pcap",
+    ],
+)
+def test_every_table_on_damaged_and_odd_captures(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Never a crash, always a valid document; the tables agree with each other."""
+    doc = stats(capsys, str(ROOT / "captures" / name))
+    jsonschema.validate(doc, SCHEMA)
+    t = doc["tables"]
+    n = doc["capture"]["exchanges"]
+    assert sum(r["requests"] for r in t["io"]) == n
+    assert sum(r["requests"] for r in t["clients"]) == n
+    assert sum(r["requests"] for r in t["conv"]) == n
+    answered = sum(r["count"] for r in t["latency"])
+    assert answered <= n
+    assert main(["stats", str(ROOT / "captures" / name)]) == 0
+    assert "Connections (conv)" in capsys.readouterr().out
