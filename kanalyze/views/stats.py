@@ -3,7 +3,8 @@ collector per table, all fed from one pass over a session (docs/stats.md).
 
 Each collector takes an exchange with its lazily decoded bodies and facts (`kanalyze.bodies`)
 and returns JSON rows; the text tables are drawn from the same rows (`kanalyze.views.stats_text`),
-so the two outputs cannot disagree. Bodies are decoded only when a chosen table needs them.
+so the two outputs cannot disagree. Bodies and facts are decoded on first use, so the chosen
+tables decide what is decoded (`-z conv` alone decodes only ApiVersions requests).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ SCHEMA = "kanalyze.stats/1"
 TABLES = ("conv", "topics", "clients", "latency", "errors", "io")
 PRODUCE, FETCH, API_VERSIONS, JOIN_GROUP, SYNC_GROUP = 0, 1, 18, 11, 14
 LONG_POLL_SHARE = 0.8  # a Fetch answered after >= 80% of its max_wait_ms waited on purpose
-MAX_KEYS = 100_000  # rows per table before further keys are counted as dropped
+MAX_KEYS = 100_000  # rows per table; further keys are counted in `dropped` and noted
 MAX_IO_BUCKETS = 100_000
 MAX_IO_SAMPLES = 10_000  # latency samples per io interval (the first ones)
 
@@ -79,7 +80,7 @@ def _lat(values: list[float]) -> dict[str, float | None]:
 
 
 class ConvCollector:
-    needs_bodies = True  # ApiVersions requests name the client software
+    """Conversations from the tracker (fed each packet), joined with each exchange."""
 
     def __init__(self) -> None:
         self.tracker = ConversationTracker()
@@ -116,7 +117,8 @@ class _Part:
 
 
 class TopicsCollector:
-    needs_bodies = True
+    """Per topic and partition: what Produce requests carried (offsets from the responses)
+    and what Fetch responses returned, to consumers and followers alike."""
 
     def __init__(self) -> None:
         self.parts: dict[tuple[str, int], _Part] = {}
@@ -197,7 +199,8 @@ class _Client:
 
 
 class ClientsCollector:
-    needs_bodies = True
+    """Per client id: software, addresses, connections, APIs and versions, errors (expected
+    ones apart)."""
 
     def __init__(self) -> None:
         self.clients: dict[str | None, _Client] = {}
@@ -253,8 +256,6 @@ class LatencyCollector:
     JoinGroup (the broker holds every member until the group is complete; not the first join
     answered at once with MEMBER_ID_REQUIRED) and SyncGroup (followers wait for the leader's
     assignment)."""
-
-    needs_bodies = True  # Fetch requests' max_wait_ms
 
     def __init__(self) -> None:
         self.stats: dict[tuple[int, str, int, str], ApiStats] = defaultdict(ApiStats)
@@ -321,11 +322,13 @@ class _Err:
 
 
 class ErrorsCollector:
-    needs_bodies = True
+    """Per error, API and expected-or-not: how often, from which clients, in which frames."""
+
     MAX_FRAMES = 10
 
     def __init__(self) -> None:
         self.errors: dict[tuple[str, int, bool], _Err] = {}
+        self.dropped = 0
 
     def feed(self, x: Exch) -> None:
         ex = x.ex
@@ -340,6 +343,7 @@ class ErrorsCollector:
             e = self.errors.get(key)
             if e is None:
                 if len(self.errors) >= MAX_KEYS:
+                    self.dropped += 1
                     continue
                 e = self.errors[key] = _Err(reason=reason)
             e.count += codes.count(code)
@@ -402,7 +406,6 @@ class IoCollector:
     before, so buckets merge exactly). An explicit interval is kept; past MAX_IO_BUCKETS
     intervals later exchanges are counted in `dropped`."""
 
-    needs_bodies = True  # record counts and errors
     AUTO_STEPS = (1, 2, 10, 30, 60, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400)
     AUTO_ROWS = 100
 
@@ -528,6 +531,12 @@ def build(session: object, choices: dict[str, float | None]) -> dict[str, object
             f(x)
     notes = capture_notes(session)
     cut = bool(session.capture.diagnostics)
+    for name, c in cols.items():
+        dropped = getattr(c, "dropped", 0) or getattr(getattr(c, "tracker", None), "dropped", 0)
+        if dropped and name != "io":
+            notes.append(
+                f"{name}: {dropped:,} more rows than the {MAX_KEYS:,} listed were not kept"
+            )
     io = cols.get("io")
     if isinstance(io, IoCollector) and io.dropped:
         notes.append(
