@@ -11,22 +11,34 @@ import sys
 from kanalyze.commands.common import add_input_arguments, engine_options, report_capture_problems
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
-from kanalyze.views.stats import TABLES, build, parse_interval
+from kanalyze.views.stats import TABLES, IoCollector, build, parse_interval
 from kanalyze.views.stats_text import render
 from kanalyze.views.table import Out
 
 
-def table_choice(text: str) -> tuple[str, float | None]:
-    """-z NAME[,ARG]: NAME one of TABLES; io takes an interval (io,1s)."""
+def table_choice(text: str) -> tuple[str, object]:
+    """-z NAME[,ARG...]: NAME one of TABLES; io takes an interval and/or a split
+    (io,1s  io,500ms,topic  io,client)."""
     name, _, arg = text.partition(",")
     name = name.strip()
     if name not in TABLES:
         raise argparse.ArgumentTypeError(f"unknown statistic {name!r} (known: {', '.join(TABLES)})")
     if name == "io":
-        try:
-            return name, parse_interval(arg) if arg else None
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+        interval: float | None = None
+        by: str | None = None
+        for part in filter(None, (p.strip() for p in arg.split(","))):
+            if part in IoCollector.BY and by is None:
+                by = part
+                continue
+            try:
+                if interval is not None:
+                    raise ValueError(f"io takes one interval (got {arg!r})")
+                interval = parse_interval(part)
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(
+                    f"{e}; or split by {' or '.join(IoCollector.BY)}"
+                ) from None
+        return name, (interval, by)
     if name == "conv" and arg in ("", "tcp"):
         return name, None
     if arg:
@@ -49,8 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NAME[,ARG]",
         help=f"a statistic to show (repeatable): {', '.join(TABLES)}; io,INTERVAL "
-        "(io,1s, io,500ms, io,1m; without one, 1 s or coarser to stay within 100 rows); "
-        "default: all",
+        "(io,1s, io,500ms, io,1m; without one, 1 s or coarser to stay within 100 rows) and "
+        "io,[INTERVAL,]topic or io,[INTERVAL,]client to split each interval; default: all",
     )
     p.add_argument("--json", action="store_true", help="one JSON document (docs/stats.md)")
     p.set_defaults(run=run)

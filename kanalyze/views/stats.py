@@ -394,6 +394,8 @@ class _Bucket:
     response_bytes: int = 0
     produced_records: int = 0
     fetched_records: int = 0
+    produced_bytes: int = 0  # record batch bytes
+    fetched_bytes: int = 0
     errors: int = 0
     latencies: list[float] = field(default_factory=list)  # real responses only, ms
 
@@ -404,12 +406,20 @@ class IoCollector:
     Without an interval the table stays readable: it starts at 1 s and, whenever the capture
     outgrows AUTO_ROWS intervals, moves to the next coarser one (each a multiple of the one
     before, so buckets merge exactly). An explicit interval is kept; past MAX_IO_BUCKETS
-    intervals later exchanges are counted in `dropped`."""
+    intervals later exchanges are counted in `dropped`.
+
+    `by` ("topic" or "client") also splits each interval: per client id everything the
+    exchanges carry; per topic the Produce and Fetch traffic (records and batch bytes, the
+    partitions' error codes). Only non-empty (interval, key) pairs are kept."""
 
     AUTO_STEPS = (1, 2, 10, 30, 60, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400)
     AUTO_ROWS = 100
 
-    def __init__(self, interval_s: float | None = None) -> None:
+    BY = ("topic", "client")
+
+    def __init__(self, interval_s: float | None = None, by: str | None = None) -> None:
+        self.by = by
+        self.split: dict[tuple[int, str], _Bucket] = {}
         self.auto = interval_s is None
         self.interval_s: float = 1.0 if interval_s is None else interval_s
         self.interval_ns = max(1, int(self.interval_s * 1e9))
@@ -425,11 +435,12 @@ class IoCollector:
             factor = round(nxt / self.interval_s)
             merged: dict[int, _Bucket] = {}
             for i, b in self.buckets.items():
-                m = merged.setdefault(i // factor, _Bucket())
-                for f in _Bucket.__slots__:
-                    setattr(m, f, getattr(m, f) + getattr(b, f))
-                del m.latencies[MAX_IO_SAMPLES:]
+                _add(merged.setdefault(i // factor, _Bucket()), b)
             self.buckets = merged
+            split: dict[tuple[int, str], _Bucket] = {}
+            for (i, key), b in self.split.items():
+                _add(split.setdefault((i // factor, key), _Bucket()), b)
+            self.split = split
             self.interval_s = float(nxt)
             self.interval_ns = int(nxt * 1e9)
             index //= factor
@@ -449,15 +460,34 @@ class IoCollector:
                 self.dropped += 1
                 return
             b = self.buckets[i] = _Bucket()
+        self._count(b, x)
+        if self.by == "client":
+            key = (i, ex.client_id or "-")
+            sb = self.split.get(key)
+            if sb is None and len(self.split) < MAX_IO_BUCKETS:
+                sb = self.split[key] = _Bucket()
+            if sb is not None:
+                self._count(sb, x)
+        elif self.by == "topic" and ex.api_key in (PRODUCE, FETCH):
+            self._topics(i, x)
+
+    @staticmethod
+    def _count(b: _Bucket, x: Exch) -> None:
+        ex = x.ex
         b.requests += 1
         if ex.request is not None:
             b.request_bytes += ex.request.pdu.size + 4
         if ex.response is not None:
             b.response_bytes += ex.response.pdu.size + 4
-        if ex.api_key == PRODUCE:
-            b.produced_records += x.facts.record_count
-        elif ex.api_key == FETCH:
-            b.fetched_records += x.facts.record_count
+        if ex.api_key in (PRODUCE, FETCH):
+            n = sum(p.record_count or 0 for p in x.facts.partitions)
+            size = sum(p.records_bytes or 0 for p in x.facts.partitions)
+            if ex.api_key == PRODUCE:
+                b.produced_records += n
+                b.produced_bytes += size
+            else:
+                b.fetched_records += n
+                b.fetched_bytes += size
         if ex.latency_ns is not None and len(b.latencies) < MAX_IO_SAMPLES and not _waits(x):
             b.latencies.append(ex.latency_ns / 1e6)
         if ex.response is not None:
@@ -466,6 +496,28 @@ class IoCollector:
                 for c in x.facts.error_codes
                 if not expected_error(ex.api_key, c, x.bodies.request)
             )
+
+    def _topics(self, i: int, x: Exch) -> None:
+        produce = x.ex.api_key == PRODUCE
+        touched: set[str] = set()
+        for pf in x.facts.partitions:
+            topic = pf.topic or (pf.topic_id[:8] if pf.topic_id else "?")
+            b = self.split.get((i, topic))
+            if b is None:
+                if len(self.split) >= MAX_IO_BUCKETS:
+                    continue
+                b = self.split[(i, topic)] = _Bucket()
+            if topic not in touched:
+                touched.add(topic)
+                b.requests += 1
+            if produce:
+                b.produced_records += pf.record_count or 0
+                b.produced_bytes += pf.records_bytes or 0
+            else:
+                b.fetched_records += pf.record_count or 0
+                b.fetched_bytes += pf.records_bytes or 0
+            if pf.error_code:
+                b.errors += 1
 
     def rows(self) -> list[dict[str, object]]:
         if not self.buckets:
@@ -482,12 +534,40 @@ class IoCollector:
                     "request_bytes": b.request_bytes,
                     "response_bytes": b.response_bytes,
                     "produced_records": b.produced_records,
+                    "produced_bytes": b.produced_bytes,
                     "fetched_records": b.fetched_records,
+                    "fetched_bytes": b.fetched_bytes,
                     "errors": b.errors,
                     **{k: v for k, v in _lat(b.latencies).items() if k in ("p50_ms", "max_ms")},
                 }
             )
         return out
+
+    def split_rows(self) -> list[dict[str, object]]:
+        """The `io_by` table: one row per non-empty (interval, topic or client id)."""
+        step = self.interval_s
+        return [
+            {
+                "start_s": round(i * step, 6),
+                "end_s": round((i + 1) * step, 6),
+                "by": self.by,
+                "key": key,
+                "requests": b.requests,
+                "produced_records": b.produced_records,
+                "produced_bytes": b.produced_bytes,
+                "fetched_records": b.fetched_records,
+                "fetched_bytes": b.fetched_bytes,
+                "errors": b.errors,
+            }
+            for (i, key), b in sorted(self.split.items())
+        ]
+
+
+def _add(into: _Bucket, b: _Bucket) -> None:
+    """Merge bucket `b` into `into` (interval coarsening)."""
+    for f in _Bucket.__slots__:
+        setattr(into, f, getattr(into, f) + getattr(b, f))
+    del into.latencies[MAX_IO_SAMPLES:]
 
 
 COLLECTORS = {
@@ -499,10 +579,11 @@ COLLECTORS = {
 }
 
 
-def build(session: object, choices: dict[str, float | None]) -> dict[str, object]:
+def build(session: object, choices: dict[str, object]) -> dict[str, object]:
     """Run `session` once, feeding the chosen collectors; the `kanalyze stats --json` document.
 
-    `choices` maps table names (TABLES) to their argument (the io interval in seconds)."""
+    `choices` maps table names (TABLES) to their argument: for io, (interval in seconds or
+    None for automatic, None or "topic" or "client" to split by)."""
     from kanalyze.bodies import exchange_facts
     from kanalyze.session import Session
     from kanalyze.views.source import BodySource
@@ -513,7 +594,11 @@ def build(session: object, choices: dict[str, float | None]) -> dict[str, object
     cols: dict[str, object] = {}
     for name in TABLES:
         if name in choices:
-            cols[name] = IoCollector(choices[name]) if name == "io" else COLLECTORS[name]()
+            if name == "io":
+                interval, by = choices[name] or (None, None)  # type: ignore[misc]
+                cols[name] = IoCollector(interval, by)
+            else:
+                cols[name] = COLLECTORS[name]()
     conv = cols.get("conv")
     if isinstance(conv, ConvCollector):
         session.on_packet = conv.tracker.packet
@@ -562,6 +647,8 @@ def build(session: object, choices: dict[str, float | None]) -> dict[str, object
         },
         "tables": tables,
     }
-    if "io" in cols:
-        doc["io_interval_s"] = cols["io"].interval_s  # type: ignore[attr-defined]
+    if isinstance(io, IoCollector):
+        doc["io_interval_s"] = io.interval_s
+        if io.by:
+            tables["io_by"] = io.split_rows()
     return doc

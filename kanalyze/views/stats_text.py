@@ -92,6 +92,18 @@ IO = (
     Col("max", "max_ms", ms),
 )
 
+IO_BY = (
+    Col("from", "start_s", seconds),
+    Col("to", "end_s", seconds),
+    Col("key", "key", right=False),
+    Col("requests", "requests", count),
+    Col("produced", "produced_records", count),
+    Col("prod bytes", "produced_bytes", nbytes),
+    Col("fetched", "fetched_records", count),
+    Col("fetch bytes", "fetched_bytes", nbytes),
+    Col("errors", "errors", count),
+)
+
 
 def render(doc: dict, out: Out) -> None:
     cap = doc["capture"]
@@ -148,3 +160,13 @@ def render(doc: dict, out: Out) -> None:
         out.line()
         out.heading(f"Traffic per {seconds(doc['io_interval_s'])} (io)")
         out.table(IO, t["io"])
+    if "io_by" in t:
+        by = t["io_by"][0]["by"] if t["io_by"] else "key"
+        out.line()
+        out.heading(f"Traffic per {seconds(doc['io_interval_s'])} by {by} (io)")
+        head = "topic" if by == "topic" else "client id"
+        out.table(
+            tuple(Col(head, c.key, right=False) if c.key == "key" else c for c in IO_BY),
+            t["io_by"],
+            empty="(no traffic)",
+        )

@@ -274,3 +274,25 @@ def test_every_table_on_damaged_and_odd_captures(
     assert answered <= n
     assert main(["stats", str(ROOT / "captures" / name)]) == 0
     assert "Connections (conv)" in capsys.readouterr().out
+
+
+def test_io_split_by_topic_and_client(capsys: pytest.CaptureFixture[str]) -> None:
+    """Throughput per topic and per client over time adds up to the totals."""
+    cap = str(ROOT / "captures" / "lib_group_rebalance.pcap")
+    doc = stats(capsys, "-z", "io,topic", "-z", "topics", cap)
+    jsonschema.validate(doc, SCHEMA)
+    by_topic = Counter()
+    for r in doc["tables"]["io_by"]:
+        assert r["by"] == "topic"
+        by_topic[r["key"]] += r["produced_records"]
+    topics = Counter()
+    for r in doc["tables"]["topics"]:
+        topics[r["topic"]] += r["produced_records"]
+    assert by_topic == topics and sum(topics.values()) == 24
+    assert sum(r["produced_records"] for r in doc["tables"]["io"]) == 24
+    doc = stats(capsys, "-z", "io,500ms,client", cap)
+    rows, split = doc["tables"]["io"], doc["tables"]["io_by"]
+    assert doc["io_interval_s"] == 0.5
+    for field in ("requests", "produced_records", "fetched_records", "fetched_bytes"):
+        assert sum(r[field] for r in split) == sum(r[field] for r in rows), field
+    assert {r["key"] for r in split} == {"lib-group-producer", "lib-member-a", "lib-member-b"}
