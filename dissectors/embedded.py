@@ -43,9 +43,9 @@ def _each(node: Node, *path: str) -> Iterator[Node]:
             for c in node.children:
                 yield from _each(c, *rest)
         return
-    c = node.child(head) if node.children else None
-    if c is not None:
-        yield from _each(c, *rest)
+    named = node.child(head) if node.children else None
+    if named is not None:
+        yield from _each(named, *rest)
 
 
 def _value(node: Node, name: str) -> object:
@@ -80,9 +80,7 @@ def embed_versioned(
     if version < 0:
         return False
     newer = version > _max_version(message)
-    sub = decode_message(
-        message, min(version, _max_version(message)), buf, start + 2, end, ctx
-    )
+    sub = decode_message(message, min(version, _max_version(message)), buf, start + 2, end, ctx)
     if sub.kind != STRUCT:
         return False
     if newer:  # a newer version only appends fields: keep them raw, no complaint
@@ -91,7 +89,7 @@ def embed_versioned(
         return False
     node.kind = STRUCT
     node.value = None
-    node.children = [Node("Version", PRIM, start, 2, version), *sub.children]
+    node.children = [Node("Version", PRIM, start, 2, version), *(sub.children or ())]
     node.diagnostics.extend(sub.diagnostics)
     return True
 
@@ -153,15 +151,15 @@ def _envelope_request(body: Node, version: int, buf, ctx: DecodeContext) -> None
                 n.kind, n.value, n.children = STRUCT, None, inner
 
 
-def decode_request(buf: bytes | memoryview, start: int, end: int, ctx: DecodeContext) -> list[Node] | None:
+def decode_request(
+    buf: bytes | memoryview, start: int, end: int, ctx: DecodeContext
+) -> list[Node] | None:
     """A full request (header + body) inside `buf[start:end]`: [header, body] nodes."""
     api_key = INT16.unpack_from(buf, start)[0]
     api_version = INT16.unpack_from(buf, start + 2)[0]
     if api_key == quirks.API_ENVELOPE:
         return None
-    reader = message_reader(
-        "RequestHeader", quirks.request_header_version(api_key, api_version)
-    )
+    reader = message_reader("RequestHeader", quirks.request_header_version(api_key, api_version))
     if reader is None:
         return None
     out: list[Node] = []

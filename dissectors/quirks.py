@@ -30,7 +30,8 @@ def _flexible(table: dict[int, int | None], api_key: int, api_version: int) -> b
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
-    """Request header version: 0 for ControlledShutdown v0, 2 when the request is flexible, else 1."""
+    """Request header version: 0 for ControlledShutdown v0, 2 when the request is flexible,
+    else 1."""
     if api_key == API_CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
     return 2 if _flexible(REQUEST_FLEXIBLE_FROM, api_key, api_version) else 1

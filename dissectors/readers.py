@@ -237,11 +237,15 @@ def _fixed_array_reader(ftype: str, compact: bool, nullable: bool) -> Reader:
         if n < 0:
             node = Node(name, ARRAY, start, pos - start, None, None)
             if not nullable:
-                node.diagnostics.append(Diagnostic(Code.BAD_LENGTH, start, f"{name}: null in a non-nullable array"))
+                node.diagnostics.append(
+                    Diagnostic(Code.BAD_LENGTH, start, f"{name}: null in a non-nullable array")
+                )
             out.append(node)
             return pos
         if n > end - pos or n > ctx.limits.max_array_count:
-            raise DecodeError(Code.ARRAY_TOO_LARGE, start, f"{name}: {n} elements cannot fit in {end - pos} bytes")
+            raise DecodeError(
+                Code.ARRAY_TOO_LARGE, start, f"{name}: {n} elements cannot fit in {end - pos} bytes"
+            )
         nxt = pos + n * size
         if nxt > end:
             children: list[Node] = []
