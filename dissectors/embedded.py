@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterator
 
 from dissectors import quirks, schemas
+from dissectors.apis import ApiKey
 from dissectors.context import DecodeContext
 from dissectors.decoder import decode_body, decode_message, message_reader
 from dissectors.diagnostics import Code
@@ -294,17 +295,17 @@ def decode_raw_sasl(buf: bytes | memoryview, offset: int, end: int, ctx: DecodeC
 
 
 HOOKS = {
-    (3, False): _learn_topics,
-    (11, True): _join_group_request,
-    (11, False): _join_group_response,
-    (14, True): _sync_group_request,
-    (14, False): _sync_group_response,
-    (15, False): _describe_groups_response,
-    (19, False): _learn_topics,
-    (36, True): _sasl_authenticate,
-    (36, False): _sasl_authenticate,
-    (58, True): _envelope_request,
-    (75, False): _learn_topics,
+    (ApiKey.METADATA, False): _learn_topics,
+    (ApiKey.JOIN_GROUP, True): _join_group_request,
+    (ApiKey.JOIN_GROUP, False): _join_group_response,
+    (ApiKey.SYNC_GROUP, True): _sync_group_request,
+    (ApiKey.SYNC_GROUP, False): _sync_group_response,
+    (ApiKey.DESCRIBE_GROUPS, False): _describe_groups_response,
+    (ApiKey.CREATE_TOPICS, False): _learn_topics,
+    (ApiKey.SASL_AUTHENTICATE, True): _sasl_authenticate,
+    (ApiKey.SASL_AUTHENTICATE, False): _sasl_authenticate,
+    (ApiKey.ENVELOPE, True): _envelope_request,
+    (ApiKey.DESCRIBE_TOPIC_PARTITIONS, False): _learn_topics,
 }
 for (_api_key, _is_request), _hook in HOOKS.items():
     register_body_hook(_api_key, _is_request, _hook)
