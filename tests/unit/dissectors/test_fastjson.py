@@ -185,7 +185,7 @@ def fast_at(
 @pytest.mark.skipif(not CAPTURES, reason="no captures in the checkout")
 def test_export_lines_as_bytes_and_text_agree() -> None:
     """ExchangeEncoder.line_bytes (binary outputs) is line() in UTF-8, with and without bodies."""
-    from kanalyze.export.ndjson import ExchangeEncoder, dumps
+    from kanalyze.export import ExchangeEncoder, dumps
     from kanalyze.session import Session
 
     for path in CAPTURES[:6]:
