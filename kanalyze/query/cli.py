@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from dissectors.context import DecodeContext
 from kanalyze.capture import CaptureStats, read_captures
 from kanalyze.query.compile import Filter, compile_filter
+from kanalyze.query.fields import start_us
 from kanalyze.query.parse import FilterError
 from kanalyze.query.subject import Env, Subject
 from kanalyze.query.values import DURATION_MS, parse_time
@@ -150,7 +151,7 @@ class Selection:
         if not self._resolved:
             self._resolve(ex.start_ts)
         if self._lo is not None or self._hi is not None:
-            ts = ex.start_ts
+            ts = start_us(ex.start_ts)
             if (self._lo is not None and ts < self._lo) or (self._hi is not None and ts >= self._hi):
                 return False
         s = Subject(ex, self.env)

@@ -53,9 +53,14 @@ def _latency(s: Subject) -> float | None:
     return None if lat is None else round(lat / 1e6, 3)
 
 
+def start_us(ts_ns: int) -> int:
+    """A time at the microsecond precision the outputs show, in ns."""
+    return (ts_ns + 500) // 1000 * 1000
+
+
 def _time(s: Subject) -> int | None:
     m = s.ex.request or s.ex.response
-    return None if m is None else m.pdu.last_ts
+    return None if m is None else start_us(m.pdu.last_ts)
 
 
 def _frames(s: Subject) -> tuple[int, ...]:
@@ -85,7 +90,7 @@ def _errors(s: Subject) -> tuple[str, ...]:
 
 
 def _topics(s: Subject) -> tuple[str, ...]:
-    return tuple(t for t, _parts in s.facts.topics)
+    return tuple(t for t, _parts in s.facts.topics if t is not None)
 
 
 def _partitions(s: Subject) -> tuple[int, ...]:
