@@ -203,14 +203,14 @@ class SelectedSession:
     """A Session whose `exchanges()` yields only the selected ones (stats stay whole-capture)."""
 
     def __init__(self, session, sel: Selection) -> None:  # noqa: ANN001 - a Session
-        self._session = session
+        self.base = session
         self.selection = sel
 
     def __getattr__(self, name: str) -> object:
-        return getattr(self._session, name)
+        return getattr(self.base, name)
 
     def exchanges(self) -> Iterator:
-        return select(self._session.exchanges(), self.selection)
+        return select(self.base.exchanges(), self.selection)
 
 
 def selected_session(args: argparse.Namespace, session, ctx: DecodeContext | None = None,  # noqa: ANN001
