@@ -70,9 +70,14 @@ def _suggest(name: str) -> str:
     return f' (did you mean "{close[0]}"?)' if close else ""
 
 
+KEYWORDS = frozenset({"and", "or", "not", "in", "contains", "matches", "true", "false"})
+
+
 def resolve(f: Field) -> FieldSpec:
     """The field named by `f`, or a FilterError at its column."""
     name = f.name
+    if name in KEYWORDS:
+        raise FilterError(f"unexpected {name!r}: expected a field name", f.column)
     spec = FIELDS.get(name)
     if spec is not None:
         return spec

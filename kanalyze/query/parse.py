@@ -208,6 +208,10 @@ _NAMES = {
 
 
 def _expected(names: set[str] | frozenset[str]) -> str:
+    if "_AND_W" in names and "CMP" in names:
+        return "an operator (== != < <= > >= contains matches in), and, or, or the end"
+    if "_AND_W" in names:
+        return "and, or, or the end of the expression"
     wanted = sorted({_NAMES.get(n, n) for n in names if not n.startswith("__")})
     if len(wanted) > 5:
         return "an expression"
@@ -234,11 +238,14 @@ def parse(text: str) -> Node:
         raise FilterError(f"unexpected character {ch!r}{hint}", e.column) from None
     except UnexpectedEOF as e:
         raise FilterError(f"the expression ends too early: expected {_expected(e.expected)}",
-                          len(text.rstrip()) + 1) from None
+                          len(text) + 1) from None
     except UnexpectedToken as e:
         tok = e.token
-        col = len(text.rstrip()) + 1 if tok.type == "$END" else e.column
-        raise FilterError(f"unexpected {_describe(tok)}: expected {_expected(e.expected)}", col) from None
+        if tok.type == "$END":
+            raise FilterError(f"the expression ends too early: expected {_expected(e.expected)}",
+                              len(text) + 1) from None
+        raise FilterError(f"unexpected {_describe(tok)}: expected {_expected(e.expected)}",
+                          e.column) from None
     except UnexpectedInput as e:  # pragma: no cover - the three above are the concrete kinds
         raise FilterError("cannot parse the filter", getattr(e, "column", 1)) from None
     try:

@@ -91,12 +91,8 @@ def body_path(d, side, *path):
     m = d[side]
     vals = [m["body"]] if m and m["body"] is not None else []
     for key in path:
-        nxt = []
-        for v in vals:
-            for x in (v if isinstance(v, list) else [v]):
-                if isinstance(x, dict) and key in x:
-                    nxt.append(x[key])
-        vals = nxt
+        vals = [x[key] for v in vals for x in (v if isinstance(v, list) else [v])
+                if isinstance(x, dict) and key in x]
     flat = []
     for v in vals:
         flat.extend(v if isinstance(v, list) else [v])
