@@ -57,6 +57,8 @@ def _field_options(items: list[str]) -> dict[str, object]:
 def check_output_arguments(args: argparse.Namespace) -> list | None:
     """Validate the format options before any input is read (exit 2); the -e field specs."""
     fmt = args.format
+    if args.write_pcap is not None and fmt != "ndjson":
+        _fail("-w writes a pcap; it does not combine with -T")
     if args.fields and fmt != "fields":
         _fail("-e needs -T fields")
     if (args.field_options or args.csv) and fmt != "fields":
@@ -72,8 +74,6 @@ def check_output_arguments(args: argparse.Namespace) -> list | None:
             _fail(e.message)
     if fmt == "parquet" and args.output == "-":
         _fail("-T parquet needs -o FILE")
-    if args.write_pcap is not None and fmt != "ndjson":
-        _fail("-w writes a pcap; it does not combine with -T")
     return None
 
 
