@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TextIO
 
@@ -56,15 +56,27 @@ def _one(value: object, kind: str) -> str:
 class FieldWriter:
     """Writes the chosen fields of each exchange as TSV (escaped) or CSV (quoted)."""
 
-    def __init__(self, out: TextIO, specs: list[FieldSpec], env: Env, *, header: bool = False,
-                 separator: str = "\t", aggregator: str = ",", as_csv: bool = False) -> None:
+    def __init__(
+        self,
+        out: TextIO,
+        specs: list[FieldSpec],
+        env: Env,
+        *,
+        header: bool = False,
+        separator: str = "\t",
+        aggregator: str = ",",
+        as_csv: bool = False,
+    ) -> None:
         self.specs = specs
         self.env = env
         self.aggregator = aggregator
         self.learn = any(s.cost >= FACTS for s in specs)
         self.out = out
-        self._csv = csv.writer(out, delimiter="," if separator == "\t" else separator,
-                               lineterminator="\n") if as_csv else None
+        self._csv = (
+            csv.writer(out, delimiter="," if separator == "\t" else separator, lineterminator="\n")
+            if as_csv
+            else None
+        )
         self.separator = separator
         if header:
             self._row([s.name for s in specs])
@@ -81,17 +93,11 @@ class FieldWriter:
         for spec in self.specs:
             v = spec.get(s)
             if spec.multi:
-                cells.append(self.aggregator.join(_one(x, spec.kind) for x in v))  # type: ignore[union-attr]
+                values: tuple = v  # type: ignore[assignment]
+                cells.append(self.aggregator.join(_one(x, spec.kind) for x in values))
             else:
                 cells.append(_one(v, spec.kind))
         return cells
 
     def write(self, ex: object) -> None:
         self._row(self.cells(ex))
-
-    def write_all(self, exchanges: Iterable, learn_all: Iterable | None = None) -> int:
-        n = 0
-        for ex in exchanges:
-            self.write(ex)
-            n += 1
-        return n

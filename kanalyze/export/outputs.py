@@ -11,24 +11,45 @@ import argparse
 import sys
 
 from dissectors.context import DecodeContext
-from kanalyze.query.parse import FilterError
 
 FORMATS = ("ndjson", "fields", "parquet")
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("output formats")
-    g.add_argument("-T", "--format", choices=FORMATS, default="ndjson",
-                   help="ndjson (default); fields: the -e fields, tab-separated; "
-                        "parquet: one typed row per exchange (needs -o FILE and pyarrow)")
-    g.add_argument("-e", dest="fields", action="append", default=[], metavar="FIELD",
-                   help="a field for -T fields (repeatable): any filter field or body path")
-    g.add_argument("-E", dest="field_options", action="append", default=[], metavar="OPT=VALUE",
-                   help="-T fields options: header=y|n, separator=/t|/s|CHAR, aggregator=CHAR")
+    g.add_argument(
+        "-T",
+        "--format",
+        choices=FORMATS,
+        default="ndjson",
+        help="ndjson (default); fields: the -e fields, tab-separated; "
+        "parquet: one typed row per exchange (needs -o FILE and pyarrow)",
+    )
+    g.add_argument(
+        "-e",
+        dest="fields",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="a field for -T fields (repeatable): any filter field or body path",
+    )
+    g.add_argument(
+        "-E",
+        dest="field_options",
+        action="append",
+        default=[],
+        metavar="OPT=VALUE",
+        help="-T fields options: header=y|n, separator=/t|/s|CHAR, aggregator=CHAR",
+    )
     g.add_argument("--csv", action="store_true", help="-T fields as CSV (comma-separated, quoted)")
-    g.add_argument("-w", "--write-pcap", metavar="FILE", default=None,
-                   help="write the packets that carry the selected exchanges to a pcap FILE "
-                        "(instead of NDJSON)")
+    g.add_argument(
+        "-w",
+        "--write-pcap",
+        metavar="FILE",
+        default=None,
+        help="write the packets that carry the selected exchanges to a pcap FILE "
+        "(instead of NDJSON)",
+    )
 
 
 def _fail(message: str) -> None:
@@ -67,6 +88,7 @@ def check_output_arguments(args: argparse.Namespace) -> list | None:
         if not args.fields:
             _fail("-T fields needs at least one -e FIELD (e.g. -e api -e latency)")
         from kanalyze.export.fields import field_specs
+        from kanalyze.query.parse import FilterError
 
         try:
             return field_specs(args.fields)
@@ -83,15 +105,20 @@ def needs_learning(specs: list | None) -> bool:
     return bool(specs) and any(s.cost >= FACTS for s in specs)  # type: ignore[union-attr]
 
 
-def run_output(args: argparse.Namespace, session, ctx: DecodeContext, specs: list | None,  # noqa: ANN001
-               opts) -> int | None:  # noqa: ANN001 - EngineOptions
+def run_output(
+    args: argparse.Namespace,
+    session,
+    ctx: DecodeContext,
+    specs: list | None,  # noqa: ANN001
+    opts,
+) -> int | None:  # noqa: ANN001 - EngineOptions
     """Write the chosen format; None when it is NDJSON (the caller's own path)."""
     if args.write_pcap is not None:
         return _pcap(args, session, opts)
     if args.format == "fields":
         return _fields(args, session, ctx, specs)
     if args.format == "parquet":
-        return _parquet(args, session, ctx)
+        return _parquet(args, session)
     return None
 
 
@@ -100,12 +127,20 @@ def _fields(args: argparse.Namespace, session, ctx: DecodeContext, specs) -> int
     from kanalyze.query.subject import Env
 
     o = _field_options(args.field_options)
-    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
+    to_file = args.output != "-"
+    out = open(args.output, "w", encoding="utf-8") if to_file else sys.stdout  # noqa: SIM115
     env = Env(ctx)
     learn = needs_learning(specs) and getattr(session, "selection", None) is None
     try:
-        w = FieldWriter(out, specs, env, header=bool(o["header"]), separator=str(o["separator"]),
-                        aggregator=str(o["aggregator"]), as_csv=args.csv)
+        w = FieldWriter(
+            out,
+            specs,
+            env,
+            header=bool(o["header"]),
+            separator=str(o["separator"]),
+            aggregator=str(o["aggregator"]),
+            as_csv=args.csv,
+        )
         for ex in session.exchanges():
             if learn:
                 env.decoder.learn(ex)
@@ -118,12 +153,12 @@ def _fields(args: argparse.Namespace, session, ctx: DecodeContext, specs) -> int
     return 0
 
 
-def _parquet(args: argparse.Namespace, session, ctx: DecodeContext) -> int:  # noqa: ANN001
+def _parquet(args: argparse.Namespace, session) -> int:  # noqa: ANN001
     try:
         from kanalyze.export.parquet import write_parquet
     except ImportError as e:
         _fail(f"-T parquet needs pyarrow (pip install 'kanalyze[parquet]'): {e}")
-    n = write_parquet(args.output, session, ctx)
+    n = write_parquet(args.output, session)
     sys.stderr.write(f"kanalyze: {n} exchanges written to {args.output}\n")
     return 0
 
@@ -134,8 +169,12 @@ def _pcap(args: argparse.Namespace, session, opts) -> int:  # noqa: ANN001
     sel = getattr(session, "selection", None)
     keep = sel if sel is not None else (lambda _ex: True)
     try:
-        selected, packets = export_pcap(args.write_pcap, list(session.paths), opts, keep, session.capture)
+        selected, packets = export_pcap(
+            args.write_pcap, list(session.paths), opts, keep, session.capture
+        )
     except PcapWriteError as e:
         _fail(str(e))
-    sys.stderr.write(f"kanalyze: {selected} exchanges, {packets} packets written to {args.write_pcap}\n")
+    sys.stderr.write(
+        f"kanalyze: {selected} exchanges, {packets} packets written to {args.write_pcap}\n"
+    )
     return 0

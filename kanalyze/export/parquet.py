@@ -16,8 +16,9 @@ from kanalyze.spark.rows import BATCH_ROWS, EXCHANGE_SCHEMA, RowBuilder
 from kanalyze.spark.units import default_capture_id
 
 
-def write_parquet(path: str, session, ctx=None) -> int:  # noqa: ANN001 - a Session; ctx unused: the table's own decode policy
-    """Write the session's (selected) exchanges to `path`; returns the row count."""
+def write_parquet(path: str, session) -> int:  # noqa: ANN001 - a Session
+    """Write the session's (selected) exchanges to `path` with the table's own decode policy
+    (as Spark's); returns the row count."""
     files = [str(p) for p in session.paths]
     builder = RowBuilder(files, capture_id=default_capture_id(files[0]) if files else "")
     seen: dict[tuple[str, str], int] = {}

@@ -47,7 +47,9 @@ class Coverage:
     def want(self, ex: Exchange) -> None:
         for msg, is_request in ex.messages():
             p = msg.pdu
-            self.wanted.setdefault((ex.conn.id, is_request), []).append((p.offset, p.offset + 4 + p.size))
+            self.wanted.setdefault((ex.conn.id, is_request), []).append(
+                (p.offset, p.offset + 4 + p.size)
+            )
 
     def packets(self) -> dict[int, tuple[tuple[int, bool], int] | None]:
         """Packet number → (direction, stream offset of its payload), for the packets whose
@@ -74,8 +76,9 @@ class Coverage:
         return out
 
 
-def run_with_coverage(paths: Sequence[str], opts: EngineOptions, cov: Coverage,
-                      stats: CaptureStats) -> Iterator[Exchange]:
+def run_with_coverage(
+    paths: Sequence[str], opts: EngineOptions, cov: Coverage, stats: CaptureStats
+) -> Iterator[Exchange]:
     """Exchanges in start-time order (as `Session.exchanges`), noting each packet's bytes."""
     out: list[Exchange] = []
     engine = Engine(out.append, opts)
@@ -128,7 +131,9 @@ def write_pcap(path: str, paths: Sequence[str], cov: Coverage) -> int:
                 data = bytes(pkt.data)
             else:
                 key, lo = where
-                data = rewrite(pkt.linktype, pkt.data, lo, maps[key], maps.get((key[0], not key[1])))
+                data = rewrite(
+                    pkt.linktype, pkt.data, lo, maps[key], maps.get((key[0], not key[1]))
+                )
             if writer is None:
                 writer = _writer(path, cov.linktypes, pkt.linktype)
             writer.write(pkt.ts_ns, data, pkt.linktype)
@@ -168,15 +173,21 @@ class PcapngWriter:
     def _block(self, kind: int, body: bytes) -> None:
         pad = -len(body) % 4
         total = 12 + len(body) + pad
-        self.f.write(struct.pack("<II", kind, total) + body + b"\0" * pad + struct.pack("<I", total))
+        self.f.write(
+            struct.pack("<II", kind, total) + body + b"\0" * pad + struct.pack("<I", total)
+        )
 
     def write(self, ts_ns: int, data: bytes, linktype: int) -> None:
         iface = self.ifaces.get(linktype)
         if iface is None:
             iface = self.ifaces[linktype] = len(self.ifaces)
             tsresol = struct.pack("<HHB3x", 9, 1, 9)  # if_tsresol: 10^-9
-            self._block(1, struct.pack("<HHI", linktype, 0, 262_144) + tsresol + struct.pack("<HH", 0, 0))
-        self._block(6, struct.pack("<IIIII", iface, ts_ns >> 32, ts_ns & MASK, len(data), len(data)) + data)
+            self._block(
+                1, struct.pack("<HHI", linktype, 0, 262_144) + tsresol + struct.pack("<HH", 0, 0)
+            )
+        self._block(
+            6, struct.pack("<IIIII", iface, ts_ns >> 32, ts_ns & MASK, len(data), len(data)) + data
+        )
 
     def close(self) -> None:
         self.f.close()
@@ -186,8 +197,13 @@ def _writer(path: str, linktypes: set[int], first: int) -> _Pcap | PcapngWriter:
     return PcapngWriter(path) if len(linktypes) > 1 else _Pcap(path, first)
 
 
-def export_pcap(path: str, paths: Sequence[str], opts: EngineOptions,
-                keep: Callable[[Exchange], bool], stats: CaptureStats) -> tuple[int, int]:
+def export_pcap(
+    path: str,
+    paths: Sequence[str],
+    opts: EngineOptions,
+    keep: Callable[[Exchange], bool],
+    stats: CaptureStats,
+) -> tuple[int, int]:
     """(exchanges selected, packets written)."""
     if "-" in paths:
         raise PcapWriteError("-w needs capture files: standard input cannot be read twice")

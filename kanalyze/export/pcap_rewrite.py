@@ -35,7 +35,7 @@ def merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 class StreamMap:
-    """One direction's selected byte ranges, and old stream offset → new (selected bytes before)."""
+    """One direction's selected byte ranges; old stream offset → new (selected bytes before)."""
 
     __slots__ = ("base", "before", "ranges", "starts")
 
@@ -86,8 +86,9 @@ def _checksum(*parts: bytes) -> int:
     return ~total & 0xFFFF
 
 
-def rewrite(linktype: int, buf: bytes, payload_lo: int, mine: StreamMap,
-            other: StreamMap | None) -> bytes:
+def rewrite(
+    linktype: int, buf: bytes, payload_lo: int, mine: StreamMap, other: StreamMap | None
+) -> bytes:
     """`buf` (a packet carrying stream bytes [payload_lo, ...)) with only its selected bytes,
     and sequence/acknowledgement numbers in the compressed streams."""
     net = network_offset(linktype, buf)

@@ -83,8 +83,10 @@ def resolve(f: Field) -> FieldSpec:
         return spec
     if f.path[0] == "body":
         if len(f.path) < 3 or f.path[1] not in BODY_SIDES:
-            raise FilterError("a body path starts with body.request. or body.response. "
-                              "(e.g. body.request.acks)", f.column)
+            raise FilterError(
+                "a body path starts with body.request. or body.response. (e.g. body.request.acks)",
+                f.column,
+            )
         return FieldSpec(name, ANY, body_getter(f.path[1], f.path[2:]), BODY, multi=True)
     raise FilterError(f"unknown field {name!r}{_suggest(name)}", f.column)
 
@@ -131,7 +133,7 @@ def _same_type(a: object, b: object) -> bool:
     return type(a) is type(b)
 
 
-def _value_test(spec: FieldSpec, t: Test) -> Callable[[object], bool]:  # noqa: C901 - one arm per operator
+def _value_test(spec: FieldSpec, t: Test) -> Callable[[object], bool]:  # noqa: C901
     """A test of one value (not None) against the literal(s)."""
     op = t.op
     any_kind = spec.kind == ANY
@@ -149,7 +151,9 @@ def _value_test(spec: FieldSpec, t: Test) -> Callable[[object], bool]:  # noqa: 
     if op == "range":
         lo, hi = (_convert(spec, v) for v in t.values)
         if any_kind:
-            return lambda x: isinstance(x, int | float) and not isinstance(x, bool) and lo <= x <= hi  # type: ignore[operator]
+            return lambda x: (
+                isinstance(x, int | float) and not isinstance(x, bool) and lo <= x <= hi
+            )  # type: ignore[operator]
         return lambda x: lo <= x <= hi  # type: ignore[operator]
     lits = []
     for v in t.values:
@@ -179,27 +183,34 @@ def _test(t: Test) -> tuple[Pred, int, str]:
     spec = resolve(t.field)
     if t.op not in _OPS_BY_KIND[spec.kind]:
         allowed = " ".join(o for o in _OPS_BY_KIND[spec.kind] if o not in ("truthy", "range"))
-        raise FilterError(f"{spec.name} ({spec.kind}) does not take {_op_name(t.op)}; it takes "
-                          f"{allowed}", t.column)
+        raise FilterError(
+            f"{spec.name} ({spec.kind}) does not take {_op_name(t.op)}; it takes {allowed}",
+            t.column,
+        )
     get = spec.get
     negate = t.op == "!="
     one = _value_test(spec, t)
     if spec.multi:
         if negate:
+
             def pred(s: Subject) -> bool:
                 vals = get(s)
                 return bool(vals) and not any(one(x) for x in vals)  # type: ignore[union-attr]
         else:
+
             def pred(s: Subject) -> bool:
                 return any(one(x) for x in get(s))  # type: ignore[union-attr]
     elif negate:
+
         def pred(s: Subject) -> bool:
             x = get(s)
             return x is not None and not one(x)
     else:
+
         def pred(s: Subject) -> bool:
             x = get(s)
             return x is not None and one(x)
+
     return pred, spec.cost, spec.name
 
 

@@ -19,7 +19,15 @@ HEADER, FACTS, BODY = 0, 1, 2  # evaluation cost: terms are tried cheapest first
 
 # kinds: how values are written and which operators apply
 TEXT, ENUM, INT, SIZE, DURATION, TIME, BOOL, ANY = (
-    "text", "enum", "int", "size", "duration", "time", "bool", "any")
+    "text",
+    "enum",
+    "int",
+    "size",
+    "duration",
+    "time",
+    "bool",
+    "any",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +129,9 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("api_key", INT, lambda s: s.ex.api_key, doc="API key number"),
         FieldSpec("version", INT, lambda s: s.ex.api_version, doc="API version"),
         FieldSpec("correlation_id", INT, lambda s: s.ex.correlation_id),
-        FieldSpec("client_id", TEXT, lambda s: s.ex.client_id, doc="the request header's client id"),
+        FieldSpec(
+            "client_id", TEXT, lambda s: s.ex.client_id, doc="the request header's client id"
+        ),
         FieldSpec("client", TEXT, lambda s: s.ex.conn.client, doc="client address ip:port"),
         FieldSpec("client.ip", TEXT, lambda s: _endpoint(s.ex.conn.client)[0]),
         FieldSpec("client.port", INT, lambda s: _endpoint(s.ex.conn.client)[1]),
@@ -129,30 +139,57 @@ FIELDS: dict[str, FieldSpec] = {
         FieldSpec("broker.ip", TEXT, lambda s: _endpoint(s.ex.conn.broker)[0]),
         FieldSpec("broker.port", INT, lambda s: _endpoint(s.ex.conn.broker)[1]),
         FieldSpec("conn", INT, lambda s: s.ex.conn.id, doc="connection id (order of appearance)"),
-        FieldSpec("status", ENUM, lambda s: s.ex.status,
-                  choices=("ok", "no_response", "request_missing")),
+        FieldSpec(
+            "status", ENUM, lambda s: s.ex.status, choices=("ok", "no_response", "request_missing")
+        ),
         FieldSpec("latency", DURATION, _latency, doc="response time minus request time (ms)"),
         FieldSpec("time", TIME, _time, doc="when the exchange began (absolute)"),
-        FieldSpec("frame", INT, _frames, multi=True, doc="a packet number of the request or response"),
+        FieldSpec(
+            "frame", INT, _frames, multi=True, doc="a packet number of the request or response"
+        ),
         FieldSpec("size", SIZE, _size, doc="request + response bytes (with length prefixes)"),
         FieldSpec("request.size", SIZE, _side_size(True)),
         FieldSpec("response.size", SIZE, _side_size(False)),
         FieldSpec("acks", INT, lambda s: s.ex.acks, doc="Produce acks (-1, 0, 1)"),
-        FieldSpec("inferred", BOOL, lambda s: getattr(s.ex, "inferred", None) is not None,
-                  doc="the response's api was inferred (its request was not captured)"),
-        FieldSpec("error", ENUM, _errors, FACTS, multi=True, choices=tuple(ERROR_NAMES.values()),
-                  doc="name of any non-zero error code in the response"),
-        FieldSpec("errors", BOOL, lambda s: bool(s.facts.error_codes), FACTS,
-                  doc="the response has an error code other than NONE"),
-        FieldSpec("topic", TEXT, _topics, FACTS, multi=True,
-                  doc="a topic the exchange touches (topic ids named when known)"),
+        FieldSpec(
+            "inferred",
+            BOOL,
+            lambda s: getattr(s.ex, "inferred", None) is not None,
+            doc="the response's api was inferred (its request was not captured)",
+        ),
+        FieldSpec(
+            "error",
+            ENUM,
+            _errors,
+            FACTS,
+            multi=True,
+            choices=tuple(ERROR_NAMES.values()),
+            doc="name of any non-zero error code in the response",
+        ),
+        FieldSpec(
+            "errors",
+            BOOL,
+            lambda s: bool(s.facts.error_codes),
+            FACTS,
+            doc="the response has an error code other than NONE",
+        ),
+        FieldSpec(
+            "topic",
+            TEXT,
+            _topics,
+            FACTS,
+            multi=True,
+            doc="a topic the exchange touches (topic ids named when known)",
+        ),
         FieldSpec("partition", INT, _partitions, FACTS, multi=True, doc="a partition it touches"),
-        FieldSpec("records", INT, _records, FACTS,
-                  doc="records produced (Produce) or fetched (Fetch)"),
+        FieldSpec(
+            "records", INT, _records, FACTS, doc="records produced (Produce) or fetched (Fetch)"
+        ),
     )
 }
-FIELDS["api"] = FieldSpec("api", ENUM, _api, doc="API name (Produce, Fetch, ...)",
-                          choices=_api_names())
+FIELDS["api"] = FieldSpec(
+    "api", ENUM, _api, doc="API name (Produce, Fetch, ...)", choices=_api_names()
+)
 
 BODY_SIDES = ("request", "response")
 

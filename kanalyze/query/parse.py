@@ -8,11 +8,10 @@ the CLI can put a caret under the bad token and the TUI can colour it.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
-
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from typing import Any
 
 GRAMMAR = r"""
 ?start: or_expr
@@ -56,8 +55,6 @@ STRING: /"(?:[^"\\]|\\.)*"/
 
 %ignore /[ \t\r\n]+/
 """
-
-_PARSER = Lark(GRAMMAR, parser="lalr", propagate_positions=False, maybe_placeholders=False)
 
 
 class FilterError(ValueError):
@@ -120,66 +117,72 @@ class AnyOf:
 Node = Test | Not | AllOf | AnyOf
 
 
-def _string(tok: Token) -> str:
+@functools.cache
+def _parser() -> tuple[Any, Any]:
+    """The LALR parser and the tree builder, made on first use: commands that get no filter
+    do not pay for importing lark and building the tables (about 0.1 s)."""
+    from lark import Lark, Token, Transformer, v_args
+
+    class _Build(Transformer):
+        @v_args(inline=True)
+        def field(self, *names: Token) -> Field:
+            return Field(tuple(str(n) for n in names), names[0].column)
+
+        @v_args(inline=True)
+        def value(self, tok: Token) -> Value:
+            t = tok.type
+            if t == "STRING":
+                return Value("string", str(tok), _string(tok), tok.column)
+            if t == "QUANTITY":
+                return Value("number", str(tok), str(tok), tok.column)
+            if t in ("TRUE", "FALSE"):
+                return Value("bool", str(tok), t == "TRUE", tok.column)
+            return Value("word", str(tok), str(tok), tok.column)
+
+        @v_args(inline=True)
+        def truthy(self, f: Field) -> Test:
+            return Test("truthy", f, (), f.column)
+
+        @v_args(inline=True)
+        def compare(self, f: Field, op: Token, v: Value) -> Test:
+            return Test(str(op), f, (v,), op.column)
+
+        @v_args(inline=True)
+        def contains(self, f: Field, op: Token, v: Value) -> Test:
+            return Test("contains", f, (v,), op.column)
+
+        @v_args(inline=True)
+        def matches(self, f: Field, op: Token, v: Value) -> Test:
+            return Test("matches", f, (v,), op.column)
+
+        def in_set(self, items: list) -> Test:
+            f, op, *values = items
+            return Test("in", f, tuple(values), op.column)
+
+        @v_args(inline=True)
+        def in_range(self, f: Field, op: Token, lo: Token, _dots: Token, hi: Token) -> Test:
+            vals = tuple(Value("number", str(t), str(t), t.column) for t in (lo, hi))
+            return Test("range", f, vals, op.column)
+
+        @v_args(inline=True)
+        def negate(self, item: object) -> Not:
+            return Not(item)
+
+        def all_of(self, items: list) -> object:
+            return items[0] if len(items) == 1 else AllOf(tuple(items))
+
+        def any_of(self, items: list) -> object:
+            return items[0] if len(items) == 1 else AnyOf(tuple(items))
+
+    return Lark(GRAMMAR, parser="lalr", maybe_placeholders=False), _Build()
+
+
+def _string(tok: Any) -> str:
     try:
         return json.loads(tok)
     except ValueError:
         raise FilterError(f"bad escape in string {tok}", tok.column) from None
 
-
-class _Build(Transformer):
-    @v_args(inline=True)
-    def field(self, *names: Token) -> Field:
-        return Field(tuple(str(n) for n in names), names[0].column)
-
-    @v_args(inline=True)
-    def value(self, tok: Token) -> Value:
-        t = tok.type
-        if t == "STRING":
-            return Value("string", str(tok), _string(tok), tok.column)
-        if t == "QUANTITY":
-            return Value("number", str(tok), str(tok), tok.column)
-        if t in ("TRUE", "FALSE"):
-            return Value("bool", str(tok), t == "TRUE", tok.column)
-        return Value("word", str(tok), str(tok), tok.column)
-
-    @v_args(inline=True)
-    def truthy(self, f: Field) -> Test:
-        return Test("truthy", f, (), f.column)
-
-    @v_args(inline=True)
-    def compare(self, f: Field, op: Token, v: Value) -> Test:
-        return Test(str(op), f, (v,), op.column)
-
-    @v_args(inline=True)
-    def contains(self, f: Field, op: Token, v: Value) -> Test:
-        return Test("contains", f, (v,), op.column)
-
-    @v_args(inline=True)
-    def matches(self, f: Field, op: Token, v: Value) -> Test:
-        return Test("matches", f, (v,), op.column)
-
-    def in_set(self, items: list) -> Test:
-        f, op, *values = items
-        return Test("in", f, tuple(values), op.column)
-
-    @v_args(inline=True)
-    def in_range(self, f: Field, op: Token, lo: Token, _dots: Token, hi: Token) -> Test:
-        vals = (Value("number", str(lo), str(lo), lo.column), Value("number", str(hi), str(hi), hi.column))
-        return Test("range", f, vals, op.column)
-
-    @v_args(inline=True)
-    def negate(self, item: object) -> Not:
-        return Not(item)
-
-    def all_of(self, items: list) -> object:
-        return items[0] if len(items) == 1 else AllOf(tuple(items))
-
-    def any_of(self, items: list) -> object:
-        return items[0] if len(items) == 1 else AnyOf(tuple(items))
-
-
-_BUILD = _Build()
 
 _NAMES = {
     "CMP": "a comparison (== != < <= > >=)",
@@ -218,7 +221,7 @@ def _expected(names: set[str] | frozenset[str]) -> str:
     return " or ".join(wanted) if wanted else "nothing"
 
 
-def _describe(tok: Token) -> str:
+def _describe(tok: Any) -> str:
     return "end of the expression" if tok.type == "$END" else repr(str(tok))
 
 
@@ -226,8 +229,16 @@ def parse(text: str) -> Node:
     """The syntax tree of `text`; FilterError with the column of the first bad token."""
     if not text.strip():
         raise FilterError("empty filter", 1)
+    from lark.exceptions import (
+        UnexpectedCharacters,
+        UnexpectedEOF,
+        UnexpectedInput,
+        UnexpectedToken,
+    )
+
+    parser, build = _parser()
     try:
-        tree = _PARSER.parse(text)
+        tree = parser.parse(text)
     except UnexpectedCharacters as e:
         ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
         hint = " (strings go in double quotes)" if ch == "'" else ""
@@ -237,19 +248,22 @@ def parse(text: str) -> Node:
             hint = " (use && or ||, or the words and/or)"
         raise FilterError(f"unexpected character {ch!r}{hint}", e.column) from None
     except UnexpectedEOF as e:
-        raise FilterError(f"the expression ends too early: expected {_expected(e.expected)}",
-                          len(text) + 1) from None
+        raise FilterError(
+            f"the expression ends too early: expected {_expected(e.expected)}", len(text) + 1
+        ) from None
     except UnexpectedToken as e:
         tok = e.token
         if tok.type == "$END":
-            raise FilterError(f"the expression ends too early: expected {_expected(e.expected)}",
-                              len(text) + 1) from None
-        raise FilterError(f"unexpected {_describe(tok)}: expected {_expected(e.expected)}",
-                          e.column) from None
+            raise FilterError(
+                f"the expression ends too early: expected {_expected(e.expected)}", len(text) + 1
+            ) from None
+        raise FilterError(
+            f"unexpected {_describe(tok)}: expected {_expected(e.expected)}", e.column
+        ) from None
     except UnexpectedInput as e:  # pragma: no cover - the three above are the concrete kinds
         raise FilterError("cannot parse the filter", getattr(e, "column", 1)) from None
     try:
-        return _BUILD.transform(tree)
+        return build.transform(tree)
     except Exception as e:  # lark wraps errors raised inside the transformer  # noqa: BLE001
         inner = getattr(e, "orig_exc", e)
         if isinstance(inner, FilterError):

@@ -21,7 +21,9 @@ class Env:
 
     __slots__ = ("_ctx", "_decoder", "capture_start_ns")
 
-    def __init__(self, ctx: DecodeContext | None = None, decoder: BodyDecoder | None = None) -> None:
+    def __init__(
+        self, ctx: DecodeContext | None = None, decoder: BodyDecoder | None = None
+    ) -> None:
         self._ctx = ctx or DecodeContext()
         self._decoder = decoder
         self.capture_start_ns: int | None = None

@@ -14,11 +14,31 @@ from kanalyze.query.parse import FilterError, Value
 _NUMBER = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)([A-Za-zµ]*)")
 
 # duration units → milliseconds (latency is compared in ms)
-DURATION_MS = {"": 1.0, "ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3,
-               "min": 60e3, "h": 3600e3}
+DURATION_MS = {
+    "": 1.0,
+    "ns": 1e-6,
+    "us": 1e-3,
+    "µs": 1e-3,
+    "ms": 1.0,
+    "s": 1e3,
+    "m": 60e3,
+    "min": 60e3,
+    "h": 3600e3,
+}
 # size units → bytes
-SIZE_BYTES = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
-              "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
+SIZE_BYTES = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
 
 
 def split_number(v: Value) -> tuple[float | int, str]:
@@ -33,7 +53,9 @@ def split_number(v: Value) -> tuple[float | int, str]:
 
 def _need_number(v: Value, what: str) -> None:
     if v.kind == "word":
-        raise FilterError(f'{what} needs a number; strings go in double quotes: "{v.raw}"', v.column)
+        raise FilterError(
+            f'{what} needs a number; strings go in double quotes: "{v.raw}"', v.column
+        )
     if v.kind != "number":
         raise FilterError(f"{what} needs a number, not {v.raw}", v.column)
 
@@ -62,8 +84,9 @@ def duration_ms(v: Value, field: str) -> float:
     num, unit = split_number(v)
     factor = DURATION_MS.get(unit)
     if factor is None:
-        raise FilterError(f"unknown time unit {unit!r} (ns, us, ms, s, m, h; plain numbers are ms)",
-                          v.column)
+        raise FilterError(
+            f"unknown time unit {unit!r} (ns, us, ms, s, m, h; plain numbers are ms)", v.column
+        )
     return num * factor
 
 
@@ -83,8 +106,11 @@ def time_ns(v: Value, field: str) -> int:
     if v.kind == "string":
         ns = parse_time(v.value)  # type: ignore[arg-type]
         if ns is None:
-            raise FilterError(f'{field} needs an ISO-8601 time ("2026-11-22T03:37:31Z") or epoch '
-                              f"seconds, not {v.raw}", v.column)
+            raise FilterError(
+                f'{field} needs an ISO-8601 time ("2026-11-22T03:37:31Z") or epoch '
+                f"seconds, not {v.raw}",
+                v.column,
+            )
         return ns
     _need_number(v, field)
     num, unit = split_number(v)
@@ -124,6 +150,9 @@ def body_literal(v: Value, field: str) -> object:
         raise FilterError(f'strings go in double quotes: {field} == "{v.raw}"', v.column)
     num, unit = split_number(v)
     if unit:
-        raise FilterError(f"body fields compare with plain numbers (units are for latency, time "
-                          f"and size), not {v.raw}", v.column)
+        raise FilterError(
+            f"body fields compare with plain numbers (units are for latency, time "
+            f"and size), not {v.raw}",
+            v.column,
+        )
     return num

@@ -21,8 +21,13 @@ CAP = ROOT / "captures" / "lib_group_rebalance.pcap"
 
 
 def kanalyze(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kanalyze.cli", *args], input=stdin,
-                          capture_output=True, timeout=120, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        cwd=ROOT,
+    )
 
 
 def export(*args: str) -> list[dict]:
@@ -36,21 +41,26 @@ def test_bad_filter_is_one_error_with_a_caret_and_exit_2(command):
     r = kanalyze(command, str(CAP), "-Y", 'api == "Fetch" and latncy > 5')
     assert r.returncode == 2 and r.stdout == b""
     err = r.stderr.decode().splitlines()
-    assert err == ['kanalyze: error: bad filter: unknown field \'latncy\' (did you mean "latency"?)',
-                   '  api == "Fetch" and latncy > 5',
-                   "                     ^"]
+    assert err == [
+        "kanalyze: error: bad filter: unknown field 'latncy' (did you mean \"latency\"?)",
+        '  api == "Fetch" and latncy > 5',
+        "                     ^",
+    ]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--conn", "nope"], "--conn 'nope'"),
-    (["--from", "yesterday"], "--from 'yesterday'"),
-    (["-e", "api"], "-e needs -T fields"),
-    (["-T", "fields"], "needs at least one -e"),
-    (["-T", "fields", "-e", "latncy"], "-e latncy: unknown field"),
-    (["-T", "fields", "-e", "api", "-E", "header=maybe"], "header is y or n"),
-    (["-T", "parquet"], "-T parquet needs -o FILE"),
-    (["-T", "fields", "-e", "api", "-w", "/nonexistent/x.pcap"], "does not combine with -T"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--conn", "nope"], "--conn 'nope'"),
+        (["--from", "yesterday"], "--from 'yesterday'"),
+        (["-e", "api"], "-e needs -T fields"),
+        (["-T", "fields"], "needs at least one -e"),
+        (["-T", "fields", "-e", "latncy"], "-e latncy: unknown field"),
+        (["-T", "fields", "-e", "api", "-E", "header=maybe"], "header is y or n"),
+        (["-T", "parquet"], "-T parquet needs -o FILE"),
+        (["-T", "fields", "-e", "api", "-w", "/nonexistent/x.pcap"], "does not combine with -T"),
+    ],
+)
 def test_bad_option_is_one_line_and_exit_2(args, message):
     r = kanalyze("export", str(CAP), *args)
     assert r.returncode == 2, r.stderr
@@ -64,12 +74,35 @@ def test_pcap_from_stdin_is_refused():
 
 
 def test_no_filter_keeps_every_line():
-    assert kanalyze("export", str(CAP)).stdout == kanalyze("export", str(CAP), "-Y", "api or not api").stdout
+    assert (
+        kanalyze("export", str(CAP)).stdout
+        == kanalyze("export", str(CAP), "-Y", "api or not api").stdout
+    )
 
 
 def test_fields_tsv_with_header():
-    r = kanalyze("export", str(CAP), "-Y", 'api == "JoinGroup"', "-T", "fields", "-e", "frame", "-e", "api",
-                 "-e", "time", "-e", "error", "-e", "body.request.protocols.name", "-e", "latency", "-E", "header=y")
+    r = kanalyze(
+        "export",
+        str(CAP),
+        "-Y",
+        'api == "JoinGroup"',
+        "-T",
+        "fields",
+        "-e",
+        "frame",
+        "-e",
+        "api",
+        "-e",
+        "time",
+        "-e",
+        "error",
+        "-e",
+        "body.request.protocols.name",
+        "-e",
+        "latency",
+        "-E",
+        "header=y",
+    )
     assert r.returncode == 0, r.stderr
     rows = [line.split("\t") for line in r.stdout.decode().splitlines()]
     assert rows[0] == ["frame", "api", "time", "error", "body.request.protocols.name", "latency"]
@@ -78,15 +111,36 @@ def test_fields_tsv_with_header():
     for row, d in zip(rows[1:], want, strict=True):
         assert row[0] == f"{d['request']['frame']},{d['response']['frame']}"
         assert row[1] == "JoinGroup"
-        assert row[2] == datetime.fromtimestamp(d["request"]["ts"], UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        assert row[2] == datetime.fromtimestamp(d["request"]["ts"], UTC).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"
+        )
         assert row[5] == str(d["latency_ms"])
     assert {r[3] for r in rows[1:]} == {"MEMBER_ID_REQUIRED", ""}
     assert all(r[4] == "range,cooperative-sticky" or r[4] for r in rows[1:])
 
 
 def test_fields_csv_aggregator_and_topics():
-    r = kanalyze("export", str(CAP), "-Y", 'api == "Fetch"', "-T", "fields", "-e", "api", "-e", "topic",
-                 "-e", "partition", "-e", "client_id", "--csv", "-E", "aggregator=|", "-E", "header=y")
+    r = kanalyze(
+        "export",
+        str(CAP),
+        "-Y",
+        'api == "Fetch"',
+        "-T",
+        "fields",
+        "-e",
+        "api",
+        "-e",
+        "topic",
+        "-e",
+        "partition",
+        "-e",
+        "client_id",
+        "--csv",
+        "-E",
+        "aggregator=|",
+        "-E",
+        "header=y",
+    )
     assert r.returncode == 0, r.stderr
     rows = list(csv.reader(io.StringIO(r.stdout.decode())))
     assert rows[0] == ["api", "topic", "partition", "client_id"]
@@ -100,15 +154,21 @@ def test_parquet_has_the_spark_exchanges_columns(tmp_path):
     from kanalyze.spark.rows import EXCHANGE_COLUMNS
 
     out = tmp_path / "x.parquet"
-    r = kanalyze("export", str(CAP), "-Y", "errors or api == \"Fetch\"", "-T", "parquet", "-o", str(out))
+    r = kanalyze(
+        "export", str(CAP), "-Y", 'errors or api == "Fetch"', "-T", "parquet", "-o", str(out)
+    )
     assert r.returncode == 0, r.stderr
     table = pq.read_table(out)
     assert table.column_names == EXCHANGE_COLUMNS
     want = export(str(CAP), "-Y", 'errors or api == "Fetch"')
     assert table.num_rows == len(want) > 0
     rows = table.to_pylist()
-    assert [(x["api"], x["correlation_id"]) for x in rows] == [(d["api"], d["correlation_id"]) for d in want]
-    assert all(x["topics"] and all(len(t) < 36 for t in x["topics"]) for x in rows if x["api"] == "Fetch")
+    assert [(x["api"], x["correlation_id"]) for x in rows] == [
+        (d["api"], d["correlation_id"]) for d in want
+    ]
+    assert all(
+        x["topics"] and all(len(t) < 36 for t in x["topics"]) for x in rows if x["api"] == "Fetch"
+    )
 
 
 def test_summary_and_report_count_the_selection():
@@ -131,7 +191,9 @@ def test_conn_and_topic_selections():
     assert export(str(CAP), "--conn", client) == c3
     broker = every[0]["connection"]["broker"]
     assert export(str(CAP), "--conn", broker) == every  # one broker: every connection
-    assert export(str(CAP), "--conn", "3", "--conn", "5") == [d for d in every if d["connection"]["id"] in (3, 5)]
+    assert export(str(CAP), "--conn", "3", "--conn", "5") == [
+        d for d in every if d["connection"]["id"] in (3, 5)
+    ]
     ip = client.rsplit(":", 1)[0]
     assert export(str(CAP), "--conn", ip) == every
     topic = export(str(CAP), "--topic", "lib-group")

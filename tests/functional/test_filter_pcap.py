@@ -16,12 +16,17 @@ from tests.support.tshark import tshark_binary, tshark_pdus
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = sorted(
-    p for d in ("captures", "captures/crafted", "captures/replication")
+    p
+    for d in ("captures", "captures/crafted", "captures/replication")
     for p in (ROOT / d).iterdir()
     if p.suffix in (".pcap", ".pcapng", ".gz") and not p.name.startswith("bad_")
 )
-EXPRESSIONS = ('api == "Fetch" or errors', 'api == "Produce"', "conn == 2",
-               'api matches "Group|Offset|Metadata|Sasl|ApiVersions"')
+EXPRESSIONS = (
+    'api == "Fetch" or errors',
+    'api == "Produce"',
+    "conn == 2",
+    'api matches "Group|Offset|Metadata|Sasl|ApiVersions"',
+)
 # a capture gap inside a selected frame stays a hole in the written file: the frame completes at
 # another packet there, so only the exchanges (not their times) are compared
 LOSSY = {"gap.pcap"}
@@ -60,8 +65,15 @@ def normalized(lines: list[bytes], lossy: bool = False) -> list[tuple]:
             None if m is None else (m["ts"], m["size"], json.dumps(_strip_names(m["body"])))
             for m in (d["request"], d["response"])
         )
-        key = (d["connection"]["client"], d["connection"]["broker"], d["api"], d["api_version"],
-               d["correlation_id"], d["client_id"], d["status"])
+        key = (
+            d["connection"]["client"],
+            d["connection"]["broker"],
+            d["api"],
+            d["api_version"],
+            d["correlation_id"],
+            d["client_id"],
+            d["status"],
+        )
         out.append(key if lossy else (*key, d["latency_ms"], sides))
     return out
 
@@ -85,7 +97,9 @@ def test_filtered_pcap_keeps_only_the_selected_packets(tmp_path):
     cap = ROOT / "captures" / "lib_group_rebalance.pcap"
     out = tmp_path / "out.pcap"
     run("export", str(cap), "-Y", 'api == "Heartbeat"', "-w", str(out))
-    lines = [json.loads(x) for x in run("export", "--header-only", str(cap), "-Y", 'api == "Heartbeat"')]
+    lines = [
+        json.loads(x) for x in run("export", "--header-only", str(cap), "-Y", 'api == "Heartbeat"')
+    ]
     frames = {m["frame"] for d in lines for m in (d["request"], d["response"]) if m}
     packets = [p for p in read_captures([str(out)]) if p.data[47] & 0x02 == 0]  # not SYNs
     # every Heartbeat frame here fits one packet: exactly one packet per request and response
@@ -100,8 +114,13 @@ def test_nothing_selected_is_an_empty_capture(tmp_path):
     assert list(read_captures([str(out)])) == []
 
 
-TSHARK_CAPTURES = ("lib_group_rebalance.pcap", "lib_transactions.pcap", "lib_acks.pcap", "admin.pcap",
-                   "kp_codecs.pcap")
+TSHARK_CAPTURES = (
+    "lib_group_rebalance.pcap",
+    "lib_transactions.pcap",
+    "lib_acks.pcap",
+    "admin.pcap",
+    "kp_codecs.pcap",
+)
 
 
 @pytest.mark.tshark
@@ -125,9 +144,14 @@ def test_tshark_sees_the_selected_exchanges(name, tmp_path):
         ports = {int(d["connection"]["broker"].rsplit(":", 1)[1]) for d in lines}
         want, got = set(), set()
         for port in ports:
-            want |= {(p.frame, p.is_request, p.api_key, p.correlation_id)
-                     for p in tshark_pdus(cap, port) if p.frame in frames}
-            got |= {(original_no[p.frame], p.is_request, p.api_key, p.correlation_id)
-                    for p in tshark_pdus(out, port)}
+            want |= {
+                (p.frame, p.is_request, p.api_key, p.correlation_id)
+                for p in tshark_pdus(cap, port)
+                if p.frame in frames
+            }
+            got |= {
+                (original_no[p.frame], p.is_request, p.api_key, p.correlation_id)
+                for p in tshark_pdus(out, port)
+            }
         assert got == want, expr
         assert len(want) == len(frames)

@@ -16,7 +16,8 @@ from kanalyze.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
 CAPTURES = sorted(
-    p for d in ("captures", "captures/crafted", "captures/replication")
+    p
+    for d in ("captures", "captures/crafted", "captures/replication")
     for p in (ROOT / d).iterdir()
     if p.suffix in (".pcap", ".pcapng", ".gz") and not p.name.startswith("bad_")
 )
@@ -38,6 +39,7 @@ def export(*argv: str) -> list[bytes]:
 
 # -- the reference: facts read straight from the NDJSON dicts ------------------------------
 
+
 def walk(value):
     if isinstance(value, dict):
         yield value
@@ -49,7 +51,9 @@ def walk(value):
 
 
 def bodies(d):
-    return [m["body"] for m in (d["request"], d["response"]) if m is not None and m["body"] is not None]
+    return [
+        m["body"] for m in (d["request"], d["response"]) if m is not None and m["body"] is not None
+    ]
 
 
 def response_body(d):
@@ -57,8 +61,12 @@ def response_body(d):
 
 
 def error_names(d):
-    return {v for x in walk(response_body(d)) for k, v in x.items()
-            if k.endswith("error_code_name") and v != "NONE"}
+    return {
+        v
+        for x in walk(response_body(d))
+        for k, v in x.items()
+        if k.endswith("error_code_name") and v != "NONE"
+    }
 
 
 def topics(d):
@@ -72,8 +80,13 @@ def topics(d):
 
 
 def partitions(d):
-    return {x[k] for b in bodies(d) for x in walk(b) for k in ("partition_index", "index", "partition")
-            if type(x.get(k)) is int}
+    return {
+        x[k]
+        for b in bodies(d)
+        for x in walk(b)
+        for k in ("partition_index", "index", "partition")
+        if type(x.get(k)) is int
+    }
 
 
 def records(d):
@@ -91,8 +104,12 @@ def body_path(d, side, *path):
     m = d[side]
     vals = [m["body"]] if m and m["body"] is not None else []
     for key in path:
-        vals = [x[key] for v in vals for x in (v if isinstance(v, list) else [v])
-                if isinstance(x, dict) and key in x]
+        vals = [
+            x[key]
+            for v in vals
+            for x in (v if isinstance(v, list) else [v])
+            if isinstance(x, dict) and key in x
+        ]
     flat = []
     for v in vals:
         flat.extend(v if isinstance(v, list) else [v])
@@ -113,38 +130,75 @@ def port(ep):
 
 CASES = [
     ('api == "Fetch"', lambda d: d["api"] == "Fetch"),
-    ('api != "Fetch" and latency > 0.5ms',
-     lambda d: d["api"] is not None and d["api"] != "Fetch" and (d["latency_ms"] or 0) > 0.5),
-    ('status != "ok" || api_key in {18, 3}',
-     lambda d: d["status"] != "ok" or d["api_key"] in (18, 3)),
+    (
+        'api != "Fetch" and latency > 0.5ms',
+        lambda d: d["api"] is not None and d["api"] != "Fetch" and (d["latency_ms"] or 0) > 0.5,
+    ),
+    (
+        'status != "ok" || api_key in {18, 3}',
+        lambda d: d["status"] != "ok" or d["api_key"] in (18, 3),
+    ),
     ("acks == 0 or acks == -1", lambda d: d.get("acks") in (0, -1)),
-    ('client_id contains "1" and not client_id matches "^kp"',
-     lambda d: d["client_id"] is not None and "1" in d["client_id"]
-     and not re.search("^kp", d["client_id"])),
-    ("conn in {1, 3} && version >= 3",
-     lambda d: d["connection"]["id"] in (1, 3) and (d["api_version"] or -1) >= 3),
+    (
+        'client_id contains "1" and not client_id matches "^kp"',
+        lambda d: (
+            d["client_id"] is not None
+            and "1" in d["client_id"]
+            and not re.search("^kp", d["client_id"])
+        ),
+    ),
+    (
+        "conn in {1, 3} && version >= 3",
+        lambda d: d["connection"]["id"] in (1, 3) and (d["api_version"] or -1) >= 3,
+    ),
     ("frame in 10..40", lambda d: any(10 <= f <= 40 for f in frames(d))),
     ("errors", lambda d: bool(error_names(d))),
-    ('error matches "^(NOT_|UNKNOWN|COORDINATOR|REBALANCE|ILLEGAL|SASL)"',
-     lambda d: any(re.search("^(NOT_|UNKNOWN|COORDINATOR|REBALANCE|ILLEGAL|SASL)", e)
-                   for e in error_names(d))),
-    ('topic contains "-" and partition == 0',
-     lambda d: any("-" in t for t in topics(d)) and 0 in partitions(d)),
+    (
+        'error matches "^(NOT_|UNKNOWN|COORDINATOR|REBALANCE|ILLEGAL|SASL)"',
+        lambda d: any(
+            re.search("^(NOT_|UNKNOWN|COORDINATOR|REBALANCE|ILLEGAL|SASL)", e)
+            for e in error_names(d)
+        ),
+    ),
+    (
+        'topic contains "-" and partition == 0',
+        lambda d: any("-" in t for t in topics(d)) and 0 in partitions(d),
+    ),
     ("records >= 2", lambda d: (records(d) or 0) >= 2),
     ("body.request.acks == -1", lambda d: -1 in body_path(d, "request", "acks")),
-    ("body.response.throttle_time_ms >= 0 and size > 1KB",
-     lambda d: any(type(v) is int and v >= 0 for v in body_path(d, "response", "throttle_time_ms"))
-     and size(d) > 1000),
-    ("body.response.error_code != 0",
-     lambda d: bool(vs := body_path(d, "response", "error_code")) and all(v != 0 for v in vs)),
-    ("body.response.responses.partitions.high_watermark > 0",
-     lambda d: any(type(v) is int and v > 0
-                   for v in body_path(d, "response", "responses", "partitions", "high_watermark"))),
-    ('not (api == "Metadata" or api == "ApiVersions") and broker.port < 30000 and client.port > 1024',
-     lambda d: d["api"] not in ("Metadata", "ApiVersions")
-     and port(d["connection"]["broker"]) < 30000 and port(d["connection"]["client"]) > 1024),
-    ("latency in 0.1..0.3 or inferred", lambda d: d["latency_ms"] is not None
-     and 0.1 <= d["latency_ms"] <= 0.3 or "inferred" in d),
+    (
+        "body.response.throttle_time_ms >= 0 and size > 1KB",
+        lambda d: (
+            any(type(v) is int and v >= 0 for v in body_path(d, "response", "throttle_time_ms"))
+            and size(d) > 1000
+        ),
+    ),
+    (
+        "body.response.error_code != 0",
+        lambda d: bool(vs := body_path(d, "response", "error_code")) and all(v != 0 for v in vs),
+    ),
+    (
+        "body.response.responses.partitions.high_watermark > 0",
+        lambda d: any(
+            type(v) is int and v > 0
+            for v in body_path(d, "response", "responses", "partitions", "high_watermark")
+        ),
+    ),
+    (
+        (
+            'not (api == "Metadata" or api == "ApiVersions") and broker.port < 30000 '
+            "and client.port > 1024"
+        ),
+        lambda d: (
+            d["api"] not in ("Metadata", "ApiVersions")
+            and port(d["connection"]["broker"]) < 30000
+            and port(d["connection"]["client"]) > 1024
+        ),
+    ),
+    (
+        "latency in 0.1..0.3 or inferred",
+        lambda d: d["latency_ms"] is not None and 0.1 <= d["latency_ms"] <= 0.3 or "inferred" in d,
+    ),
 ]
 
 

@@ -41,6 +41,7 @@ def err_names(d):
         elif isinstance(v, list):
             for x in v:
                 yield from walk(x)
+
     return set(walk(d["response"]["body"])) if d["response"] else set()
 
 
@@ -72,11 +73,17 @@ CASES = [
     ("api_key >= 10", lambda d: d["api_key"] is not None and d["api_key"] >= 10),
     ("version in 3..7", lambda d: d["api_version"] is not None and 3 <= d["api_version"] <= 7),
     ("correlation_id in {1, 2, 3}", lambda d: d["correlation_id"] in (1, 2, 3)),
-    ('client_id matches "^kp|consumer"', lambda d: re.search("^kp|consumer", d["client_id"] or "") is not None),
+    (
+        'client_id matches "^kp|consumer"',
+        lambda d: re.search("^kp|consumer", d["client_id"] or "") is not None,
+    ),
     ('client contains ":"', lambda d: True),
     ('client.ip == "127.0.0.1"', lambda d: ep(d, "client")[0] == "127.0.0.1"),
     ("client.port > 50000", lambda d: ep(d, "client")[1] > 50000),
-    ('broker matches ":1909[0-2]$"', lambda d: re.search(":1909[0-2]$", d["connection"]["broker"]) is not None),
+    (
+        'broker matches ":1909[0-2]$"',
+        lambda d: re.search(":1909[0-2]$", d["connection"]["broker"]) is not None,
+    ),
     ('broker.ip != "127.0.0.1"', lambda d: ep(d, "broker")[0] != "127.0.0.1"),
     ("broker.port == 19092", lambda d: ep(d, "broker")[1] == 19092),
     ("conn == 3 || conn == 5", lambda d: d["connection"]["id"] in (3, 5)),
@@ -89,37 +96,63 @@ CASES = [
     ("latency", lambda d: d["latency_ms"] is not None),  # a bare field: present
     ("not latency", lambda d: d["latency_ms"] is None),
     ("frame == 30", lambda d: any(30 in (m["frame"], m["first_frame"]) for m in sides(d))),
-    ("frame in 50..60", lambda d: any(50 <= m[k] <= 60 for m in sides(d) for k in ("frame", "first_frame"))),
+    (
+        "frame in 50..60",
+        lambda d: any(50 <= m[k] <= 60 for m in sides(d) for k in ("frame", "first_frame")),
+    ),
     ("size > 0.5KB", lambda d: sum(m["size"] for m in sides(d)) > 500),
     ("size <= 100", lambda d: sum(m["size"] for m in sides(d)) <= 100),
     ("request.size > 200B", lambda d: d["request"] is not None and d["request"]["size"] > 200),
-    ("response.size >= 0.25KiB", lambda d: d["response"] is not None and d["response"]["size"] >= 256),
+    (
+        "response.size >= 0.25KiB",
+        lambda d: d["response"] is not None and d["response"]["size"] >= 256,
+    ),
     ("acks == -1", lambda d: d.get("acks") == -1),
     ("acks", lambda d: "acks" in d),
     ("inferred", lambda d: "inferred" in d),
     ("inferred == false", lambda d: "inferred" not in d),
     ('error == "MEMBER_ID_REQUIRED"', lambda d: "MEMBER_ID_REQUIRED" in err_names(d)),
     ('error == "member_id_required"', lambda d: "MEMBER_ID_REQUIRED" in err_names(d)),
-    ('error in {"REBALANCE_IN_PROGRESS", "UNKNOWN_PRODUCER_ID"}',
-     lambda d: bool(err_names(d) & {"REBALANCE_IN_PROGRESS", "UNKNOWN_PRODUCER_ID"})),
+    (
+        'error in {"REBALANCE_IN_PROGRESS", "UNKNOWN_PRODUCER_ID"}',
+        lambda d: bool(err_names(d) & {"REBALANCE_IN_PROGRESS", "UNKNOWN_PRODUCER_ID"}),
+    ),
     ('error contains "PRODUCER"', lambda d: any("PRODUCER" in e for e in err_names(d))),
     ("errors", lambda d: bool(err_names(d))),
     ("errors == true", lambda d: bool(err_names(d))),
     ("!errors", lambda d: not err_names(d)),
     ("errors != true", lambda d: not err_names(d)),
     ("records >= 1", None),  # checked against the batches below
-    ("partition == 0 and topic matches \"-\"", None),
-    ("body.request.acks == -1", lambda d: d["request"] is not None and (d["request"]["body"] or {}).get("acks") == -1),
-    ('body.request.group_id == "lib-group-1"',
-     lambda d: d["request"] is not None and (d["request"]["body"] or {}).get("group_id") == "lib-group-1"),
-    ("body.response.generation_id >= 0",
-     lambda d: d["response"] is not None and isinstance((d["response"]["body"] or {}).get("generation_id"), int)
-     and d["response"]["body"]["generation_id"] >= 0),
+    ('partition == 0 and topic matches "-"', None),
+    (
+        "body.request.acks == -1",
+        lambda d: d["request"] is not None and (d["request"]["body"] or {}).get("acks") == -1,
+    ),
+    (
+        'body.request.group_id == "lib-group-1"',
+        lambda d: (
+            d["request"] is not None
+            and (d["request"]["body"] or {}).get("group_id") == "lib-group-1"
+        ),
+    ),
+    (
+        "body.response.generation_id >= 0",
+        lambda d: (
+            d["response"] is not None
+            and isinstance((d["response"]["body"] or {}).get("generation_id"), int)
+            and d["response"]["body"]["generation_id"] >= 0
+        ),
+    ),
     ("time > 0", lambda d: True),
     ('body.request.protocols.name == "range"', None),
     ("body.response.members", None),
-    ('(api == "Produce" or api == "Fetch") && !(latency < 0.2)',
-     lambda d: d["api"] in ("Produce", "Fetch") and not (d["latency_ms"] is not None and d["latency_ms"] < 0.2)),
+    (
+        '(api == "Produce" or api == "Fetch") && !(latency < 0.2)',
+        lambda d: (
+            d["api"] in ("Produce", "Fetch")
+            and not (d["latency_ms"] is not None and d["latency_ms"] < 0.2)
+        ),
+    ),
 ]
 
 
@@ -143,8 +176,12 @@ def records(d):
 def body_paths(d, side, *path):
     vals = [d[side]["body"]] if d[side] and d[side]["body"] is not None else []
     for key in path:
-        vals = [x[key] for v in vals for x in (v if isinstance(v, list) else [v])
-                if isinstance(x, dict) and key in x]
+        vals = [
+            x[key]
+            for v in vals
+            for x in (v if isinstance(v, list) else [v])
+            if isinstance(x, dict) and key in x
+        ]
     return [x for v in vals for x in (v if isinstance(v, list) else [v])]
 
 
@@ -155,7 +192,10 @@ def topic_partitions(d):
         while stack:
             v = stack.pop()
             if isinstance(v, dict):
-                name = next((v[k] for k in ("name", "topic", "topic_name") if isinstance(v.get(k), str)), None)
+                name = next(
+                    (v[k] for k in ("name", "topic", "topic_name") if isinstance(v.get(k), str)),
+                    None,
+                )
                 for lst in v.values():
                     if isinstance(lst, list):
                         for p in lst:
@@ -172,12 +212,16 @@ def topic_partitions(d):
 
 REFS = {
     "records >= 1": lambda d: (records(d) or 0) >= 1,
-    "partition == 0 and topic matches \"-\"":
-        lambda d: any(p == 0 for _t, p in topic_partitions(d))
-        and any(t and "-" in t for t, _p in topic_partitions(d)),
-    'body.request.protocols.name == "range"': lambda d: "range" in body_paths(d, "request", "protocols", "name"),
-    "body.response.members": lambda d: any(v is not None and v is not False
-                                           for v in body_paths(d, "response", "members")),
+    'partition == 0 and topic matches "-"': lambda d: (
+        any(p == 0 for _t, p in topic_partitions(d))
+        and any(t and "-" in t for t, _p in topic_partitions(d))
+    ),
+    'body.request.protocols.name == "range"': lambda d: (
+        "range" in body_paths(d, "request", "protocols", "name")
+    ),
+    "body.response.members": lambda d: any(
+        v is not None and v is not False for v in body_paths(d, "response", "members")
+    ),
 }
 
 
@@ -192,7 +236,12 @@ def test_field_and_operator(expr, ref, data):
         assert got == want, expr
         selected += sum(got)
         total += len(got)
-    assert 0 < selected < total or expr in ('client contains ":"', "inferred == false", "inferred", "time > 0"), expr
+    assert 0 < selected < total or expr in (
+        'client contains ":"',
+        "inferred == false",
+        "inferred",
+        "time > 0",
+    ), expr
 
 
 def test_every_named_field_is_exercised():
@@ -206,10 +255,10 @@ ERRORS = [
     ("", "empty filter", 1),
     ("api ==", "ends too early", 7),
     ("latency > ", "ends too early", 11),
-    ("api = \"Fetch\"", "equality is ==", 5),
+    ('api = "Fetch"', "equality is ==", 5),
     ("api == 'Fetch'", "double quotes", 8),
     ("api == Fetch", 'strings go in double quotes: api == "Fetch"', 8),
-    ("latncy > 5", 'unknown field \'latncy\' (did you mean "latency"?)', 1),
+    ("latncy > 5", "unknown field 'latncy' (did you mean \"latency\"?)", 1),
     ('api == "Fetc"', 'did you mean "Fetch"?', 8),
     ('status == "done"', "status has no value 'done'", 11),
     ('error == "NOT_A_CODE"', "error has no value", 10),
@@ -234,7 +283,9 @@ ERRORS = [
 ]
 
 
-@pytest.mark.parametrize(("expr", "message", "column"), ERRORS, ids=[e[0] or "empty" for e in ERRORS])
+@pytest.mark.parametrize(
+    ("expr", "message", "column"), ERRORS, ids=[e[0] or "empty" for e in ERRORS]
+)
 def test_error_message_and_caret(expr, message, column):
     with pytest.raises(FilterError) as info:
         compile_filter(expr)
@@ -265,6 +316,7 @@ def test_time_absolute_iso_and_epoch(data):
 
 
 # -- laziness -----------------------------------------------------------------------------
+
 
 def test_header_terms_never_decode_a_body(data, monkeypatch):
     calls = []
