@@ -240,6 +240,9 @@ def test_live_bad_filter_exits_2_before_capturing(capsys):
 def test_every_command_help_shows_two_examples():
     for command in ("export", "summary", "report", "live"):
         text = kanalyze(command, "--help").stdout.decode()
-        assert text.count("\n  -Y '") == 2 or text.count("  -Y '") >= 2, command
+        assert text.count("\n  -Y '") == 2, command
+    for command in ("schemas", "spark", "tui"):
+        text = kanalyze(command, "--help").stdout.decode()
+        assert "examples:" in text and text.count("\n  kanalyze ") == 2, command
     top = kanalyze("--help").stdout.decode()
     assert top.count("\n  kanalyze ") == 2
