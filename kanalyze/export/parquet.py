@@ -11,8 +11,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kanalyze.bodies import NAME_SOURCES
-from kanalyze.spark.rows import BATCH_ROWS, EXCHANGE_SCHEMA, RowBuilder
+from kanalyze.spark.rows import RowBuilder
+from kanalyze.spark.schemas import BATCH_ROWS, EXCHANGE_SCHEMA
 from kanalyze.spark.units import default_capture_id
 
 
@@ -31,8 +31,7 @@ def write_parquet(path: str, session) -> int:  # noqa: ANN001 - a Session
     with pq.ParquetWriter(path, EXCHANGE_SCHEMA) as writer:
         for ex in base.exchanges():
             if keep is not None and not keep(ex):
-                if ex.api_key in NAME_SOURCES and ex.response is not None:
-                    builder.row(ex, "")
+                builder.bodies.learn(ex)
                 continue
             c = ex.conn
             inc = incarnation.get(c.id)

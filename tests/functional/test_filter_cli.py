@@ -151,7 +151,7 @@ def test_fields_csv_aggregator_and_topics():
 
 def test_parquet_has_the_spark_exchanges_columns(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
-    from kanalyze.spark.rows import EXCHANGE_COLUMNS
+    from kanalyze.spark.schemas import EXCHANGE_COLUMNS
 
     out = tmp_path / "x.parquet"
     r = kanalyze(
