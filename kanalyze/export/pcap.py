@@ -97,7 +97,7 @@ def run_with_coverage(
             syn = engine.conns.get((seg.src, seg.sport, seg.dst, seg.dport))
             if syn is not None:
                 cov.syns.setdefault(syn.info.id, []).append(pkt.no)
-        if key is not None:
+        if key is not None and seg is not None:
             conn = engine.conns.get(key) or before
             if conn is not None and not conn.ignored:
                 from_client = key == conn.client_key

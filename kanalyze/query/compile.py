@@ -12,6 +12,7 @@ import difflib
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kanalyze.query import values as V
 from kanalyze.query.fields import (
@@ -91,7 +92,7 @@ def resolve(f: Field) -> FieldSpec:
     raise FilterError(f"unknown field {name!r}{_suggest(name)}", f.column)
 
 
-def _convert(spec: FieldSpec, v: Value) -> object:
+def _convert(spec: FieldSpec, v: Value) -> Any:
     k = spec.kind
     if k in (TEXT, ENUM):
         return V.text(v, spec.name)
@@ -133,7 +134,7 @@ def _same_type(a: object, b: object) -> bool:
     return type(a) is type(b)
 
 
-def _value_test(spec: FieldSpec, t: Test) -> Callable[[object], bool]:  # noqa: C901
+def _value_test(spec: FieldSpec, t: Test) -> Callable[[Any], bool]:  # noqa: C901
     """A test of one value (not None) against the literal(s)."""
     op = t.op
     any_kind = spec.kind == ANY
@@ -147,19 +148,19 @@ def _value_test(spec: FieldSpec, t: Test) -> Callable[[object], bool]:  # noqa: 
         return lambda x: isinstance(x, str) and search(x) is not None
     if op == "contains":
         needle = _convert(spec, t.values[0]) if not any_kind else V.text(t.values[0], spec.name)
-        return lambda x: isinstance(x, str) and needle in x  # type: ignore[operator]
+        return lambda x: isinstance(x, str) and needle in x
     if op == "range":
         lo, hi = (_convert(spec, v) for v in t.values)
         if any_kind:
             return lambda x: (
                 isinstance(x, int | float) and not isinstance(x, bool) and lo <= x <= hi
-            )  # type: ignore[operator]
-        return lambda x: lo <= x <= hi  # type: ignore[operator]
+            )
+        return lambda x: lo <= x <= hi
     lits = []
     for v in t.values:
         lit = _convert(spec, v)
         if spec.kind == ENUM:
-            lit = _canonical(spec, v, lit)  # type: ignore[arg-type]
+            lit = _canonical(spec, v, lit)
         lits.append(lit)
     if op == "in":
         if any_kind:
@@ -195,11 +196,11 @@ def _test(t: Test) -> tuple[Pred, int, str]:
 
             def pred(s: Subject) -> bool:
                 vals = get(s)
-                return bool(vals) and not any(one(x) for x in vals)  # type: ignore[union-attr]
+                return bool(vals) and not any(one(x) for x in vals)
         else:
 
             def pred(s: Subject) -> bool:
-                return any(one(x) for x in get(s))  # type: ignore[union-attr]
+                return any(one(x) for x in get(s))
     elif negate:
 
         def pred(s: Subject) -> bool:

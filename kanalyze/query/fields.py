@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from dissectors.errors import ERROR_NAMES
 from kanalyze.correlation import SASL_RAW_API, SASL_RAW_NAME
@@ -34,7 +35,7 @@ TEXT, ENUM, INT, SIZE, DURATION, TIME, BOOL, ANY = (
 class FieldSpec:
     name: str
     kind: str
-    get: Callable[[Subject], object]
+    get: Callable[[Subject], Any]
     cost: int = HEADER
     multi: bool = False
     doc: str = ""

@@ -126,18 +126,18 @@ def _parser() -> tuple[Any, Any]:
     class _Build(Transformer):
         @v_args(inline=True)
         def field(self, *names: Token) -> Field:
-            return Field(tuple(str(n) for n in names), names[0].column)
+            return Field(tuple(str(n) for n in names), _col(names[0]))
 
         @v_args(inline=True)
         def value(self, tok: Token) -> Value:
             t = tok.type
             if t == "STRING":
-                return Value("string", str(tok), _string(tok), tok.column)
+                return Value("string", str(tok), _string(tok), _col(tok))
             if t == "QUANTITY":
-                return Value("number", str(tok), str(tok), tok.column)
+                return Value("number", str(tok), str(tok), _col(tok))
             if t in ("TRUE", "FALSE"):
-                return Value("bool", str(tok), t == "TRUE", tok.column)
-            return Value("word", str(tok), str(tok), tok.column)
+                return Value("bool", str(tok), t == "TRUE", _col(tok))
+            return Value("word", str(tok), str(tok), _col(tok))
 
         @v_args(inline=True)
         def truthy(self, f: Field) -> Test:
@@ -145,24 +145,24 @@ def _parser() -> tuple[Any, Any]:
 
         @v_args(inline=True)
         def compare(self, f: Field, op: Token, v: Value) -> Test:
-            return Test(str(op), f, (v,), op.column)
+            return Test(str(op), f, (v,), _col(op))
 
         @v_args(inline=True)
         def contains(self, f: Field, op: Token, v: Value) -> Test:
-            return Test("contains", f, (v,), op.column)
+            return Test("contains", f, (v,), _col(op))
 
         @v_args(inline=True)
         def matches(self, f: Field, op: Token, v: Value) -> Test:
-            return Test("matches", f, (v,), op.column)
+            return Test("matches", f, (v,), _col(op))
 
         def in_set(self, items: list) -> Test:
             f, op, *values = items
-            return Test("in", f, tuple(values), op.column)
+            return Test("in", f, tuple(values), _col(op))
 
         @v_args(inline=True)
         def in_range(self, f: Field, op: Token, lo: Token, _dots: Token, hi: Token) -> Test:
-            vals = tuple(Value("number", str(t), str(t), t.column) for t in (lo, hi))
-            return Test("range", f, vals, op.column)
+            vals = tuple(Value("number", str(t), str(t), _col(t)) for t in (lo, hi))
+            return Test("range", f, vals, _col(op))
 
         @v_args(inline=True)
         def negate(self, item: object) -> Not:
@@ -177,11 +177,16 @@ def _parser() -> tuple[Any, Any]:
     return Lark(GRAMMAR, parser="lalr", maybe_placeholders=False), _Build()
 
 
+def _col(tok: Any) -> int:
+    """A token's 1-based column (lark types it as optional)."""
+    return tok.column or 1
+
+
 def _string(tok: Any) -> str:
     try:
         return json.loads(tok)
     except ValueError:
-        raise FilterError(f"bad escape in string {tok}", tok.column) from None
+        raise FilterError(f"bad escape in string {tok}", _col(tok)) from None
 
 
 _NAMES = {
@@ -210,7 +215,8 @@ _NAMES = {
 }
 
 
-def _expected(names: set[str] | frozenset[str]) -> str:
+def _expected(expected: Any) -> str:
+    names = {str(n) for n in expected}
     if "_AND_W" in names and "CMP" in names:
         return "an operator (== != < <= > >= contains matches in), and, or, or the end"
     if "_AND_W" in names:
@@ -240,13 +246,14 @@ def parse(text: str) -> Node:
     try:
         tree = parser.parse(text)
     except UnexpectedCharacters as e:
-        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        pos = e.pos_in_stream or 0
+        ch = text[pos] if pos < len(text) else ""
         hint = " (strings go in double quotes)" if ch == "'" else ""
         if ch == "=":
             hint = " (equality is ==)"
-        elif ch in "&|":
+        elif ch and ch in "&|":
             hint = " (use && or ||, or the words and/or)"
-        raise FilterError(f"unexpected character {ch!r}{hint}", e.column) from None
+        raise FilterError(f"unexpected character {ch!r}{hint}", pos + 1) from None
     except UnexpectedEOF as e:
         raise FilterError(
             f"the expression ends too early: expected {_expected(e.expected)}", len(text) + 1
@@ -258,7 +265,7 @@ def parse(text: str) -> Node:
                 f"the expression ends too early: expected {_expected(e.expected)}", len(text) + 1
             ) from None
         raise FilterError(
-            f"unexpected {_describe(tok)}: expected {_expected(e.expected)}", e.column
+            f"unexpected {_describe(tok)}: expected {_expected(e.expected)}", _col(tok)
         ) from None
     except UnexpectedInput as e:  # pragma: no cover - the three above are the concrete kinds
         raise FilterError("cannot parse the filter", getattr(e, "column", 1)) from None
