@@ -77,9 +77,9 @@ def _conn_text(value: str) -> str:
         return f"conn == {int(v)}"
     host, sep, port = v.rpartition(":")
     if sep and port.isdigit() and host and (host.count(":") == 0 or host.startswith("[")):
-        q = json.dumps(v if not host.startswith("[") else v)
+        q = json.dumps(v)  # endpoints are written ip:port and [v6]:port
         return f"client == {q} or broker == {q}"
-    if re.fullmatch(r"[0-9A-Fa-f.:]+", v):
+    if re.fullmatch(r"[0-9A-Fa-f.:]+", v.strip("[]")):
         q = json.dumps(v.strip("[]"))
         return f"client.ip == {q} or broker.ip == {q}"
     _fail(f"--conn {value!r}: expected a connection id, IP:PORT or IP")

@@ -43,6 +43,11 @@ class TimeBound:
                 hours=int(h), minutes=int(mi), seconds=float(rest[0]) if rest else 0
             )
         elif re.fullmatch(r"[0-9]+(\.[0-9]+)?", t):
+            if float(t) < 1e8:  # 1973: surely meant as seconds after the start
+                _fail(
+                    f"{option} {text!r}: a plain number is epoch seconds; for {t} seconds "
+                    f"after the capture start write +{t}s"
+                )
             self.absolute = int(round(float(t) * 1e6)) * 1000
         else:
             self.absolute = parse_time(t)
