@@ -156,7 +156,7 @@ def test_fields_csv_aggregator_and_topics():
 
 def test_parquet_has_the_spark_exchanges_columns(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
-    from kanalyze.spark.schemas import EXCHANGE_COLUMNS
+    from kanalyze.spark.schemas import EXCHANGE_COLUMNS, EXCHANGE_SCHEMA
 
     out = tmp_path / "x.parquet"
     r = kanalyze(
@@ -165,6 +165,7 @@ def test_parquet_has_the_spark_exchanges_columns(tmp_path):
     assert r.returncode == 0, r.stderr
     table = pq.read_table(out)
     assert table.column_names == EXCHANGE_COLUMNS
+    assert table.schema.equals(EXCHANGE_SCHEMA)  # typed as Spark writes them
     want = export(str(CAP), "-Y", 'errors or api == "Fetch"')
     assert table.num_rows == len(want) > 0
     rows = table.to_pylist()
