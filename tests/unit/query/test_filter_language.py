@@ -359,3 +359,27 @@ def test_one_env_shares_topic_names_with_the_export(data):
         env.decoder.learn(ex)
         f.match(ex)
     assert env.decoder.names.mapping is ctx.topic_names
+
+
+def test_any_text_is_a_filter_or_a_filter_error():
+    """Random token soup and random characters: never an exception other than FilterError,
+    and every error points inside the text (or just past its end)."""
+    import random
+
+    rng = random.Random(15)
+    vocab = ['api', 'latency', 'body.request.acks', 'topic', '==', '!=', '<', '>=', 'in', '{', '}',
+             ',', '..', '(', ')', 'and', 'or', 'not', '!', '&&', '||', '"Fetch"', '"x\\"y"', '5',
+             '1.5', '100ms', '-1', 'true', 'false', 'contains', 'matches', '"(["', 'errors', '=',
+             "'", '"', '.', 'error', '"NONE"', '3..', 'frame', 'time', '"2026-01-01"']
+    texts = [" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 8))) for _ in range(3000)]
+    texts += [
+        "".join(chr(rng.randint(0, 0x2FF)) for _ in range(rng.randint(0, 12))) for _ in range(500)
+    ]
+    ok = 0
+    for text in texts:
+        result = try_compile(text)
+        if isinstance(result, FilterError):
+            assert 1 <= result.column <= len(text) + 1, text
+        else:
+            ok += 1
+    assert ok > 50  # the soup also forms valid filters
