@@ -120,7 +120,8 @@ Node = Test | Not | AllOf | AnyOf
 @functools.cache
 def _parser() -> tuple[Any, Any]:
     """The LALR parser and the tree builder, made on first use: commands that get no filter
-    do not pay for importing lark and building the tables (about 0.1 s)."""
+    do not pay for importing lark and building the tables (about 45 ms: lark compiles its own
+    grammar-of-grammars on first use, then ours)."""
     from lark import Lark, Token, Transformer, v_args
 
     class _Build(Transformer):
