@@ -13,10 +13,11 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dissectors.diagnostics import Code
 from kanalyze.capture import Packet
 from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
-from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, decode_segment, format_endpoint
-from kanalyze.framing import Framer, Pdu, plausible_request
+from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, Segment, decode_segment, format_endpoint
+from kanalyze.framing import Framer, Pdu, StreamEvent, plausible_request
 from kanalyze.reassembly import HalfStream, ReassemblyLimits
 
 WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})
@@ -75,11 +76,10 @@ class EngineStats:
     stray_packets: int = 0  # payload-less segments of connections not open (e.g. the last ACK)
     client: DirectionTotals = field(default_factory=DirectionTotals)
     broker: DirectionTotals = field(default_factory=DirectionTotals)
-    # stream events worth showing: (connection id, side, code, stream offset, packet, message)
-    events: list[tuple[int, str, str, int, int, str]] = field(default_factory=list)
+    events: list[StreamEvent] = field(default_factory=list)  # stream events worth showing
     max_events: int = 10_000
     events_dropped: int = 0
-    event_counts: dict[str, int] = field(default_factory=dict)  # every stream event by code, kept or dropped
+    event_counts: dict[Code, int] = field(default_factory=dict)  # every stream event by code, kept or dropped
     limit_hits: dict[str, int] = field(default_factory=dict)  # engine-wide bounds hit: option name -> times
     buffered: int = 0  # bytes buffered right now across connections
     buffered_peak: int = 0
@@ -118,8 +118,8 @@ class Connection:
         self.held = 0  # bytes buffered (both framers, both reassembly heaps), as last counted
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
         mf = engine.opts.max_frame
-        self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
-        self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending)
+        self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen, None, info.id)
+        self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending, info.id)
         self.c2s = HalfStream(self.cf, engine.opts.reassembly)
         self.s2c = HalfStream(self.sf, engine.opts.reassembly)
 
@@ -133,9 +133,10 @@ class Connection:
                 return
             self.kafka = True
         if not self.corr.request(pdu):
-            self.cf.events.append(
-                ("bad_header", pdu.offset, pdu.last_pkt, "frame does not parse as a Kafka request header")
-            )
+            self.cf.events.append(StreamEvent(
+                self.info.id, "client", Code.BAD_HEADER, pdu.offset, pdu.last_pkt,
+                "frame does not parse as a Kafka request header",
+            ))
 
     def _server_pdu(self, pdu: Pdu) -> None:
         if self.kafka and not self.ignored:
@@ -187,18 +188,19 @@ class Engine:
         seg = decode_segment(pkt.linktype, pkt.data, self.stats.flows)
         if seg is None:
             return
-        if pkt.ts_ns > self.now:
-            self.now = pkt.ts_ns
-        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        ts = pkt.ts_ns
+        if ts > self.now:
+            self.now = ts
+        src, sport, dst, dport, seq, ack, flags, payload = seg  # one unpack: cheaper than 8 lookups
+        key = (src, sport, dst, dport)
         conn = self.conns.get(key)
-        flags = seg.flags
         if flags & SYN and not flags & ACK and conn is not None and not conn.ignored:
             base = conn.c2s.base
-            if key == conn.client_key and base is not None and base != (seg.seq + 1) & 0xFFFFFFFF:
+            if key == conn.client_key and base is not None and base != (seq + 1) & 0xFFFFFFFF:
                 self._close(conn, pkt)  # port reuse: a new SYN on the same 4-tuple
                 conn = None
         if conn is None:
-            if not seg.payload and not flags & SYN:
+            if not payload and not flags & SYN:
                 # a pure ACK/FIN/RST of a connection already closed (or not yet seen carrying
                 # data): nothing to reassemble, and no reason to open a connection for it
                 self.stats.stray_packets += 1
@@ -207,24 +209,24 @@ class Engine:
                 self._close_least_recent(pkt)
             conn = self._open(seg, key, flags)
         if conn.ignored:
-            conn.last_seen = pkt.ts_ns
-            self.stats.non_kafka_bytes += len(seg.payload)
+            conn.last_seen = ts
+            self.stats.non_kafka_bytes += len(payload)
             if flags & (FIN | RST):
                 self._forget(conn)
             return
         conn.clock += 1
-        conn.last_seen = pkt.ts_ns
+        conn.last_seen = ts
         from_client = key == conn.client_key
         half, other = (conn.c2s, conn.s2c) if from_client else (conn.s2c, conn.c2s)
         if flags & SYN and half.base is None:
-            half.start(seg.seq, True)
+            half.start(seq, True)
             (conn.cf if from_client else conn.sf).synced = True
         held = conn.held
         if flags & ACK:
-            other.peer_ack(seg.ack)
+            other.peer_ack(ack)
             if other.heap:
-                other.check_hole(conn.clock, pkt.no, pkt.ts_ns, now=bool(seg.payload))
-        half.segment(seg.seq, seg.payload, bool(flags & FIN), pkt.no, pkt.ts_ns, conn.clock)
+                other.check_hole(conn.clock, pkt.no, ts, now=bool(payload))
+        half.segment(seq, payload, bool(flags & FIN), pkt.no, ts, conn.clock)
         now_held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
         if now_held != held:
             conn.held = now_held
@@ -247,7 +249,7 @@ class Engine:
         if self.done:
             self._release()
 
-    def _open(self, seg, key: tuple, flags: int) -> Connection:  # noqa: ANN001
+    def _open(self, seg: Segment, key: tuple, flags: int) -> Connection:
         rkey = (seg.dst, seg.dport, seg.src, seg.sport)
         ports = self.opts.ports
         if flags & SYN:
@@ -279,10 +281,10 @@ class Engine:
         """Count an engine-wide bound being hit and report it as a stream event of `conn`."""
         st = self.stats
         st.limit_hits[limit] = st.limit_hits.get(limit, 0) + 1
-        code = "buffer_limit" if limit == "max_buffered" else "connection_limit"
+        code = Code.BUFFER_LIMIT if limit == "max_buffered" else Code.CONNECTION_LIMIT
         st.event_counts[code] = st.event_counts.get(code, 0) + 1
         if len(st.events) < st.max_events:
-            st.events.append((conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message))
+            st.events.append(StreamEvent(conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message))
         else:
             st.events_dropped += 1
 
@@ -357,15 +359,13 @@ class Engine:
         st.client.add(conn.c2s, conn.cf)
         st.broker.add(conn.s2c, conn.sf)
         counts = st.event_counts
-        for side, fr in (("client", conn.cf), ("broker", conn.sf)):
+        for fr in (conn.cf, conn.sf):
             for code, n in fr.event_counts.items():
                 counts[code] = counts.get(code, 0) + n
             st.events_dropped += fr.events_dropped
-            for code, off, pk, msg in fr.events:
-                if len(st.events) < st.max_events:
-                    st.events.append((conn.info.id, side, code, off, pk, msg))
-                else:
-                    st.events_dropped += 1
+            room = max(st.max_events - len(st.events), 0)
+            st.events.extend(fr.events[:room])
+            st.events_dropped += max(len(fr.events) - room, 0)
 
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests pending since before `older_than_ns` (live mode)."""

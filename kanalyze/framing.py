@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from dissectors.apis import REQUEST_VERSIONS
+from dissectors.diagnostics import Code
 from dissectors.quirks import request_header_version
 
 SEARCH_WINDOW = 1024 * 1024  # bytes searched before older unsynced bytes are dropped
@@ -53,6 +54,7 @@ def request_candidates(top: int) -> re.Pattern[bytes]:
 
 
 _SIZE_CANDIDATE: dict[int, re.Pattern[bytes]] = {}
+_new = tuple.__new__  # builds a Pdu at C speed (a NamedTuple's own __new__ is a Python function)
 
 
 def size_candidates(top: int) -> re.Pattern[bytes]:
@@ -65,9 +67,10 @@ def size_candidates(top: int) -> re.Pattern[bytes]:
     return pat
 
 
-@dataclass(slots=True)
-class Pdu:
-    """One Kafka frame. `data` excludes the size prefix; `missing` > 0 when a gap cut it short."""
+class Pdu(NamedTuple):
+    """One Kafka frame. `data` excludes the size prefix; `missing` > 0 when a gap cut it short.
+
+    Immutable; a NamedTuple because one is built per frame (built at C speed)."""
 
     data: bytes
     size: int  # the size prefix's value
@@ -77,6 +80,18 @@ class Pdu:
     last_pkt: int
     last_ts: int
     missing: int = 0
+
+
+class StreamEvent(NamedTuple):
+    """Something worth reporting about one direction's byte stream: a gap, skipped bytes, an
+    implausible size, a bound hit. `frame` is the packet number it was seen at."""
+
+    connection: int
+    side: str  # "client" or "broker"
+    code: Code
+    stream_offset: int
+    frame: int
+    message: str
 
 
 def plausible_request(buf: bytes | bytearray, p: int, max_frame: int = 0x7FFFFFFF) -> int:
@@ -135,6 +150,8 @@ class Framer:
         "events",
         "events_dropped",
         "event_counts",
+        "conn_id",
+        "side",
     )
 
     def __init__(
@@ -145,8 +162,11 @@ class Framer:
         max_frame: int,
         synced: bool,
         awaited: Collection[int] | None = None,
+        conn_id: int = 0,
     ) -> None:
         self.client_side = client_side
+        self.conn_id = conn_id  # the connection's id, for the stream events
+        self.side = "client" if client_side else "broker"
         self.on_pdu = on_pdu
         self.expects = expects  # broker side: is a response with this correlation id awaited?
         # broker side, optional: the awaited correlation ids themselves (a live view), which
@@ -165,9 +185,9 @@ class Framer:
         self.resyncs = 0
         self.last_pkt = 0
         self.last_ts = 0
-        self.events: list[tuple[str, int, int, str]] = []  # (code, stream offset, pkt, message)
+        self.events: list[StreamEvent] = []
         self.events_dropped = 0
-        self.event_counts: dict[str, int] = {}  # every event by code, kept or dropped
+        self.event_counts: dict[Code, int] = {}  # every event by code, kept or dropped
 
     # -- StreamSink -------------------------------------------------------------------------
     def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None:
@@ -201,7 +221,7 @@ class Framer:
         gap_start = self.stream_offset
         self.stream_offset += nbytes
         self.last_pkt, self.last_ts = pkt_no, ts_ns
-        code = "buffer_limit" if why else "gap"
+        code = Code.BUFFER_LIMIT if why else Code.GAP
         why = f"{nbytes} bytes given up ({why})" if why else f"{nbytes} bytes lost in a capture gap"
         if self.skip:
             used = min(self.skip, nbytes)
@@ -234,10 +254,10 @@ class Framer:
         self._lose_sync()
 
     # -- internals --------------------------------------------------------------------------
-    def _note(self, code: str, offset: int, pkt: int, message: str) -> None:
+    def _note(self, code: Code, offset: int, pkt: int, message: str) -> None:
         self.event_counts[code] = self.event_counts.get(code, 0) + 1
         if len(self.events) < MAX_EVENTS:
-            self.events.append((code, offset, pkt, message))
+            self.events.append(StreamEvent(self.conn_id, self.side, code, offset, pkt, message))
         else:
             self.events_dropped += 1
 
@@ -259,7 +279,7 @@ class Framer:
                 return pos
             self.pdu_bytes += 4 + size
             self.frames += 1
-            on_pdu(Pdu(bytes(chunk[pos + 4 : end]), size, start + pos, pkt_no, ts_ns, pkt_no, ts_ns))
+            on_pdu(_new(Pdu, (bytes(chunk[pos + 4 : end]), size, start + pos, pkt_no, ts_ns, pkt_no, ts_ns, 0)))
             pos = end
         return pos
 
@@ -298,7 +318,7 @@ class Framer:
             size = int.from_bytes(buf[:4], "big")
             if size > self.max_frame or size < MIN_RESPONSE:
                 self._note(
-                    "frame_too_large" if size > self.max_frame else "bad_length",
+                    Code.FRAME_TOO_LARGE if size > self.max_frame else Code.BAD_LENGTH,
                     self.buf_offset,
                     self.last_pkt,
                     f"frame size {size} is not plausible; searching for the next frame",
@@ -311,7 +331,7 @@ class Framer:
             fp, fts = self._first_mark(self.buf_offset)
             lp, lts = self._mark_holding(self.buf_offset + 3 + size)
             data = bytes(memoryview(buf)[4 : 4 + size])
-            pdu = Pdu(data, size, self.buf_offset, fp, fts, lp, lts)
+            pdu = _new(Pdu, (data, size, self.buf_offset, fp, fts, lp, lts, 0))
             self.pdu_bytes += 4 + size
             self.frames += 1
             self._consume(4 + size)
@@ -417,7 +437,7 @@ class Framer:
         return 0
 
     def _skip_bytes(self, k: int, why: str) -> None:
-        self._note("skipped_bytes", self.buf_offset, self.last_pkt, f"{k} bytes skipped ({why})")
+        self._note(Code.SKIPPED_BYTES, self.buf_offset, self.last_pkt, f"{k} bytes skipped ({why})")
         self.skipped += k
         self._consume(k)
 
@@ -434,7 +454,7 @@ class Framer:
                 self.skip = self.buf_offset + 4 + size - self.stream_offset
         if not self.skip:
             self._lose_sync()
-        self._note("skipped_bytes", self.buf_offset, self.last_pkt, f"{n} bytes skipped ({why})")
+        self._note(Code.SKIPPED_BYTES, self.buf_offset, self.last_pkt, f"{n} bytes skipped ({why})")
         self.skipped += n
         self.buf = bytearray()  # a new buffer: the old one may have grown large
         self.marks.clear()
@@ -455,7 +475,7 @@ class Framer:
                 self.on_pdu(pdu)
                 return
         if self.buf:
-            self._note("incomplete_frame", self.buf_offset, self.last_pkt, f"{len(self.buf)} bytes at end of stream are not a whole frame")
+            self._note(Code.INCOMPLETE_FRAME, self.buf_offset, self.last_pkt, f"{len(self.buf)} bytes at end of stream are not a whole frame")
             self.skipped += len(self.buf)
             self.buf.clear()
             self.marks.clear()

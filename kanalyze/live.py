@@ -363,9 +363,8 @@ class LiveSession:
         no response, as at the end of a capture) once they are older than the grace period."""
         for conn in self.engine.order.values():
             corr = conn.corr
-            settle = getattr(corr, "_settle_unanswered", None)
-            if settle is not None and getattr(corr, "unanswered", None):
-                settle(older_than_ns)
+            if corr.unanswered:
+                corr.settle_unanswered(older_than_ns)
 
     def _count_pending(self) -> int:
         return sum(c.corr.count for c in self.engine.order.values())

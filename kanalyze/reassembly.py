@@ -92,10 +92,6 @@ class HalfStream:
         """Fix stream offset 0 (the SYN consumes one sequence number)."""
         self.base = (seq + 1) & MASK if syn else seq
 
-    def _rel(self, seq: int) -> int:
-        d = (seq - self.base - self.next) & MASK  # type: ignore[operator]
-        return self.next + (d - (MASK + 1) if d >= HALF else d)
-
     @property
     def finished(self) -> bool:
         return self.fin_at is not None and self.next >= self.fin_at and not self.heap
@@ -106,12 +102,14 @@ class HalfStream:
             self.start(seq, False)
         self.clock = clock
         n = len(payload)
-        rel = self._rel(seq)
+        nxt = self.next
+        # unwrapped relative to the next expected byte (inline: runs once per packet)
+        d = (seq - self.base - nxt) & MASK
+        rel = nxt + (d - (MASK + 1) if d >= HALF else d)
         if fin:
             self.fin_at = max(self.fin_at or 0, rel + n)
         if not n:
             return
-        nxt = self.next
         if rel == nxt and not self.heap:
             self._deliver(payload, rel, pkt_no, ts_ns)
             return
@@ -138,9 +136,12 @@ class HalfStream:
 
     def peer_ack(self, ack: int) -> None:
         """The other side acknowledged up to raw sequence number `ack`."""
-        if self.base is None:
+        base = self.base
+        if base is None:
             return
-        rel = self._rel(ack)
+        nxt = self.next
+        d = (ack - base - nxt) & MASK  # unwrapped like a segment's sequence number
+        rel = nxt + (d - (MASK + 1) if d >= HALF else d)
         if rel > self.acked:
             self.acked = rel
 
