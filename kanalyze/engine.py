@@ -367,6 +367,27 @@ class Engine:
             st.events.extend(fr.events[:room])
             st.events_dropped += max(len(fr.events) - room, 0)
 
+    # -- live mode -------------------------------------------------------------------------------
+    @property
+    def pending_count(self) -> int:
+        """Requests waiting for a response on the open connections (acks=0 Produce excluded)."""
+        return sum(c.corr.count for c in self.order.values())
+
+    @property
+    def open_count(self) -> int:
+        """Connections open right now."""
+        return len(self.order)
+
+    def settle_unanswered(self, older_than_ns: int) -> None:
+        """Settle acks=0 Produce requests sent before `older_than_ns` (status ok, no response,
+        as at the end of a capture). The correlator holds them until a later response proves
+        none is coming, which on a produce-only connection never happens; `expire` leaves them
+        alone, so live mode calls this with a short grace period."""
+        for conn in self.order.values():
+            if conn.corr.unanswered:
+                conn.corr.settle_unanswered(older_than_ns)
+        self._release()
+
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests pending since before `older_than_ns` (live mode)."""
         for conn in list(self.order.values()):

@@ -355,28 +355,16 @@ class LiveSession:
         for fn in self._subscribers:
             fn(ex)
 
-    def _settle_acks0(self, older_than_ns: int) -> None:
-        """acks=0 Produce requests get no response from Kafka; the correlator holds them until a
-        later response proves none is coming, which on a produce-only connection never happens,
-        and `Engine.expire` leaves them alone (reported upstream). Held, they would also hold
-        back every later exchange in the output for the order window. Settle them (status ok,
-        no response, as at the end of a capture) once they are older than the grace period."""
-        for conn in self.engine.order.values():
-            corr = conn.corr
-            if corr.unanswered:
-                corr.settle_unanswered(older_than_ns)
-
-    def _count_pending(self) -> int:
-        return sum(c.corr.count for c in self.engine.order.values())
-
     def housekeeping(self, now_ns: int) -> None:
         o = self.opts
         eng = self.engine
-        self._settle_acks0(now_ns - int(min(o.pending_timeout_s, o.acks0_grace_s) * 1e9))
+        # acks=0 Produce requests: held, they would hold back every later exchange in the
+        # output for the order window
+        eng.settle_unanswered(now_ns - int(min(o.pending_timeout_s, o.acks0_grace_s) * 1e9))
         eng.expire(now_ns - int(o.pending_timeout_s * 1e9))
         self.stats.idle_closed += eng.expire_idle(now_ns - int(o.idle_timeout_s * 1e9))
-        self.pending = self._count_pending()
-        self.open_connections = len(eng.order)
+        self.pending = eng.pending_count
+        self.open_connections = eng.open_count
         self.source.update_counters()
         if self.pcap is not None:
             self.pcap.flush()

@@ -201,15 +201,7 @@ def run(args: argparse.Namespace) -> int:
 
     session.subscribe(on_exchange)
 
-    def on_tick(_s: object) -> None:
-        out.tick()
-        # the header-only encoder caches one JSON text per connection id, forever (reported
-        # upstream); a long run with many connections would grow it without bound
-        cache = getattr(enc, "_conn_json", None)
-        if isinstance(cache, dict) and len(cache) > 10_000:
-            cache.clear()
-
-    session.on_tick(on_tick)
+    session.on_tick(lambda _s: out.tick())  # the encoder bounds its own per-connection cache
     if metrics is not None:
         metrics.watch(session)
 
