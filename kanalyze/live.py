@@ -31,9 +31,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO
 
 from kanalyze.capture import Packet
+from kanalyze.capture.writer import PcapWriter
 from kanalyze.correlation import Exchange
 from kanalyze.engine import Engine, EngineOptions
 
@@ -223,29 +223,6 @@ def compile_bpf(expr: str, dlt: int) -> bytes:
 
 
 _PROGRAMS: list[object] = []
-
-
-# -- saving what was captured -------------------------------------------------------------------
-
-
-class PcapWriter:
-    """A nanosecond pcap file written as packets arrive (flushed by `flush()`)."""
-
-    def __init__(self, path: str, linktype: int, snaplen: int = SNAPLEN) -> None:
-        self.f: BinaryIO = open(path, "wb")  # noqa: SIM115
-        self.f.write(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, snaplen, linktype))
-        self._rec = struct.Struct("<IIII")
-
-    def write(self, ts_ns: int, data: bytes) -> None:
-        sec, ns = divmod(ts_ns, 1_000_000_000)
-        self.f.write(self._rec.pack(sec, ns, len(data), len(data)))
-        self.f.write(data)
-
-    def flush(self) -> None:
-        self.f.flush()
-
-    def close(self) -> None:
-        self.f.close()
 
 
 # -- hooks for front ends -----------------------------------------------------------------------
