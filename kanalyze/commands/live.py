@@ -7,14 +7,14 @@ then flushes every exchange still in flight and prints a summary to stderr.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
-import time
-from dataclasses import replace
-from typing import TextIO
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from kanalyze.capture.writer import PcapWriter
 from kanalyze.commands.common import (
     add_decode_arguments,
     add_limit_arguments,
@@ -23,7 +23,18 @@ from kanalyze.commands.common import (
     port,
     positive_int,
 )
+from kanalyze.live.errors import LiveError
+from kanalyze.live.output import NdjsonOutput
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, build_selection
+
+if TYPE_CHECKING:
+    from dissectors import DecodeContext
+    from kanalyze.correlation import Exchange
+    from kanalyze.live import LiveSession
+    from kanalyze.metrics import Metrics
+    from kanalyze.query.selection import Selection
+
+__all__ = ["NdjsonOutput", "add_parser", "listen_address", "positive_float", "run", "write_summary"]
 
 
 def positive_float(text: str) -> float:
@@ -65,68 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-class NdjsonOutput:
-    """Lines to stdout or a file, flushed per line; optional rotation to OUT.1, OUT.2, ..."""
-
-    def __init__(self, path: str, rotate_bytes: int | None = None, rotate_seconds: float | None = None) -> None:
-        if path == "-" and (rotate_bytes or rotate_seconds):
-            raise ValueError("--rotate-bytes/--rotate-seconds need -o FILE")
-        self.path = path
-        self.rotate_bytes = rotate_bytes
-        self.rotate_seconds = rotate_seconds
-        self.files: list[str] = []
-        self.lines = 0
-        self.broken = False
-        self._f: TextIO = sys.stdout
-        self._open()
-
-    def _open(self) -> None:
-        if self.path == "-":
-            self._f = sys.stdout
-            return
-        name = self.path if not self.files else f"{self.path}.{len(self.files)}"
-        self._f = open(name, "w", encoding="utf-8")  # noqa: SIM115
-        self.files.append(name)
-        self._size = 0
-        self._opened = time.monotonic()
-
-    def write(self, line: str) -> None:
-        f = self._f
-        f.write(line)
-        f.write("\n")
-        f.flush()
-        self.lines += 1
-        if self.path != "-":
-            self._size += len(line) + 1
-            if self.rotate_bytes is not None and self._size >= self.rotate_bytes:
-                self._rotate()
-
-    def tick(self) -> None:
-        if self.rotate_seconds is not None and self.path != "-" and time.monotonic() - self._opened >= self.rotate_seconds:
-            self._rotate()
-
-    def _rotate(self) -> None:
-        self._f.close()
-        self._open()
-
-    def close(self) -> None:
-        if self._f is not sys.stdout:
-            self._f.close()
-        elif not self.broken:
-            with contextlib.suppress(BrokenPipeError):
-                self._f.flush()
-
-
 def run(args: argparse.Namespace) -> int:
-    from kanalyze.export.ndjson import ExchangeEncoder, dumps
-    from kanalyze.live import (
-        LiveError,
-        LiveOptions,
-        LiveSession,
-        PcapWriter,
-        default_filter,
-        open_source,
-    )
+    from kanalyze.live import LiveError, LiveOptions, LiveSession, default_filter, open_source
 
     if (args.rotate_bytes or args.rotate_seconds) and args.output == "-":
         sys.stderr.write("kanalyze: error: --rotate-bytes/--rotate-seconds need -o FILE\n")
@@ -140,34 +91,10 @@ def run(args: argparse.Namespace) -> int:
     except LiveError as e:
         sys.stderr.write(f"kanalyze: error: {e}\n")
         return 2
-
-    metrics = server = None
-    pcap = None
     try:
-        if args.prometheus is not None:
-            from kanalyze.metrics import Metrics
-
-            metrics = Metrics()
-            host, mport = args.prometheus
-            try:
-                server = metrics.serve(host, mport)
-            except OSError as e:
-                raise LiveError(f"cannot serve Prometheus metrics on {host}:{mport}: {e.strerror or e}") from e
-        if args.write_pcap:
-            try:
-                pcap = PcapWriter(args.write_pcap, source.linktype, args.snaplen)
-            except OSError as e:
-                raise LiveError(f"cannot write {args.write_pcap}: {e.strerror or e}") from e
-        try:
-            out = NdjsonOutput(args.output, args.rotate_bytes, args.rotate_seconds)
-        except OSError as e:
-            raise LiveError(f"cannot write {args.output}: {e.strerror or e}") from e
+        outputs = _Outputs.open(args, source.linktype)
     except LiveError as e:
         source.close()
-        if pcap is not None:
-            pcap.close()
-        if server is not None:
-            server.shutdown()  # type: ignore[attr-defined]
         sys.stderr.write(f"kanalyze: error: {e}\n")
         return 2
 
@@ -179,13 +106,82 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         max_packets=args.max_packets,
     )
-    session = LiveSession(source, lopts, pcap)
+    session = LiveSession(source, lopts, outputs.pcap)
+    session.subscribe(_exchange_writer(args, ctx, selection, session, outputs))
+    session.on_tick(lambda _s: outputs.ndjson.tick())  # the encoder bounds its own per-connection cache
+    if outputs.metrics is not None:
+        outputs.metrics.watch(session)
+    sys.stderr.write(f"kanalyze: capturing on {args.interface} (filter: {bpf or 'none'})\n")
+    sys.stderr.flush()
+    _run_until_signalled(session, outputs)
+    write_summary(session, outputs.ndjson, args)
+    return 1 if session.failed else 0
+
+
+@dataclass(slots=True)
+class _Outputs:
+    """What a run writes to besides stderr: NDJSON, and optionally a pcap and a metrics endpoint."""
+
+    ndjson: NdjsonOutput
+    pcap: PcapWriter | None = None
+    metrics: Metrics | None = None
+    server: object | None = None  # the metrics HTTP server
+
+    @classmethod
+    def open(cls, args: argparse.Namespace, linktype: int) -> _Outputs:
+        """Open every output the arguments ask for; LiveError (everything closed) if one fails."""
+        metrics = server = pcap = None
+        try:
+            if args.prometheus is not None:
+                from kanalyze.metrics import Metrics
+
+                metrics = Metrics()
+                host, mport = args.prometheus
+                try:
+                    server = metrics.serve(host, mport)
+                except OSError as e:
+                    raise LiveError(f"cannot serve Prometheus metrics on {host}:{mport}: {e.strerror or e}") from e
+            if args.write_pcap:
+                try:
+                    pcap = PcapWriter(args.write_pcap, linktype, args.snaplen)
+                except OSError as e:
+                    raise LiveError(f"cannot write {args.write_pcap}: {e.strerror or e}") from e
+            try:
+                ndjson = NdjsonOutput(args.output, args.rotate_bytes, args.rotate_seconds)
+            except OSError as e:
+                raise LiveError(f"cannot write {args.output}: {e.strerror or e}") from e
+        except LiveError:
+            if pcap is not None:
+                pcap.close()
+            if server is not None:
+                server.shutdown()  # type: ignore[attr-defined]
+            raise
+        return cls(ndjson, pcap, metrics, server)
+
+    def close(self) -> None:
+        self.ndjson.close()
+        if self.server is not None:
+            self.server.shutdown()  # type: ignore[attr-defined]
+
+
+def _exchange_writer(
+    args: argparse.Namespace,
+    ctx: DecodeContext,
+    selection: Selection | None,
+    session: LiveSession,
+    outputs: _Outputs,
+) -> Callable[[Exchange], None]:
+    """The subscriber: one NDJSON line per selected exchange, and the metrics observation
+    (of every exchange)."""
+    from kanalyze.export import ExchangeEncoder, dumps
+
     decode = not args.header_only
     enc = ExchangeEncoder(ctx, decode=decode)
     # metrics need bodies; in header-only mode a second encoder decodes them (records skipped)
     menc = enc if decode else ExchangeEncoder(replace(ctx, decode_records=False), decode=True)
+    metrics, out = outputs.metrics, outputs.ndjson
 
-    def on_exchange(ex) -> None:  # noqa: ANN001
+    def on_exchange(ex: Exchange) -> None:
         d = None
         if metrics is not None:
             d = menc.encode(ex)
@@ -199,34 +195,28 @@ def run(args: argparse.Namespace) -> int:
             out.broken = True
             session.stop("output closed")
 
-    session.subscribe(on_exchange)
+    return on_exchange
 
-    session.on_tick(lambda _s: out.tick())  # the encoder bounds its own per-connection cache
-    if metrics is not None:
-        metrics.watch(session)
+
+def _run_until_signalled(session: LiveSession, outputs: _Outputs) -> None:
+    """Run the session with SIGINT/SIGTERM stopping it; then close the outputs."""
 
     def on_signal(signum: int, _frame: object) -> None:
         session.stop(signal.Signals(signum).name)
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    sys.stderr.write(f"kanalyze: capturing on {args.interface} (filter: {bpf or 'none'})\n")
-    sys.stderr.flush()
     try:
         session.run()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        out.close()
-        if server is not None:
-            server.shutdown()  # type: ignore[attr-defined]
-        if out.broken:
+        outputs.close()
+        if outputs.ndjson.broken:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-    write_summary(session, out, args)
-    return 1 if session.failed else 0
 
 
-def write_summary(session, out: NdjsonOutput, args: argparse.Namespace) -> None:  # noqa: ANN001
+def write_summary(session: LiveSession, out: NdjsonOutput, args: argparse.Namespace) -> None:
     st = session.stats
     c = session.source.counters
     es = session.engine.stats

@@ -19,96 +19,30 @@ Whole files (small, gzip-compressed, or unsplittable) are read with
 
 from __future__ import annotations
 
-import glob
 import gzip
 import io
-import os
 import shutil
 import struct
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import BinaryIO
 
 from dissectors.diagnostics import Code, Diagnostic
 from kanalyze.capture import GZIP_MAGIC, CaptureError, CaptureStats, Packet, read_capture
 from kanalyze.capture.split import RangeResult, iter_range, probe_layout, sync
+from kanalyze.spark.inputs import (
+    default_capture_id,
+    file_size,
+    is_uri,
+    list_inputs,
+    local_path,
+    open_input,
+)
 
-__all__ = ["RangeResult"]  # re-exported for the pipeline and the data source
+# re-exported for the pipeline and the data source
+__all__ = ["RangeResult", "is_uri", "list_inputs"]
 
 SPLIT_BYTES = 128 * 1024 * 1024
-
-
-# --------------------------------------------------------------------------- file access
-def is_uri(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
-def _local(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
-
-
-def open_input(path: str) -> BinaryIO:
-    """A seekable binary stream: local paths directly, URIs (s3://, hdfs://, gs://, ...) through pyarrow.fs."""
-    if is_uri(path):
-        try:
-            from pyarrow import fs as pafs
-        except ImportError:  # pragma: no cover - pyarrow comes with the spark extra
-            raise CaptureError(f"{path}: reading URIs needs pyarrow") from None
-        try:
-            filesystem, inner = pafs.FileSystem.from_uri(path)
-            return filesystem.open_input_file(inner)  # type: ignore[return-value]
-        except (OSError, ValueError) as e:
-            raise CaptureError(f"{path}: cannot open: {e}") from None
-    try:
-        return open(_local(path), "rb", buffering=0)  # noqa: SIM115 - caller closes
-    except OSError as e:
-        raise CaptureError(f"{path}: cannot open: {e.strerror or e}") from None
-
-
-def file_size(path: str) -> int:
-    if is_uri(path):
-        from pyarrow import fs as pafs
-
-        filesystem, inner = pafs.FileSystem.from_uri(path)
-        return int(filesystem.get_file_info(inner).size or 0)
-    return os.path.getsize(_local(path))
-
-
-def list_inputs(paths: list[str] | tuple[str, ...]) -> list[str]:
-    """Expand directories (recursively) and globs; URIs go through pyarrow.fs. Sorted, deduplicated."""
-    out: list[str] = []
-    for p in paths:
-        if is_uri(p):
-            from pyarrow import fs as pafs
-
-            filesystem, inner = pafs.FileSystem.from_uri(p)
-            info = filesystem.get_file_info(inner)
-            if info.type == pafs.FileType.Directory:
-                scheme = p.split("://", 1)[0]
-                sel = pafs.FileSelector(inner, recursive=True)
-                out.extend(
-                    f"{scheme}://{i.path}"
-                    for i in filesystem.get_file_info(sel)
-                    if i.type == pafs.FileType.File
-                )
-            else:
-                out.append(p)
-            continue
-        p = _local(p)
-        if os.path.isdir(p):
-            for root, _dirs, files in os.walk(p):
-                out.extend(os.path.join(root, f) for f in files if not f.startswith("."))
-        elif any(c in p for c in "*?["):
-            out.extend(x for x in glob.glob(p, recursive=True) if os.path.isfile(x))
-        else:
-            out.append(p)
-    return sorted(dict.fromkeys(out))
-
-
-def default_capture_id(path: str) -> str:
-    """The capture group: the parent directory (files captured at one point live together)."""
-    return os.path.dirname(path.rstrip("/")) or "."
 
 
 # --------------------------------------------------------------------------- probing
@@ -306,7 +240,7 @@ def iter_unit(plan: Plan, unit: Unit, stats: CaptureStats) -> Iterator[Packet]:
         if is_uri(info.path):
             yield from _iter_remote_whole(info, stats)
             return
-        yield from read_capture(_local(info.path), stats, info.rank)
+        yield from read_capture(local_path(info.path), stats, info.rank)
         return
     result = RangeResult()
     with open_input(info.path) as f:
