@@ -24,7 +24,8 @@ SASL_RAW_NAME = "SaslRaw"
 
 OK, NO_RESPONSE, REQUEST_MISSING = "ok", "no_response", "request_missing"
 
-PRODUCE, SASL_HANDSHAKE = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE  # module constants: no enum lookup per frame
+# module constants: no enum attribute lookup per frame
+PRODUCE, SASL_HANDSHAKE = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE
 # Records built once per frame are NamedTuples (immutable, no __dict__), made with `_new`:
 # tuple.__new__ is C, while a NamedTuple's own __new__ is a Python function (2x the cost)
 _new = tuple.__new__
@@ -129,7 +130,8 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _skip_tagged(buf: bytes, pos: int, header: dict[str, object]) -> int:
-    """Skip a tagged-field section, keeping the raw fields in header['tagged_fields']; -1 if malformed."""
+    """Skip a tagged-field section, keeping the raw fields in header['tagged_fields'];
+    -1 if malformed."""
     count, pos = _uvarint(buf, pos)
     if count < 0:
         return -1
@@ -156,41 +158,89 @@ def read_request_header(data: bytes) -> RequestHeader | None:
     corr = int.from_bytes(data[4:8], "big", signed=True)
     if api not in API_NAMES:
         return None
-    header: dict[str, object] = {"request_api_key": api, "request_api_version": ver, "correlation_id": corr}
+    header: dict[str, object] = {
+        "request_api_key": api,
+        "request_api_version": ver,
+        "correlation_id": corr,
+    }
     hv = request_header_version(api, ver)
     pos = 8
     client_id: str | None = None
     if hv >= 1:
         if len(data) < 10:
             header["client_id"] = None
-            return RequestHeader(api, ver, corr, None, header, len(data),
-                                 (Diagnostic(Code.TRUNCATED, 8, "request header ends before client_id"),))
+            return RequestHeader(
+                api,
+                ver,
+                corr,
+                None,
+                header,
+                len(data),
+                (Diagnostic(Code.TRUNCATED, 8, "request header ends before client_id"),),
+            )
         clen = int.from_bytes(data[8:10], "big", signed=True)
         pos = 10
         if clen >= 0:
             if pos + clen > len(data):
                 header["client_id"] = None
-                return RequestHeader(api, ver, corr, None, header, len(data), (
-                    Diagnostic(Code.TRUNCATED, 8, f"client_id of {clen} bytes runs past the frame"),))
+                return RequestHeader(
+                    api,
+                    ver,
+                    corr,
+                    None,
+                    header,
+                    len(data),
+                    (
+                        Diagnostic(
+                            Code.TRUNCATED, 8, f"client_id of {clen} bytes runs past the frame"
+                        ),
+                    ),
+                )
             client_id = header["client_id"] = data[pos : pos + clen].decode("utf-8", "replace")
             pos += clen
         elif clen == -1:
             header["client_id"] = None
         else:
             header["client_id"] = None
-            return RequestHeader(api, ver, corr, None, header, len(data),
-                                 (Diagnostic(Code.BAD_LENGTH, 8, f"client_id length {clen}"),))
+            return RequestHeader(
+                api,
+                ver,
+                corr,
+                None,
+                header,
+                len(data),
+                (Diagnostic(Code.BAD_LENGTH, 8, f"client_id length {clen}"),),
+            )
     if hv >= 2:
         end = _skip_tagged(data, pos, header)
         if end < 0:
-            return RequestHeader(api, ver, corr, client_id, header, len(data), (
-                Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in request header"),))
+            return RequestHeader(
+                api,
+                ver,
+                corr,
+                client_id,
+                header,
+                len(data),
+                (Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in request header"),),
+            )
         pos = end
     rng = REQUEST_VERSIONS.get(api)
     if rng and not rng[0] <= ver <= rng[1]:
-        return RequestHeader(api, ver, corr, client_id, header, pos, (Diagnostic(
-            Code.UNSUPPORTED_VERSION, 2,
-            f"{API_NAMES[api]} v{ver} is outside the known versions {rng[0]}-{rng[1]}"),))
+        return RequestHeader(
+            api,
+            ver,
+            corr,
+            client_id,
+            header,
+            pos,
+            (
+                Diagnostic(
+                    Code.UNSUPPORTED_VERSION,
+                    2,
+                    f"{API_NAMES[api]} v{ver} is outside the known versions {rng[0]}-{rng[1]}",
+                ),
+            ),
+        )
     return _new(RequestHeader, (api, ver, corr, client_id, header, pos, ()))
 
 
@@ -198,16 +248,24 @@ def read_response_header(data: bytes, api: int | None, ver: int | None) -> Respo
     """The header of a response frame to a request of `api` v`ver`; with `api` None (the
     request was not captured) only the correlation id is read."""
     if len(data) < 4:
-        return ResponseHeader(None, {}, len(data),
-                              (Diagnostic(Code.TRUNCATED, 0, "response shorter than a correlation id"),))
+        return ResponseHeader(
+            None,
+            {},
+            len(data),
+            (Diagnostic(Code.TRUNCATED, 0, "response shorter than a correlation id"),),
+        )
     corr = int.from_bytes(data[0:4], "big", signed=True)
     header: dict[str, object] = {"correlation_id": corr}
     pos = 4
     if api is not None and ver is not None and response_header_version(api, ver) >= 1:
         end = _skip_tagged(data, pos, header)
         if end < 0:
-            return ResponseHeader(corr, header, len(data), (
-                Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in response header"),))
+            return ResponseHeader(
+                corr,
+                header,
+                len(data),
+                (Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in response header"),),
+            )
         pos = end
     return _new(ResponseHeader, (corr, header, pos, ()))
 
@@ -219,7 +277,9 @@ def parse_request_header(data: bytes) -> tuple[dict[str, object], int, list[Diag
     return None if h is None else (h.fields, h.body_offset, list(h.diagnostics))
 
 
-def parse_response_header(data: bytes, api: int, ver: int) -> tuple[dict[str, object], int, list[Diagnostic]]:
+def parse_response_header(
+    data: bytes, api: int, ver: int
+) -> tuple[dict[str, object], int, list[Diagnostic]]:
     """`read_response_header` as (header fields, body offset, diagnostics), for callers not
     yet using the record (kanalyze/tui/rebuild.py)."""
     h = read_response_header(data, api, ver)
@@ -250,7 +310,18 @@ _Pending = tuple[Message, RequestHeader, "int | None"]  # a request waiting: mes
 class Correlator:
     """Pending requests of one connection; emits an `Exchange` per pair, orphan or timeout."""
 
-    __slots__ = ("conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending", "unanswered", "arrivals")
+    __slots__ = (
+        "conn",
+        "emit",
+        "pending",
+        "count",
+        "max_pending",
+        "sasl_raw",
+        "raw_pending",
+        "on_pending",
+        "unanswered",
+        "arrivals",
+    )
 
     def __init__(
         self,
@@ -274,7 +345,8 @@ class Correlator:
         return corr in self.pending
 
     def request(self, pdu: Pdu) -> bool:
-        """Take a client frame. False when it does not parse as a Kafka request (and is not raw SASL)."""
+        """Take a client frame. False when it does not parse as a Kafka request (and is not
+        raw SASL)."""
         hdr = read_request_header(pdu.data)
         if hdr is None:
             if self.sasl_raw:
@@ -288,7 +360,13 @@ class Correlator:
         diags = list(hdiags) if hdiags else []
         msg = Message(pdu, fields, body_at, diags)
         if pdu.missing:
-            diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
+            diags.append(
+                Diagnostic(
+                    Code.TRUNCATED,
+                    len(pdu.data),
+                    f"{pdu.missing} bytes of this frame were lost in a capture gap",
+                )
+            )
         acks = produce_acks(ver, pdu.data, body_at) if api == PRODUCE else None
         if acks == 0:
             # no response is due; held until a later response proves none is coming (some
@@ -302,7 +380,13 @@ class Correlator:
         if queue is None:
             self.pending[corr] = deque([(msg, hdr, acks)])
         else:
-            diags.append(Diagnostic(Code.DUPLICATE_CORRELATION_ID, 4, f"correlation id {corr} is already awaiting a response"))
+            diags.append(
+                Diagnostic(
+                    Code.DUPLICATE_CORRELATION_ID,
+                    4,
+                    f"correlation id {corr} is already awaiting a response",
+                )
+            )
             queue.append((msg, hdr, acks))
         self.count += 1
         self._track(corr, msg)
@@ -349,14 +433,35 @@ class Correlator:
         _c, fields, body_at, rdiags = read_response_header(pdu.data, api, ver)
         diags = list(rdiags) if rdiags else []
         if pdu.missing:
-            diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
+            diags.append(
+                Diagnostic(
+                    Code.TRUNCATED,
+                    len(pdu.data),
+                    f"{pdu.missing} bytes of this frame were lost in a capture gap",
+                )
+            )
         resp = Message(pdu, fields, body_at, diags)
         if api == SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
             self.sasl_raw = int.from_bytes(pdu.data[body_at : body_at + 2], "big", signed=True) == 0
         self.emit(self._exchange(req, hdr, resp, OK, acks))
 
-    def _exchange(self, req: Message, h: RequestHeader, resp: Message | None, status: str, acks: int | None) -> Exchange:
-        return _new(Exchange, (self.conn, h.api_key, h.api_version, h.correlation_id, h.client_id, status, req, resp, acks))
+    def _exchange(
+        self, req: Message, h: RequestHeader, resp: Message | None, status: str, acks: int | None
+    ) -> Exchange:
+        return _new(
+            Exchange,
+            (
+                self.conn,
+                h.api_key,
+                h.api_version,
+                h.correlation_id,
+                h.client_id,
+                status,
+                req,
+                resp,
+                acks,
+            ),
+        )
 
     def settle_unanswered(self, before_ts: int | None) -> None:
         """acks=0 Produce requests sent at or before `before_ts` are done (status ok, no
@@ -388,7 +493,13 @@ class Correlator:
             del self.pending[oldest]
         self.count -= 1
         req.done = True
-        req.diagnostics.append(Diagnostic(Code.PENDING_LIMIT, 0, f"more than {self.max_pending} requests pending; oldest given up"))
+        req.diagnostics.append(
+            Diagnostic(
+                Code.PENDING_LIMIT,
+                0,
+                f"more than {self.max_pending} requests pending; oldest given up",
+            )
+        )
         self.emit(self._exchange(req, hdr, None, NO_RESPONSE, acks))
 
     def expire(self, older_than_ns: int) -> None:

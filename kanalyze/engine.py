@@ -21,7 +21,9 @@ from kanalyze.framing import Framer, Pdu, StreamEvent, plausible_request
 from kanalyze.reassembly import HalfStream, ReassemblyLimits
 
 WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})
-DETECTION_BUDGET = 64 * 1024  # client bytes searched for a first request before a flow is judged not Kafka
+FlowKey = tuple[bytes, int, bytes, int]  # (source address, port, destination address, port)
+# client bytes searched for a first request before a flow is judged not Kafka
+DETECTION_BUDGET = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -79,8 +81,10 @@ class EngineStats:
     events: list[StreamEvent] = field(default_factory=list)  # stream events worth showing
     max_events: int = 10_000
     events_dropped: int = 0
-    event_counts: dict[Code, int] = field(default_factory=dict)  # every stream event by code, kept or dropped
-    limit_hits: dict[str, int] = field(default_factory=dict)  # engine-wide bounds hit: option name -> times
+    # every stream event by Code (a str: plain-string lookups work), kept or dropped
+    event_counts: dict[str, int] = field(default_factory=dict)
+    # engine-wide bounds hit: option name -> times
+    limit_hits: dict[str, int] = field(default_factory=dict)
     buffered: int = 0  # bytes buffered right now across connections
     buffered_peak: int = 0
     open_peak: int = 0  # most connections open at once
@@ -106,7 +110,9 @@ class Connection:
         "held",
     )
 
-    def __init__(self, engine: Engine, info: ConnInfo, client_key: tuple, forced: bool, syn_seen: bool) -> None:
+    def __init__(
+        self, engine: Engine, info: ConnInfo, client_key: FlowKey, forced: bool, syn_seen: bool
+    ) -> None:
         self.info = info
         self.client_key = client_key
         self.forced = forced
@@ -119,7 +125,9 @@ class Connection:
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen, None, info.id)
-        self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending, info.id)
+        self.sf = Framer(
+            False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending, info.id
+        )
         self.c2s = HalfStream(self.cf, engine.opts.reassembly)
         self.s2c = HalfStream(self.sf, engine.opts.reassembly)
 
@@ -133,10 +141,16 @@ class Connection:
                 return
             self.kafka = True
         if not self.corr.request(pdu):
-            self.cf.events.append(StreamEvent(
-                self.info.id, "client", Code.BAD_HEADER, pdu.offset, pdu.last_pkt,
-                "frame does not parse as a Kafka request header",
-            ))
+            self.cf.events.append(
+                StreamEvent(
+                    self.info.id,
+                    "client",
+                    Code.BAD_HEADER,
+                    pdu.offset,
+                    pdu.last_pkt,
+                    "frame does not parse as a Kafka request header",
+                )
+            )
 
     def _server_pdu(self, pdu: Pdu) -> None:
         if self.kafka and not self.ignored:
@@ -150,11 +164,13 @@ def _never(_corr: int) -> bool:
 class Engine:
     """Push packets in, get exchanges out through `on_exchange`, in start-time order."""
 
-    def __init__(self, on_exchange: Callable[[Exchange], None], opts: EngineOptions | None = None) -> None:
+    def __init__(
+        self, on_exchange: Callable[[Exchange], None], opts: EngineOptions | None = None
+    ) -> None:
         self.opts = opts or EngineOptions()
         self.on_exchange = on_exchange
         self.stats = EngineStats()
-        self.conns: dict[tuple, Connection] = {}
+        self.conns: dict[FlowKey, Connection] = {}  # both directions' keys
         self.order: dict[int, Connection] = {}  # open connections by id, in order of appearance
         self.next_id = 1
         self.done: list[tuple[int, int, Exchange]] = []  # completed exchanges by start time
@@ -236,20 +252,28 @@ class Engine:
                 if st.buffered > self.opts.max_buffered:
                     self._evict_buffers(pkt)
                 st.buffered_peak = max(st.buffered_peak, st.buffered)
-        if not conn.kafka and not conn.ignored and conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
+        if (
+            not conn.kafka
+            and not conn.ignored
+            and conn.cf.skipped > DETECTION_BUDGET
+            and not conn.forced
+        ):
             conn.ignored = True
         if conn.ignored:
             self.stats.non_kafka_connections += 1
             self.stats.non_kafka_bytes += conn.c2s.delivered + conn.s2c.delivered
             self._drop_state(conn)
         elif flags & RST or (
-            conn.c2s.fin_at is not None and conn.s2c.fin_at is not None and conn.c2s.finished and conn.s2c.finished
+            conn.c2s.fin_at is not None
+            and conn.s2c.fin_at is not None
+            and conn.c2s.finished
+            and conn.s2c.finished
         ):
             self._close(conn, pkt)
         if self.done:
             self._release()
 
-    def _open(self, seg: Segment, key: tuple, flags: int) -> Connection:
+    def _open(self, seg: Segment, key: FlowKey, flags: int) -> Connection:
         rkey = (seg.dst, seg.dport, seg.src, seg.sport)
         ports = self.opts.ports
         if flags & SYN:
@@ -284,7 +308,9 @@ class Engine:
         code = Code.BUFFER_LIMIT if limit == "max_buffered" else Code.CONNECTION_LIMIT
         st.event_counts[code] = st.event_counts.get(code, 0) + 1
         if len(st.events) < st.max_events:
-            st.events.append(StreamEvent(conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message))
+            st.events.append(
+                StreamEvent(conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message)
+            )
         else:
             st.events_dropped += 1
 
@@ -294,16 +320,26 @@ class Engine:
         at 3/4 of the bound; one sort per eviction round keeps a flood linear."""
         st = self.stats
         target = self.opts.max_buffered * 3 // 4
-        for conn in sorted((c for c in self.order.values() if c.held), key=lambda c: c.held, reverse=True):
+        for conn in sorted(
+            (c for c in self.order.values() if c.held), key=lambda c: c.held, reverse=True
+        ):
             if st.buffered <= target:
                 break
             dropped = conn.held
             for half, framer in ((conn.c2s, conn.cf), (conn.s2c, conn.sf)):
                 half.flush(pkt.no, pkt.ts_ns, "buffers evicted: --max-buffered")
                 framer.evict("buffers evicted: --max-buffered")
-            conn.held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+            conn.held = (
+                len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+            )
             st.buffered -= dropped - conn.held
-            self._hit("max_buffered", conn, pkt, f"{dropped} buffered bytes given up: {st.buffered + dropped} bytes buffered in total")
+            self._hit(
+                "max_buffered",
+                conn,
+                pkt,
+                f"{dropped} buffered bytes given up: "
+                f"{st.buffered + dropped} bytes buffered in total",
+            )
 
     def _close_least_recent(self, pkt: Packet) -> None:
         """At `max_connections`: close the least recently active 1/8 of the open connections
@@ -321,7 +357,8 @@ class Engine:
                 del self.conns[key]
 
     def _drop_state(self, conn: Connection) -> None:
-        """A connection judged not Kafka: free its buffers, keep a tombstone to ignore its packets."""
+        """A connection judged not Kafka: free its buffers, keep a tombstone to ignore its
+        packets."""
         conn.c2s.heap.clear()
         conn.s2c.heap.clear()
         conn.c2s.ooo_bytes = conn.s2c.ooo_bytes = 0

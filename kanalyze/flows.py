@@ -12,7 +12,18 @@ import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-ETHERNET, NULL, RAW, RAW_BSD, RAW_OPENBSD, LOOP, SLL, IPV4, IPV6, SLL2 = 1, 0, 101, 12, 14, 108, 113, 228, 229, 276
+ETHERNET, NULL, RAW, RAW_BSD, RAW_OPENBSD, LOOP, SLL, IPV4, IPV6, SLL2 = (
+    1,
+    0,
+    101,
+    12,
+    14,
+    108,
+    113,
+    228,
+    229,
+    276,
+)
 SUPPORTED_LINKTYPES = {
     ETHERNET: "Ethernet",
     NULL: "BSD loopback (NULL)",
@@ -36,7 +47,8 @@ FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
 _H = struct.Struct("!H")
 _LEN_FRAG = struct.Struct("!H2xH")  # IPv4 total length and flags/fragment offset
 _TCP = struct.Struct("!HHIIBB")
-_new = tuple.__new__  # builds a Segment at C speed (a NamedTuple's own __new__ is a Python function)
+# builds a Segment at C speed (a NamedTuple's own __new__ is a Python function)
+_new = tuple.__new__
 
 
 class Segment(NamedTuple):
@@ -98,7 +110,11 @@ def _network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
         if len(buf) < 4:
             return None
         fam_be = int.from_bytes(buf[:4], "big")
-        fam = fam_be if linktype == LOOP else (fam_be if fam_be < 256 else int.from_bytes(buf[:4], "little"))
+        fam = (
+            fam_be
+            if linktype == LOOP
+            else (fam_be if fam_be < 256 else int.from_bytes(buf[:4], "little"))
+        )
         if fam == 2:
             return 4, 4
         if fam in NULL_IPV6:
@@ -128,7 +144,14 @@ def network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
 
 def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | None:
     """The TCP segment in a packet, or None (and a counted reason) when there is none."""
-    if linktype == ETHERNET and len(buf) >= 54 and buf[12] == 8 and buf[13] == 0 and buf[14] == 0x45 and buf[23] == IPPROTO_TCP:
+    if (
+        linktype == ETHERNET
+        and len(buf) >= 54
+        and buf[12] == 8
+        and buf[13] == 0
+        and buf[14] == 0x45
+        and buf[23] == IPPROTO_TCP
+    ):
         # fast path: untagged Ethernet, IPv4 without options, TCP
         total, frag = _LEN_FRAG.unpack_from(buf, 16)
         if not frag & 0x3FFF:
@@ -139,7 +162,19 @@ def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | Non
             doff = (off >> 4) * 4
             if doff >= 20 and 34 + doff <= end:
                 stats.tcp += 1
-                return _new(Segment, (bytes(buf[26:30]), sport, bytes(buf[30:34]), dport, seq, ack, flags, buf[34 + doff : end]))
+                return _new(
+                    Segment,
+                    (
+                        bytes(buf[26:30]),
+                        sport,
+                        bytes(buf[30:34]),
+                        dport,
+                        seq,
+                        ack,
+                        flags,
+                        buf[34 + doff : end],
+                    ),
+                )
     if linktype not in SUPPORTED_LINKTYPES:
         stats.unsupported_linktypes[linktype] = stats.unsupported_linktypes.get(linktype, 0) + 1
         return None

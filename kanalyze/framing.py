@@ -35,7 +35,14 @@ def _request_candidates(top: int) -> re.Pattern[bytes]:
     for api, (lo, hi) in sorted(REQUEST_VERSIONS.items()):
         hi += VERSION_SLACK
         assert 0 <= api < 256 and 0 <= lo <= hi < 256
-        alts.append(re.escape(bytes([api])) + b"\\x00[" + re.escape(bytes([lo])) + b"-" + re.escape(bytes([hi])) + b"]")
+        alts.append(
+            re.escape(bytes([api]))
+            + b"\\x00["
+            + re.escape(bytes([lo]))
+            + b"-"
+            + re.escape(bytes([hi]))
+            + b"]"
+        )
     return re.compile(
         b"(?=[\\x00-" + re.escape(bytes([top])) + b"])(?!\\x00\\x00\\x00[\\x00-\\x07])"
         b"(?=.{4}\\x00(?:" + b"|".join(alts) + b")[\\x00-\\x7f])",
@@ -63,7 +70,9 @@ def size_candidates(top: int) -> re.Pattern[bytes]:
     pat = _SIZE_CANDIDATE.get(top)
     if pat is None:
         first = re.escape(bytes([top]))
-        pat = _SIZE_CANDIDATE[top] = re.compile(b"(?=[\\x00-" + first + b"].{3})(?!\\x00\\x00\\x00[\\x00-\\x03])", re.S)
+        pat = _SIZE_CANDIDATE[top] = re.compile(
+            b"(?=[\\x00-" + first + b"].{3})(?!\\x00\\x00\\x00[\\x00-\\x03])", re.S
+        )
     return pat
 
 
@@ -176,7 +185,9 @@ class Framer:
         self.synced = synced
         self.buf = bytearray()
         self.buf_offset = 0  # stream offset of buf[0]
-        self.marks: list[tuple[int, int, int]] = []  # (stream offset, pkt, ts) where buffered chunks begin
+        self.marks: list[
+            tuple[int, int, int]
+        ] = []  # (stream offset, pkt, ts) where buffered chunks begin
         self.stream_offset = 0  # stream offset just past the last byte received
         self.skip = 0  # bytes still to drop: the rest of a frame broken by a gap
         self.pdu_bytes = 0
@@ -187,7 +198,7 @@ class Framer:
         self.last_ts = 0
         self.events: list[StreamEvent] = []
         self.events_dropped = 0
-        self.event_counts: dict[Code, int] = {}  # every event by code, kept or dropped
+        self.event_counts: dict[str, int] = {}  # every event by Code, kept or dropped
 
     # -- StreamSink -------------------------------------------------------------------------
     def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None:
@@ -265,7 +276,8 @@ class Framer:
         self.synced = False
 
     def _frames_in(self, chunk: bytes, pkt_no: int, ts_ns: int, start: int) -> int:
-        """Emit every complete frame in a chunk that starts on a frame boundary; return where the rest begins."""
+        """Emit every complete frame in a chunk that starts on a frame boundary; return where
+        the rest begins."""
         n = len(chunk)
         pos = 0
         mf = self.max_frame
@@ -279,7 +291,21 @@ class Framer:
                 return pos
             self.pdu_bytes += 4 + size
             self.frames += 1
-            on_pdu(_new(Pdu, (bytes(chunk[pos + 4 : end]), size, start + pos, pkt_no, ts_ns, pkt_no, ts_ns, 0)))
+            on_pdu(
+                _new(
+                    Pdu,
+                    (
+                        bytes(chunk[pos + 4 : end]),
+                        size,
+                        start + pos,
+                        pkt_no,
+                        ts_ns,
+                        pkt_no,
+                        ts_ns,
+                        0,
+                    ),
+                )
+            )
             pos = end
         return pos
 
@@ -348,7 +374,9 @@ class Framer:
             # a position up to n - 12 that is no regex candidate is no request (judged in C);
             # the last 11 positions go through the byte loop below, which may wait for more bytes
             p = max(n - 11, 0)
-            for m in request_candidates(top).finditer(buf, 0, max(n - 3, 0)):  # 9-byte pattern: q <= n - 12
+            for m in request_candidates(top).finditer(
+                buf, 0, max(n - 3, 0)
+            ):  # 9-byte pattern: q <= n - 12
                 q = m.start()
                 if buf[q] <= top and plausible_request(buf, q, self.max_frame) != 0:
                     p = q
@@ -375,8 +403,8 @@ class Framer:
                     if limit < p:
                         p = n - 7
                         continue
-                    m = sizes.search(buf, p)
-                    q = m.start() if m else n
+                    found_size = sizes.search(buf, p)
+                    q = found_size.start() if found_size else n
                     if q > p:
                         p = min(q, n - 7)
                         continue
@@ -461,13 +489,23 @@ class Framer:
         return n
 
     def close(self) -> None:
-        """End of stream: a partial frame becomes a truncated PDU (if its header is there) or skipped bytes."""
+        """End of stream: a partial frame becomes a truncated PDU (if its header is there) or
+        skipped bytes."""
         if self.buf and self.synced and len(self.buf) >= 4 + MIN_REQUEST:
             size = int.from_bytes(self.buf[:4], "big")
             if size <= self.max_frame:
                 fp, fts = self._first_mark(self.buf_offset)
                 have = bytes(self.buf[4:])
-                pdu = Pdu(have, size, self.buf_offset, fp, fts, self.last_pkt, self.last_ts, 4 + size - len(self.buf))
+                pdu = Pdu(
+                    have,
+                    size,
+                    self.buf_offset,
+                    fp,
+                    fts,
+                    self.last_pkt,
+                    self.last_ts,
+                    4 + size - len(self.buf),
+                )
                 self.pdu_bytes += len(self.buf)
                 self.frames += 1
                 self.buf.clear()
@@ -475,7 +513,12 @@ class Framer:
                 self.on_pdu(pdu)
                 return
         if self.buf:
-            self._note(Code.INCOMPLETE_FRAME, self.buf_offset, self.last_pkt, f"{len(self.buf)} bytes at end of stream are not a whole frame")
+            self._note(
+                Code.INCOMPLETE_FRAME,
+                self.buf_offset,
+                self.last_pkt,
+                f"{len(self.buf)} bytes at end of stream are not a whole frame",
+            )
             self.skipped += len(self.buf)
             self.buf.clear()
             self.marks.clear()

@@ -96,15 +96,19 @@ class HalfStream:
     def finished(self) -> bool:
         return self.fin_at is not None and self.next >= self.fin_at and not self.heap
 
-    def segment(self, seq: int, payload: bytes, fin: bool, pkt_no: int, ts_ns: int, clock: int) -> None:
+    def segment(
+        self, seq: int, payload: bytes, fin: bool, pkt_no: int, ts_ns: int, clock: int
+    ) -> None:
         """Take one segment's payload (and FIN) at raw sequence number `seq`."""
-        if self.base is None:
+        base = self.base
+        if base is None:
             self.start(seq, False)
+            base = seq
         self.clock = clock
         n = len(payload)
         nxt = self.next
         # unwrapped relative to the next expected byte (inline: runs once per packet)
-        d = (seq - self.base - nxt) & MASK
+        d = (seq - base - nxt) & MASK
         rel = nxt + (d - (MASK + 1) if d >= HALF else d)
         if fin:
             self.fin_at = max(self.fin_at or 0, rel + n)
@@ -132,7 +136,12 @@ class HalfStream:
         lim = self.limits
         if self.ooo_bytes > lim.max_ooo_bytes or len(self.heap) > lim.max_ooo_segments:
             self.limit_gaps += 1
-            self._gap_to(self.heap[0][0], pkt_no, ts_ns, "out-of-order data over --max-ooo-bytes/--max-ooo-segments")
+            self._gap_to(
+                self.heap[0][0],
+                pkt_no,
+                ts_ns,
+                "out-of-order data over --max-ooo-bytes/--max-ooo-segments",
+            )
 
     def peer_ack(self, ack: int) -> None:
         """The other side acknowledged up to raw sequence number `ack`."""

@@ -25,7 +25,7 @@ READ_ERRORS = (OSError, EOFError, gzip.BadGzipFile, zlib.error)  # what a damage
 
 
 def open_capture(path: str) -> tuple[BinaryIO, str, list[BinaryIO]]:
-    """Open a path ('-' is stdin), transparently un-gzipping; return (stream, display name, to close)."""
+    """Open a path ('-' is stdin), transparently un-gzipping: (stream, display name, to close)."""
     if path == "-":
         raw: BinaryIO = sys.stdin.buffer
         name = "<stdin>"
@@ -82,7 +82,9 @@ def read_capture(
             g.close()
 
 
-def read_captures(paths: Iterable[str], stats: CaptureStats | None = None, views: bool = False) -> Iterator[Packet]:
+def read_captures(
+    paths: Iterable[str], stats: CaptureStats | None = None, views: bool = False
+) -> Iterator[Packet]:
     """Packets of several files merged by timestamp (rotated tcpdump -C/-G sets), renumbered from 1.
 
     Each file is opened up front so that a non-capture among them is reported
@@ -97,7 +99,9 @@ def read_captures(paths: Iterable[str], stats: CaptureStats | None = None, views
         if first is not None:
             gens.append(_prepend(first, g))
     merged: Iterator[Packet] = (
-        gens[0] if len(gens) == 1 else heapq.merge(*gens, key=lambda p: (p.ts_ns, p.file_index, p.file_no))
+        gens[0]
+        if len(gens) == 1
+        else heapq.merge(*gens, key=lambda p: (p.ts_ns, p.file_index, p.file_no))
     )
     for n, pkt in enumerate(merged, 1):
         pkt.no = n

@@ -41,7 +41,11 @@ def parse_header(magic: bytes, rest: bytes, name: str = "") -> PcapHeader:
     """The global header from its magic and the 20 bytes after it (CaptureError if short)."""
     endian, ns_mult = PCAP_MAGICS[magic]
     if len(rest) < GLOBAL_HEADER - 4:
-        raise CaptureError(f"{name}: pcap global header is truncated" if name else "pcap global header is truncated")
+        raise CaptureError(
+            f"{name}: pcap global header is truncated"
+            if name
+            else "pcap global header is truncated"
+        )
     _vmaj, _vmin, _zone, _sigfigs, snaplen, network = struct.unpack(endian + "HHiIII", rest[:20])
     return PcapHeader(endian, ns_mult, snaplen, network & LINKTYPE_MASK)
 
@@ -71,21 +75,26 @@ def read_pcap(
                 more = f.read(BLOCK)
                 if not more:
                     if n - pos:
-                        stats.damage(name, base + pos, f"truncated packet record header ({n - pos} bytes)")
+                        stats.damage(
+                            name, base + pos, f"truncated packet record header ({n - pos} bytes)"
+                        )
                     return
                 buf, base, pos = buf[pos:] + more, base + pos, 0
                 mv = memoryview(buf)
                 continue
             sec, frac, incl, _orig = unpack(buf, pos)
             if incl > MAX_RECORD:
-                stats.damage(name, base + pos, f"packet record claims {incl} bytes; file damaged, stopping")
+                stats.damage(
+                    name, base + pos, f"packet record claims {incl} bytes; file damaged, stopping"
+                )
                 return
             end = pos + RECORD_HEADER + incl
             if end > n:
                 more = f.read(max(BLOCK, end - n))
                 if not more:
                     stats.damage(
-                        name, base + pos,
+                        name,
+                        base + pos,
                         f"truncated packet record: {incl} bytes announced, {n - pos - 16} present",
                     )
                     return

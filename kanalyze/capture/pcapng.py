@@ -13,7 +13,8 @@ from typing import BinaryIO, NamedTuple
 from kanalyze.capture.packets import BLOCK, MAX_RECORD, CaptureError, CaptureStats, Packet
 
 SHB = b"\x0a\x0d\x0d\x0a"  # section header block type (also the file's magic)
-IDB, PB, SPB, EPB = 1, 2, 3, 6  # interface description, (obsolete) packet, simple and enhanced packet
+# block types: interface description, (obsolete) packet, simple and enhanced packet
+IDB, PB, SPB, EPB = 1, 2, 3, 6
 PACKET_BLOCKS = (PB, SPB, EPB)
 BOM_LE, BOM_BE = b"\x4d\x3c\x2b\x1a", b"\x1a\x2b\x3c\x4d"
 MIN_SHB = 28  # type, length, byte-order magic, versions, section length, trailing length
@@ -77,7 +78,9 @@ def interface(body: bytes, endian: str) -> Interface:
     return Interface(linktype, num, den, tsoff)
 
 
-def packet(btype: int, body: bytes, endian: str, ifaces: Sequence[Sequence[int]]) -> tuple[int, int, bytes]:
+def packet(
+    btype: int, body: bytes, endian: str, ifaces: Sequence[Sequence[int]]
+) -> tuple[int, int, bytes]:
     """(link type, timestamp in ns, data) of a packet block's body (without the trailing
     length copy). Raises BlockError when the block is unusable. A simple packet block has no
     timestamp (0) and belongs to interface 0."""
@@ -86,7 +89,9 @@ def packet(btype: int, body: bytes, endian: str, ifaces: Sequence[Sequence[int]]
             raise BlockError("simple packet block without interface")
         return ifaces[0][0], 0, body[4:]
     if len(body) < 20:
-        raise BlockError("enhanced packet block too short" if btype == EPB else "packet block too short")
+        raise BlockError(
+            "enhanced packet block too short" if btype == EPB else "packet block too short"
+        )
     if btype == EPB:
         iface, hi, lo, caplen, _orig = struct.unpack_from(endian + "IIIII", body, 0)
     else:
@@ -137,7 +142,9 @@ class _Blocks:
         return len(self._buf) - self._pos
 
 
-def read_pcapng(f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: int) -> Iterator[Packet]:
+def read_pcapng(
+    f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: int
+) -> Iterator[Packet]:
     """The packets of a pcapng stream whose first 4 bytes (`magic`) were already read."""
     src = _Blocks(f, magic)
     endian = "<"

@@ -260,7 +260,9 @@ def iter_range(
     result.stop = rd.offset
 
 
-def _pcap_records(rd: _Reader, info: Layout, end: int, result: RangeResult) -> Iterator[tuple[int, int, bytes]]:
+def _pcap_records(
+    rd: _Reader, info: Layout, end: int, result: RangeResult
+) -> Iterator[tuple[int, int, bytes]]:
     rec = struct.Struct(info.endian + "IIII")
     mult, lt = info.ns_mult, info.linktype
     while rd.offset < end:
@@ -278,7 +280,9 @@ def _pcap_records(rd: _Reader, info: Layout, end: int, result: RangeResult) -> I
         yield sec * 1_000_000_000 + frac * mult, lt, body
 
 
-def _pcapng_blocks(rd: _Reader, info: Layout, end: int, result: RangeResult) -> Iterator[tuple[int, int, bytes]]:
+def _pcapng_blocks(
+    rd: _Reader, info: Layout, end: int, result: RangeResult
+) -> Iterator[tuple[int, int, bytes]]:
     e = info.endian
     hdr = struct.Struct(e + "II")
     ifaces = info.ifaces

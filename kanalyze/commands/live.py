@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from dissectors import Code
 from kanalyze.capture.writer import PcapWriter
 from kanalyze.commands.common import (
     add_decode_arguments,
@@ -54,24 +55,100 @@ def listen_address(text: str) -> tuple[str, int]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("live", help="capture live traffic and stream exchanges as NDJSON", description=__doc__,
-                       epilog=FILTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-i", "--interface", required=True, metavar="IFACE", help="interface to capture on (e.g. eth0, lo, any)")
-    p.add_argument("--bpf", metavar="FILTER", default=None, help="BPF capture filter (default: 'tcp', or 'tcp port P ...' with --port)")
-    p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="TCP port P is a Kafka broker port (repeatable); Kafka is detected on any port anyway")
+    p = sub.add_parser(
+        "live",
+        help="capture live traffic and stream exchanges as NDJSON",
+        description=__doc__,
+        epilog=FILTER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "-i",
+        "--interface",
+        required=True,
+        metavar="IFACE",
+        help="interface to capture on (e.g. eth0, lo, any)",
+    )
+    p.add_argument(
+        "--bpf",
+        metavar="FILTER",
+        default=None,
+        help="BPF capture filter (default: 'tcp', or 'tcp port P ...' with --port)",
+    )
+    p.add_argument(
+        "--port",
+        type=port,
+        action="append",
+        default=[],
+        metavar="P",
+        help="TCP port P is a Kafka broker port (repeatable); Kafka is detected on any port anyway",
+    )
     add_limit_arguments(p)
     add_decode_arguments(p)
-    p.add_argument("-o", "--output", default="-", metavar="OUT", help="NDJSON output file (default: stdout)")
-    p.add_argument("--rotate-bytes", type=positive_int, default=None, metavar="N", help="start a new output file (OUT.1, OUT.2, ...) after N bytes")
-    p.add_argument("--rotate-seconds", type=positive_float, default=None, metavar="S", help="start a new output file every S seconds")
-    p.add_argument("--write-pcap", default=None, metavar="FILE", help="also save the captured packets to a pcap file")
-    p.add_argument("--prometheus", type=listen_address, default=None, metavar="[HOST:]PORT", help="serve Prometheus metrics on HOST:PORT (default host 127.0.0.1)")
-    p.add_argument("--pending-timeout", type=positive_float, default=60.0, metavar="S", help="requests unanswered for S seconds are emitted as no_response (default 60)")
-    p.add_argument("--idle-timeout", type=positive_float, default=600.0, metavar="S", help="connections silent for S seconds are closed and freed (default 600)")
-    p.add_argument("--duration", type=positive_float, default=None, metavar="S", help="stop after S seconds")
-    p.add_argument("--max-packets", type=positive_int, default=None, metavar="N", help="stop after N packets")
-    p.add_argument("--snaplen", type=positive_int, default=262_144, metavar="BYTES", help="bytes kept per packet (default 256 KiB)")
-    p.add_argument("--buffer-size", type=positive_int, default=32 << 20, metavar="BYTES", help="kernel receive buffer (default 32 MiB)")
+    p.add_argument(
+        "-o", "--output", default="-", metavar="OUT", help="NDJSON output file (default: stdout)"
+    )
+    p.add_argument(
+        "--rotate-bytes",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="start a new output file (OUT.1, OUT.2, ...) after N bytes",
+    )
+    p.add_argument(
+        "--rotate-seconds",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="start a new output file every S seconds",
+    )
+    p.add_argument(
+        "--write-pcap",
+        default=None,
+        metavar="FILE",
+        help="also save the captured packets to a pcap file",
+    )
+    p.add_argument(
+        "--prometheus",
+        type=listen_address,
+        default=None,
+        metavar="[HOST:]PORT",
+        help="serve Prometheus metrics on HOST:PORT (default host 127.0.0.1)",
+    )
+    p.add_argument(
+        "--pending-timeout",
+        type=positive_float,
+        default=60.0,
+        metavar="S",
+        help="requests unanswered for S seconds are emitted as no_response (default 60)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=positive_float,
+        default=600.0,
+        metavar="S",
+        help="connections silent for S seconds are closed and freed (default 600)",
+    )
+    p.add_argument(
+        "--duration", type=positive_float, default=None, metavar="S", help="stop after S seconds"
+    )
+    p.add_argument(
+        "--max-packets", type=positive_int, default=None, metavar="N", help="stop after N packets"
+    )
+    p.add_argument(
+        "--snaplen",
+        type=positive_int,
+        default=262_144,
+        metavar="BYTES",
+        help="bytes kept per packet (default 256 KiB)",
+    )
+    p.add_argument(
+        "--buffer-size",
+        type=positive_int,
+        default=32 << 20,
+        metavar="BYTES",
+        help="kernel receive buffer (default 32 MiB)",
+    )
     add_filter_arguments(p)
     p.set_defaults(run=run)
 
@@ -108,7 +185,8 @@ def run(args: argparse.Namespace) -> int:
     )
     session = LiveSession(source, lopts, outputs.pcap)
     session.subscribe(_exchange_writer(args, ctx, selection, session, outputs))
-    session.on_tick(lambda _s: outputs.ndjson.tick())  # the encoder bounds its own per-connection cache
+    # rotation by time; the encoder bounds its own per-connection cache
+    session.on_tick(lambda _s: outputs.ndjson.tick())
     if outputs.metrics is not None:
         outputs.metrics.watch(session)
     sys.stderr.write(f"kanalyze: capturing on {args.interface} (filter: {bpf or 'none'})\n")
@@ -140,7 +218,9 @@ class _Outputs:
                 try:
                     server = metrics.serve(host, mport)
                 except OSError as e:
-                    raise LiveError(f"cannot serve Prometheus metrics on {host}:{mport}: {e.strerror or e}") from e
+                    raise LiveError(
+                        f"cannot serve Prometheus metrics on {host}:{mport}: {e.strerror or e}"
+                    ) from e
             if args.write_pcap:
                 try:
                     pcap = PcapWriter(args.write_pcap, linktype, args.snaplen)
@@ -220,27 +300,41 @@ def write_summary(session: LiveSession, out: NdjsonOutput, args: argparse.Namesp
     st = session.stats
     c = session.source.counters
     es = session.engine.stats
-    lines = [f"kanalyze live: {st.stop_reason or 'stopped'} after {st.stopped - st.started:.1f} s on {args.interface}"]
+    lines = [
+        f"kanalyze live: {st.stop_reason or 'stopped'} after {st.stopped - st.started:.1f} s"
+        f" on {args.interface}"
+    ]
     kern = ""
     if c.kernel_packets is not None:
         kern = f" (kernel: {c.kernel_packets} passed the filter, {c.kernel_drops} dropped)"
     lines.append(f"  packets: {c.packets} captured, {c.bytes} bytes{kern}")
     if c.interface_down:
-        lines.append(f"  interface down: {c.interface_down} times (capture resumed each time it came back)")
+        lines.append(
+            f"  interface down: {c.interface_down} times (capture resumed each time it came back)"
+        )
     if c.truncated:
-        lines.append(f"  truncated: {c.truncated} packets longer than the snap length ({args.snaplen})")
+        lines.append(
+            f"  truncated: {c.truncated} packets longer than the snap length ({args.snaplen})"
+        )
     status = ", ".join(f"{k} {v}" for k, v in sorted(st.by_status.items()))
     lines.append(f"  exchanges: {st.exchanges}" + (f" ({status})" if status else ""))
     lines.append(
-        f"  connections: {es.connections} seen, {es.kafka_connections} Kafka, {es.non_kafka_connections} not Kafka, "
+        f"  connections: {es.connections} seen, {es.kafka_connections} Kafka, "
+        f"{es.non_kafka_connections} not Kafka, "
         f"{es.empty_connections} empty, {st.idle_closed} closed as idle"
     )
     skipped = es.client.skipped + es.broker.skipped
     gaps = es.client.gaps + es.broker.gaps
     if skipped or gaps:
-        lines.append(f"  bytes skipped while resynchronizing: {skipped}; lost in capture gaps: {gaps}")
+        lines.append(
+            f"  bytes skipped while resynchronizing: {skipped}; lost in capture gaps: {gaps}"
+        )
     # the engine's bounds (connections closed so far); decoding bounds show on the exchanges
-    hits = {"max_frame": es.event_counts.get("frame_too_large", 0), "max_ooo": es.client.limit_gaps + es.broker.limit_gaps, **es.limit_hits}
+    hits = {
+        "max_frame": es.event_counts.get(Code.FRAME_TOO_LARGE, 0),
+        "max_ooo": es.client.limit_gaps + es.broker.limit_gaps,
+        **es.limit_hits,
+    }
     hit = ", ".join(f"{k} {v}" for k, v in hits.items() if v)
     if hit:
         lines.append(f"  limits hit: {hit} (docs/limits.md)")

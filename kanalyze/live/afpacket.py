@@ -46,13 +46,21 @@ class CaptureCounters:
     skipped_outgoing: int = 0  # loopback duplicates
     kernel_packets: int | None = None  # passed the filter, per the kernel
     kernel_drops: int | None = None  # dropped by the kernel (receive buffer full)
-    interface_down: int = 0  # times the interface went down while capturing (capture resumes when it is up)
+    interface_down: int = (
+        0  # times the interface went down while capturing (capture resumes when it is up)
+    )
 
 
 class AfPacketSource:
     """A Linux AF_PACKET capture on one interface (or `any`), BPF-filtered in the kernel."""
 
-    def __init__(self, iface: str, bpf: str = DEFAULT_BPF, snaplen: int = SNAPLEN, buffer_bytes: int = 32 << 20) -> None:
+    def __init__(
+        self,
+        iface: str,
+        bpf: str = DEFAULT_BPF,
+        snaplen: int = SNAPLEN,
+        buffer_bytes: int = 32 << 20,
+    ) -> None:
         self.iface = iface
         self.bpf = bpf
         self.snaplen = snaplen
@@ -63,7 +71,11 @@ class AfPacketSource:
         self.linktype = LINKTYPE_LINUX_SLL if self.cooked else LINKTYPE_ETHERNET
         program = compile_bpf(bpf, DLT_RAW if self.cooked else DLT_EN10MB) if bpf else None
         try:
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM if self.cooked else socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            sock = socket.socket(
+                socket.AF_PACKET,
+                socket.SOCK_DGRAM if self.cooked else socket.SOCK_RAW,
+                socket.htons(ETH_P_ALL),
+            )
         except PermissionError as e:
             raise LivePermissionError(permission_message(iface)) from e
         self.sock = sock
@@ -121,14 +133,20 @@ class AfPacketSource:
                 n = self.snaplen
             ts = 0
             for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+                if (
+                    level == socket.SOL_SOCKET
+                    and kind == SCM_TIMESTAMPNS
+                    and len(data) >= _TIMESPEC.size
+                ):
                     sec, nsec = _TIMESPEC.unpack_from(data)
                     ts = sec * 1_000_000_000 + nsec
             if not ts:
                 ts = time.time_ns()
             payload = bytes(self._view[:n])
             if self.cooked:
-                head = struct.pack(">HHH", pkttype, hatype, min(len(haddr), 8)) + haddr[:8].ljust(8, b"\0")
+                head = struct.pack(">HHH", pkttype, hatype, min(len(haddr), 8)) + haddr[:8].ljust(
+                    8, b"\0"
+                )
                 payload = head + struct.pack(">H", proto) + payload
             self.counters.packets += 1
             self.counters.bytes += len(payload)
@@ -161,7 +179,9 @@ def _iface_type(iface: str) -> int:
         return -1
 
 
-def open_source(iface: str, bpf: str, snaplen: int = SNAPLEN, buffer_bytes: int = 32 << 20) -> AfPacketSource:
+def open_source(
+    iface: str, bpf: str, snaplen: int = SNAPLEN, buffer_bytes: int = 32 << 20
+) -> AfPacketSource:
     """The capture backend for this platform."""
     if not hasattr(socket, "AF_PACKET"):
         raise LiveError("live capture is implemented for Linux (AF_PACKET) only")

@@ -11,7 +11,9 @@ from typing import TextIO
 class NdjsonOutput:
     """Lines to stdout or a file, flushed per line; optional rotation to OUT.1, OUT.2, ..."""
 
-    def __init__(self, path: str, rotate_bytes: int | None = None, rotate_seconds: float | None = None) -> None:
+    def __init__(
+        self, path: str, rotate_bytes: int | None = None, rotate_seconds: float | None = None
+    ) -> None:
         if path == "-" and (rotate_bytes or rotate_seconds):
             raise ValueError("--rotate-bytes/--rotate-seconds need -o FILE")
         self.path = path
@@ -45,7 +47,11 @@ class NdjsonOutput:
                 self._rotate()
 
     def tick(self) -> None:
-        if self.rotate_seconds is not None and self.path != "-" and time.monotonic() - self._opened >= self.rotate_seconds:
+        if (
+            self.rotate_seconds is not None
+            and self.path != "-"
+            and time.monotonic() - self._opened >= self.rotate_seconds
+        ):
             self._rotate()
 
     def _rotate(self) -> None:

@@ -64,7 +64,9 @@ class LiveSession:
     Subscribers are called in the capture thread, in start-time order; `on_tick`
     callbacks get the session once per housekeeping tick (for gauges and charts)."""
 
-    def __init__(self, source: Source, opts: LiveOptions | None = None, pcap: PcapWriter | None = None) -> None:
+    def __init__(
+        self, source: Source, opts: LiveOptions | None = None, pcap: PcapWriter | None = None
+    ) -> None:
         self.source = source
         self.opts = opts or LiveOptions()
         self.pcap = pcap

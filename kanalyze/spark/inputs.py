@@ -19,7 +19,8 @@ def local_path(path: str) -> str:
 
 
 def open_input(path: str) -> BinaryIO:
-    """A seekable binary stream: local paths directly, URIs (s3://, hdfs://, gs://, ...) through pyarrow.fs."""
+    """A seekable binary stream: local paths directly, URIs (s3://, hdfs://, gs://, ...)
+    through pyarrow.fs."""
     if is_uri(path):
         try:
             from pyarrow import fs as pafs
@@ -46,7 +47,8 @@ def file_size(path: str) -> int:
 
 
 def list_inputs(paths: list[str] | tuple[str, ...]) -> list[str]:
-    """Expand directories (recursively) and globs; URIs go through pyarrow.fs. Sorted, deduplicated."""
+    """Expand directories (recursively) and globs; URIs go through pyarrow.fs. Sorted,
+    deduplicated."""
     out: list[str] = []
     for p in paths:
         if is_uri(p):

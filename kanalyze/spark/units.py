@@ -156,7 +156,8 @@ def rank_files(paths: list[str], capture_id: str | None = None) -> list[FileInfo
 
 
 def candidate_ranges(info: FileInfo, split_bytes: int) -> list[tuple[int, int]]:
-    """Byte ranges [s_i, s_i+1) of a splittable file, cut at sync points (one range when not split)."""
+    """Byte ranges [s_i, s_i+1) of a splittable file, cut at sync points (one range when
+    not split)."""
     if info.error or info.compressed or not info.format or info.size <= split_bytes:
         return [(0, info.size)]
     starts = [info.data_start]
@@ -177,7 +178,8 @@ def candidate_ranges(info: FileInfo, split_bytes: int) -> list[tuple[int, int]]:
 def finish_units(
     info: FileInfo, ranges: list[tuple[int, int]], results: list[RangeResult]
 ) -> list[Unit]:
-    """Turn counted ranges into units with frame bases; fall back to one whole unit when unverified."""
+    """Turn counted ranges into units with frame bases; fall back to one whole unit when
+    unverified."""
     if len(ranges) == 1:
         return [Unit(info.rank)]
     base = 0
@@ -232,7 +234,8 @@ def plan_local(
 
 # --------------------------------------------------------------------------- reading units
 def iter_unit(plan: Plan, unit: Unit, stats: CaptureStats) -> Iterator[Packet]:
-    """The packets of one unit with `file_index` = the file's rank and `file_no` = its frame number."""
+    """The packets of one unit with `file_index` = the file's rank and `file_no` = its frame
+    number."""
     info = plan.files[unit.rank]
     if info.error:
         return

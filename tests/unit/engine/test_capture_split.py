@@ -25,13 +25,19 @@ class _Layout:
     rank: int = 0
 
 
-def _walk(path, start: int | None = None) -> tuple[list[tuple[int, int, bytes]], RangeResult, _Layout]:
+def _walk(
+    path, start: int | None = None
+) -> tuple[list[tuple[int, int, bytes]], RangeResult, _Layout]:
     info = _Layout(size=path.stat().st_size)
     with open(path, "rb") as f:
         probe_layout(info, f)
         result = RangeResult()
-        got = [(p.ts_ns, p.linktype, bytes(p.data))
-               for p in iter_range(f, info, info.data_start if start is None else start, info.size, result)]
+        got = [
+            (p.ts_ns, p.linktype, bytes(p.data))
+            for p in iter_range(
+                f, info, info.data_start if start is None else start, info.size, result
+            )
+        ]
     return got, result, info
 
 
@@ -42,7 +48,7 @@ def _offline(path) -> list[tuple[int, int, bytes]]:
 def test_pcapng_damaged_block_is_reported_like_offline(tmp_path):
     good = P.pcapng([([1, 101], [(0, 1.5, b"a" * 30), (1, 2.5, b"b" * 40)])])
     short_epb = struct.pack("<II", 6, 16) + b"\0" * 4 + struct.pack("<I", 16)  # body < 20 bytes
-    tail = P.pcapng([([1], [(0, 3.5, b"c" * 10)])])[28 + 20:]  # one more EPB, same section
+    tail = P.pcapng([([1], [(0, 3.5, b"c" * 10)])])[28 + 20 :]  # one more EPB, same section
     path = tmp_path / "d.pcapng"
     path.write_bytes(good + short_epb + tail)
     got, result, info = _walk(path)
@@ -61,7 +67,7 @@ def test_pcap_ranges_and_sync(tmp_path):
         cut = sync(f, info, info.size // 2)
     assert info.data_start < cut < info.size
     tail, _r, _i = _walk(path, cut)
-    assert tail == whole[len(whole) - len(tail):]  # the cut is a true record boundary
+    assert tail == whole[len(whole) - len(tail) :]  # the cut is a true record boundary
 
 
 def test_writer_output_reads_back(tmp_path):

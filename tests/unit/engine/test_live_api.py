@@ -42,7 +42,9 @@ def test_counts_and_settling_acks0_produce() -> None:
     assert [(ex.api, ex.status, ex.response is None) for ex in out] == [("Produce", "ok", True)]
     feed(b.send(False, apiv_response(7)))
     assert [(ex.api, ex.status, ex.response is None) for ex in out] == [
-        ("Produce", "ok", True), ("ApiVersions", "ok", False)]
+        ("Produce", "ok", True),
+        ("ApiVersions", "ok", False),
+    ]
     assert eng.pending_count == 0
     eng.close()
     assert eng.open_count == 0
