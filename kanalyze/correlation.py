@@ -9,15 +9,23 @@ header) flow until the client sends a real request again.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from dissectors.apis import API_NAMES, REQUEST_VERSIONS, ApiKey
+from dissectors.apis import API_NAMES, ApiKey
 from dissectors.diagnostics import Code, Diagnostic
-from dissectors.quirks import request_header_version, response_header_version
 from kanalyze.framing import Pdu
+from kanalyze.headers import (
+    INT16,
+    INT32,
+    RequestHeader,
+    read_request_header,
+    read_response_header,
+    read_uvarint,
+)
 
 SASL_RAW_API = -1  # api_key reported for raw (un-headered) SASL token exchanges
 SASL_RAW_NAME = "SaslRaw"
@@ -26,9 +34,7 @@ OK, NO_RESPONSE, REQUEST_MISSING = "ok", "no_response", "request_missing"
 
 # module constants: no enum attribute lookup per frame
 PRODUCE, SASL_HANDSHAKE = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE
-# Records built once per frame are NamedTuples (immutable, no __dict__), made with `_new`:
-# tuple.__new__ is C, while a NamedTuple's own __new__ is a Python function (2x the cost)
-_new = tuple.__new__
+_new = tuple.__new__  # builds an Exchange at C speed (see kanalyze.headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,182 +100,6 @@ class Exchange(NamedTuple):
             yield self.response, False
 
 
-class RequestHeader(NamedTuple):
-    """A parsed request header. `fields` is the header as the outputs show it (wire names, in
-    wire order: request_api_key, request_api_version, correlation_id, client_id from v1,
-    tagged_fields when any); `body_offset` is where the body starts in the frame."""
-
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None  # None: null, or absent (header v0), or unreadable
-    fields: dict[str, object]
-    body_offset: int
-    diagnostics: tuple[Diagnostic, ...] = ()
-
-
-class ResponseHeader(NamedTuple):
-    """A parsed response header (`correlation_id` None when the frame is shorter than one)."""
-
-    correlation_id: int | None
-    fields: dict[str, object]
-    body_offset: int
-    diagnostics: tuple[Diagnostic, ...] = ()
-
-
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """(value, next position); (-1, pos) when malformed or truncated."""
-    result = shift = 0
-    for i in range(pos, min(pos + 5, len(buf))):
-        b = buf[i]
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i + 1
-        shift += 7
-    return -1, pos
-
-
-def _skip_tagged(buf: bytes, pos: int, header: dict[str, object]) -> int:
-    """Skip a tagged-field section, keeping the raw fields in header['tagged_fields'];
-    -1 if malformed."""
-    count, pos = _uvarint(buf, pos)
-    if count < 0:
-        return -1
-    tags: dict[str, str] = {}
-    for _ in range(count):
-        tag, pos = _uvarint(buf, pos)
-        size, pos2 = _uvarint(buf, pos) if tag >= 0 else (-1, pos)
-        if tag < 0 or size < 0 or pos2 + size > len(buf):
-            return -1
-        tags[str(tag)] = buf[pos2 : pos2 + size].hex()
-        pos = pos2 + size
-    if tags:
-        header["tagged_fields"] = tags
-    return pos
-
-
-def read_request_header(data: bytes) -> RequestHeader | None:
-    """The header of a request frame, or None if it is not a request (unknown api key or
-    shorter than the fixed part). The one request-header parser of kanalyze."""
-    if len(data) < 8:
-        return None
-    api = int.from_bytes(data[0:2], "big", signed=True)
-    ver = int.from_bytes(data[2:4], "big", signed=True)
-    corr = int.from_bytes(data[4:8], "big", signed=True)
-    if api not in API_NAMES:
-        return None
-    header: dict[str, object] = {
-        "request_api_key": api,
-        "request_api_version": ver,
-        "correlation_id": corr,
-    }
-    hv = request_header_version(api, ver)
-    pos = 8
-    client_id: str | None = None
-    if hv >= 1:
-        if len(data) < 10:
-            header["client_id"] = None
-            return RequestHeader(
-                api,
-                ver,
-                corr,
-                None,
-                header,
-                len(data),
-                (Diagnostic(Code.TRUNCATED, 8, "request header ends before client_id"),),
-            )
-        clen = int.from_bytes(data[8:10], "big", signed=True)
-        pos = 10
-        if clen >= 0:
-            if pos + clen > len(data):
-                header["client_id"] = None
-                return RequestHeader(
-                    api,
-                    ver,
-                    corr,
-                    None,
-                    header,
-                    len(data),
-                    (
-                        Diagnostic(
-                            Code.TRUNCATED, 8, f"client_id of {clen} bytes runs past the frame"
-                        ),
-                    ),
-                )
-            client_id = header["client_id"] = data[pos : pos + clen].decode("utf-8", "replace")
-            pos += clen
-        elif clen == -1:
-            header["client_id"] = None
-        else:
-            header["client_id"] = None
-            return RequestHeader(
-                api,
-                ver,
-                corr,
-                None,
-                header,
-                len(data),
-                (Diagnostic(Code.BAD_LENGTH, 8, f"client_id length {clen}"),),
-            )
-    if hv >= 2:
-        end = _skip_tagged(data, pos, header)
-        if end < 0:
-            return RequestHeader(
-                api,
-                ver,
-                corr,
-                client_id,
-                header,
-                len(data),
-                (Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in request header"),),
-            )
-        pos = end
-    rng = REQUEST_VERSIONS.get(api)
-    if rng and not rng[0] <= ver <= rng[1]:
-        return RequestHeader(
-            api,
-            ver,
-            corr,
-            client_id,
-            header,
-            pos,
-            (
-                Diagnostic(
-                    Code.UNSUPPORTED_VERSION,
-                    2,
-                    f"{API_NAMES[api]} v{ver} is outside the known versions {rng[0]}-{rng[1]}",
-                ),
-            ),
-        )
-    return _new(RequestHeader, (api, ver, corr, client_id, header, pos, ()))
-
-
-def read_response_header(data: bytes, api: int | None, ver: int | None) -> ResponseHeader:
-    """The header of a response frame to a request of `api` v`ver`; with `api` None (the
-    request was not captured) only the correlation id is read."""
-    if len(data) < 4:
-        return ResponseHeader(
-            None,
-            {},
-            len(data),
-            (Diagnostic(Code.TRUNCATED, 0, "response shorter than a correlation id"),),
-        )
-    corr = int.from_bytes(data[0:4], "big", signed=True)
-    header: dict[str, object] = {"correlation_id": corr}
-    pos = 4
-    if api is not None and ver is not None and response_header_version(api, ver) >= 1:
-        end = _skip_tagged(data, pos, header)
-        if end < 0:
-            return ResponseHeader(
-                corr,
-                header,
-                len(data),
-                (Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in response header"),),
-            )
-        pos = end
-    return _new(ResponseHeader, (corr, header, pos, ()))
-
-
 def parse_request_header(data: bytes) -> tuple[dict[str, object], int, list[Diagnostic]] | None:
     """`read_request_header` as (header fields, body offset, diagnostics), for callers not
     yet using the record (kanalyze/tui/rebuild.py)."""
@@ -290,17 +120,17 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
     """The acks field of a Produce request body (after transactional_id in v3+), or None."""
     try:
         if ver >= 9:
-            n, pos = _uvarint(data, pos)
+            n, pos = read_uvarint(data, pos)
             if n < 0:
                 return None
             pos += max(n - 1, 0)
         elif ver >= 3:
-            n = int.from_bytes(data[pos : pos + 2], "big", signed=True)
+            n = INT16.unpack_from(data, pos)[0]
             pos += 2 + max(n, 0)
         if pos + 2 > len(data):
             return None
-        return int.from_bytes(data[pos : pos + 2], "big", signed=True)
-    except IndexError:
+        return INT16.unpack_from(data, pos)[0]
+    except (IndexError, struct.error):  # the body ends before acks
         return None
 
 
@@ -407,7 +237,7 @@ class Correlator:
             resp = Message(pdu, orphan.fields, orphan.body_offset, list(orphan.diagnostics))
             self.emit(Exchange(self.conn, None, None, None, None, REQUEST_MISSING, None, resp))
             return
-        corr = int.from_bytes(pdu.data[0:4], "big", signed=True)
+        corr = INT32.unpack_from(pdu.data, 0)[0]
         queue = self.pending.get(corr)
         if not queue and self.unanswered:
             for i, item in enumerate(self.unanswered):
@@ -442,7 +272,7 @@ class Correlator:
             )
         resp = Message(pdu, fields, body_at, diags)
         if api == SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
-            self.sasl_raw = int.from_bytes(pdu.data[body_at : body_at + 2], "big", signed=True) == 0
+            self.sasl_raw = INT16.unpack_from(pdu.data, body_at)[0] == 0
         self.emit(self._exchange(req, hdr, resp, OK, acks))
 
     def _exchange(

@@ -17,7 +17,8 @@ from dissectors.diagnostics import Code
 from kanalyze.capture import Packet
 from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
 from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, Segment, decode_segment, format_endpoint
-from kanalyze.framing import Framer, Pdu, StreamEvent, plausible_request
+from kanalyze.framing import Framer, Pdu, StreamEvent
+from kanalyze.headers import plausible_request
 from kanalyze.reassembly import HalfStream, ReassemblyLimits
 
 WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})

@@ -16,13 +16,11 @@ from typing import NamedTuple
 
 from dissectors.apis import REQUEST_VERSIONS
 from dissectors.diagnostics import Code
-from dissectors.quirks import request_header_version
+from kanalyze.headers import INT32, MIN_REQUEST, UINT32, VERSION_SLACK, plausible_request
 
 SEARCH_WINDOW = 1024 * 1024  # bytes searched before older unsynced bytes are dropped
 KEEP_TAIL = 64  # bytes kept from a fruitless search (a header may straddle chunks)
-MIN_REQUEST = 8  # api_key + api_version + correlation_id (+ client id in v1+)
 MIN_RESPONSE = 4  # correlation_id
-VERSION_SLACK = 0  # versions accepted above the newest known, when searching
 MAX_EVENTS = 1000  # stream events kept per direction (the rest are counted)
 
 
@@ -101,38 +99,6 @@ class StreamEvent(NamedTuple):
     stream_offset: int
     frame: int
     message: str
-
-
-def plausible_request(buf: bytes | bytearray, p: int, max_frame: int = 0x7FFFFFFF) -> int:
-    """Whether a request header starts at buf[p]: 1 yes, 0 no, -1 not enough bytes to say."""
-    n = len(buf)
-    if n - p < 12:
-        return -1
-    size = int.from_bytes(buf[p : p + 4], "big")
-    if size < MIN_REQUEST or size > max_frame:
-        return 0
-    api = int.from_bytes(buf[p + 4 : p + 6], "big", signed=True)
-    ver = int.from_bytes(buf[p + 6 : p + 8], "big", signed=True)
-    rng = REQUEST_VERSIONS.get(api)
-    if rng is None or ver < rng[0] or ver > rng[1] + VERSION_SLACK:
-        return 0
-    if int.from_bytes(buf[p + 8 : p + 12], "big", signed=True) < 0:
-        return 0
-    if request_header_version(api, ver) == 0:
-        return 1
-    if n - p < 14:
-        return -1
-    clen = int.from_bytes(buf[p + 12 : p + 14], "big", signed=True)
-    if clen == -1:
-        return 1
-    if clen < 0 or 10 + clen > size:
-        return 0
-    cid = buf[p + 14 : p + 14 + clen]
-    if len(cid) < clen:
-        return -1
-    if any(b < 0x20 or b > 0x7E for b in cid):
-        return 0
-    return 1
 
 
 class Framer:
@@ -244,7 +210,7 @@ class Framer:
             return
         self._note(code, gap_start, pkt_no, why)
         if self.synced and len(self.buf) >= 4:
-            size = int.from_bytes(self.buf[:4], "big")
+            size = UINT32.unpack_from(self.buf, 0)[0]
             frame_end = self.buf_offset + 4 + size
             if size <= self.max_frame and frame_end >= gap_start + nbytes:
                 # the gap lies inside a frame whose size is known: keep its head, skip its tail
@@ -283,7 +249,7 @@ class Framer:
         mf = self.max_frame
         on_pdu = self.on_pdu
         while pos + 4 <= n:
-            size = int.from_bytes(chunk[pos : pos + 4], "big")
+            size = UINT32.unpack_from(chunk, pos)[0]
             end = pos + 4 + size
             if size > mf or size < MIN_RESPONSE:
                 return pos  # let _process report it and resync
@@ -341,7 +307,7 @@ class Framer:
                 return
             if len(buf) < 4:
                 return
-            size = int.from_bytes(buf[:4], "big")
+            size = UINT32.unpack_from(buf, 0)[0]
             if size > self.max_frame or size < MIN_RESPONSE:
                 self._note(
                     Code.FRAME_TOO_LARGE if size > self.max_frame else Code.BAD_LENGTH,
@@ -456,10 +422,10 @@ class Framer:
         for _ in range(hops):
             if n - q < 8:
                 return -1
-            size = int.from_bytes(buf[q : q + 4], "big")
+            size = UINT32.unpack_from(buf, q)[0]
             if size < MIN_RESPONSE or size > self.max_frame:
                 return 0
-            if self.expects(int.from_bytes(buf[q + 4 : q + 8], "big", signed=True)):
+            if self.expects(INT32.unpack_from(buf, q + 4)[0]):
                 return 1
             q += 4 + size
         return 0
@@ -477,7 +443,7 @@ class Framer:
         if not n:
             return 0
         if self.synced and n >= 4:
-            size = int.from_bytes(self.buf[:4], "big")
+            size = UINT32.unpack_from(self.buf, 0)[0]
             if MIN_RESPONSE <= size <= self.max_frame:
                 self.skip = self.buf_offset + 4 + size - self.stream_offset
         if not self.skip:
@@ -492,7 +458,7 @@ class Framer:
         """End of stream: a partial frame becomes a truncated PDU (if its header is there) or
         skipped bytes."""
         if self.buf and self.synced and len(self.buf) >= 4 + MIN_REQUEST:
-            size = int.from_bytes(self.buf[:4], "big")
+            size = UINT32.unpack_from(self.buf, 0)[0]
             if size <= self.max_frame:
                 fp, fts = self._first_mark(self.buf_offset)
                 have = bytes(self.buf[4:])

@@ -174,11 +174,15 @@ class HalfStream:
             self._gap_to(self.heap[0][0], pkt_no, ts_ns, why)
 
     def _deliver(self, chunk: bytes, rel: int, pkt_no: int, ts_ns: int) -> None:
-        self.next = rel + len(chunk)
-        self.delivered += len(chunk)
-        tail = chunk[-TAIL_KEPT:] if len(chunk) > TAIL_KEPT else chunk
-        self.last_chunk = bytes(tail)  # a copy: the chunk may be a view into a capture block
-        self.last_chunk_at = rel + len(chunk) - len(tail)
+        n = len(chunk)
+        end = self.next = rel + n
+        self.delivered += n
+        if n > TAIL_KEPT:
+            self.last_chunk = bytes(chunk[-TAIL_KEPT:])  # a copy: chunk may view a capture block
+            self.last_chunk_at = end - TAIL_KEPT
+        else:
+            self.last_chunk = bytes(chunk)
+            self.last_chunk_at = rel
         self.sink.data(chunk, pkt_no, ts_ns)
 
     def _retransmission(self, payload: bytes, rel: int) -> None:
