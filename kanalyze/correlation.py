@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from dissectors.apis import API_NAMES, ApiKey
-from dissectors.diagnostics import Code, Diagnostic
+from dissectors import API_NAMES, ApiKey, Code, DecodeError, Diagnostic, read_uvarint
 from kanalyze.framing import Pdu
 from kanalyze.headers import (
     INT16,
@@ -24,7 +23,6 @@ from kanalyze.headers import (
     RequestHeader,
     read_request_header,
     read_response_header,
-    read_uvarint,
 )
 
 SASL_RAW_API = -1  # api_key reported for raw (un-headered) SASL token exchanges
@@ -120,9 +118,7 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
     """The acks field of a Produce request body (after transactional_id in v3+), or None."""
     try:
         if ver >= 9:
-            n, pos = read_uvarint(data, pos)
-            if n < 0:
-                return None
+            n, pos = read_uvarint(data, pos, len(data))
             pos += max(n - 1, 0)
         elif ver >= 3:
             n = INT16.unpack_from(data, pos)[0]
@@ -130,7 +126,7 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
         if pos + 2 > len(data):
             return None
         return INT16.unpack_from(data, pos)[0]
-    except (IndexError, struct.error):  # the body ends before acks
+    except (DecodeError, struct.error):  # the body ends before acks
         return None
 
 

@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dissectors.diagnostics import Code
+from dissectors import Code
 from kanalyze.capture import Packet
 from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
 from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, Segment, decode_segment, format_endpoint

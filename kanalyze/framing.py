@@ -14,8 +14,7 @@ import re
 from collections.abc import Callable, Collection
 from typing import NamedTuple
 
-from dissectors.apis import REQUEST_VERSIONS
-from dissectors.diagnostics import Code
+from dissectors import REQUEST_VERSIONS, Code
 from kanalyze.headers import INT32, MIN_REQUEST, UINT32, VERSION_SLACK, plausible_request
 
 SEARCH_WINDOW = 1024 * 1024  # bytes searched before older unsynced bytes are dropped

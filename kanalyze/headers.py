@@ -14,9 +14,16 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from dissectors.apis import API_NAMES, REQUEST_VERSIONS
-from dissectors.diagnostics import Code, Diagnostic
-from dissectors.quirks import request_header_version, response_header_version
+from dissectors import (
+    API_NAMES,
+    REQUEST_VERSIONS,
+    Code,
+    DecodeError,
+    Diagnostic,
+    read_uvarint,
+    request_header_version,
+    response_header_version,
+)
 
 MIN_REQUEST = 8  # api_key + api_version + correlation_id (+ client id in v1+)
 VERSION_SLACK = 0  # versions accepted above the newest known, when searching
@@ -52,32 +59,24 @@ class ResponseHeader(NamedTuple):
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
-def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """(value, next position); (-1, pos) when malformed or truncated."""
-    result = shift = 0
-    for i in range(pos, min(pos + 5, len(buf))):
-        b = buf[i]
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i + 1
-        shift += 7
-    return -1, pos
-
-
 def _skip_tagged(buf: bytes, pos: int, header: dict[str, object]) -> int:
     """Skip a tagged-field section, keeping the raw fields in header['tagged_fields'];
     -1 if malformed."""
-    count, pos = read_uvarint(buf, pos)
-    if count < 0:
-        return -1
+    end = len(buf)
+    if pos < end and buf[pos] == 0:
+        return pos + 1  # no tagged fields: nearly every header
     tags: dict[str, str] = {}
-    for _ in range(count):
-        tag, pos = read_uvarint(buf, pos)
-        size, pos2 = read_uvarint(buf, pos) if tag >= 0 else (-1, pos)
-        if tag < 0 or size < 0 or pos2 + size > len(buf):
-            return -1
-        tags[str(tag)] = buf[pos2 : pos2 + size].hex()
-        pos = pos2 + size
+    try:
+        count, pos = read_uvarint(buf, pos, end)
+        for _ in range(count):
+            tag, pos = read_uvarint(buf, pos, end)
+            size, pos = read_uvarint(buf, pos, end)
+            if pos + size > end:
+                return -1
+            tags[str(tag)] = buf[pos : pos + size].hex()
+            pos += size
+    except DecodeError:
+        return -1
     if tags:
         header["tagged_fields"] = tags
     return pos

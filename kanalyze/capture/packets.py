@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dissectors.diagnostics import Code, Diagnostic
+from dissectors import Code, Diagnostic
 
 BLOCK = 4 * 1024 * 1024  # bytes read at a time
 MAX_RECORD = 256 * 1024 * 1024  # no sane packet record is larger

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
-from dissectors.diagnostics import Code, Diagnostic
+from dissectors import Code, Diagnostic
 from kanalyze.capture import GZIP_MAGIC, CaptureError, CaptureStats, Packet, read_capture
 from kanalyze.capture.split import RangeResult, iter_range, probe_layout, sync
 from kanalyze.spark.inputs import (

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from dissectors.apis import ApiKey
-from dissectors.diagnostics import Code
+from dissectors import ApiKey, Code
 from kanalyze.headers import plausible_request, read_request_header, read_response_header
 from tests.support.packets import request_frame, response_frame
 
