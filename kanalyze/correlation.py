@@ -125,7 +125,8 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
             pos += 2 + max(n, 0)
         if pos + 2 > len(data):
             return None
-        return INT16.unpack_from(data, pos)[0]
+        acks: int = INT16.unpack_from(data, pos)[0]
+        return acks
     except (DecodeError, struct.error):  # the body ends before acks
         return None
 
