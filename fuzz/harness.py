@@ -21,6 +21,7 @@ _ENGINE = [
     "kanalyze.engine",
     "kanalyze.reassembly",
     "kanalyze.framing",
+    "kanalyze.resync",
     "kanalyze.headers",
     "kanalyze.correlation",
 ]
