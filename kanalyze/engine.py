@@ -19,6 +19,7 @@ from kanalyze.engine_types import DirectionTotals, EngineOptions, EngineStats
 from kanalyze.flows import ACK, FIN, RST, SYN, Segment, decode_segment, format_endpoint
 from kanalyze.framing import Framer, Pdu, StreamEvent
 from kanalyze.headers import plausible_request
+from kanalyze.reassembly import MASK as SEQ_MASK
 from kanalyze.reassembly import HalfStream
 
 __all__ = ["DirectionTotals", "Engine", "EngineOptions", "EngineStats"]
@@ -151,7 +152,7 @@ class Engine:
         conn = self.conns.get(key)
         if flags & SYN and not flags & ACK and conn is not None and not conn.ignored:
             base = conn.c2s.base
-            if key == conn.client_key and base is not None and base != (seq + 1) & 0xFFFFFFFF:
+            if key == conn.client_key and base is not None and base != (seq + 1) & SEQ_MASK:
                 self._close(conn, pkt)  # port reuse: a new SYN on the same 4-tuple
                 conn = None
         if conn is None:
