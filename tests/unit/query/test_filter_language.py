@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kanalyze.bodies import BodyDecoder
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.query import Env, Filter, FilterError, compile_filter, try_compile
 from kanalyze.query.fields import FIELDS
 from kanalyze.session import Session
