@@ -340,3 +340,51 @@ async def test_spill_write_error_is_reported(monkeypatch):
         await pilot.pause(0.3)
         assert "cannot write the spill file" in status_text(app)
         assert 0 < len(app.store) < 52
+
+
+def hex_first_line(app) -> str:
+    """The hex pane's first line as drawn (its title)."""
+    return "".join(seg.text for seg in app.screen.query_one(HexView).render_line(0)).strip()
+
+
+@aio
+async def test_hex_pane_follows_table_moves_filter_sort_and_switch():
+    """The hex pane's first line names the frame of the exchange the table selects, after every
+    cursor move, filter, sort and screen switch (it used to keep the first exchange's bytes)."""
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        tree = screen.query_one(DecodeTree)
+
+        async def in_step(what: str) -> None:
+            def ok() -> bool:
+                i = table.current
+                if i is None or tree.index != i:
+                    return False
+                ex = app.store.exchange(i)
+                msg = ex.request or ex.response
+                side = "request" if ex.request else "response"
+                return hex_first_line(app).startswith(f"{side} frame {msg.pdu.last_pkt}")
+            await wait_for(pilot, ok, timeout=10, what=f"hex pane in step after {what}")
+
+        await in_step("start")
+        first = hex_first_line(app)
+        for _ in range(3):
+            await pilot.press("down")
+            await in_step("down")
+        assert hex_first_line(app) != first
+        await pilot.press("end")
+        await in_step("end")
+        screen.apply_filter("api:fetch")
+        await wait_for(pilot, lambda: not screen.filtering, what="filter")
+        await in_step("filter")
+        await pilot.press("s")  # sort by latency
+        await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "latency", what="sort")
+        await pilot.press("end")
+        await in_step("sort")
+        await pilot.press("2")
+        await pilot.press("1")
+        await pilot.press("up")
+        await in_step("screen switch")

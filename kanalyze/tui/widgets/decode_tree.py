@@ -29,11 +29,15 @@ class Side:
     label: str  # "request" / "response"
     frame: bytes  # pdu.data with secret bytes masked
     ctx: DecodeContext | None
+    frame_no: int = 0  # the packet that completed the frame (pdu.last_pkt), as the table shows
 
     def buffer(self, source: int) -> tuple[bytes, str]:
+        """The bytes a node points into and the hex view's title, which names the frame: the
+        pane is then checkably about the exchange the table and the tree show."""
         if source == 0 or self.ctx is None:
-            return self.frame, f"{self.label} frame"
-        return self.ctx.buffers[source - 1], f"{self.label} decompressed buffer #{source}"
+            return self.frame, f"{self.label} frame {self.frame_no}"
+        return (self.ctx.buffers[source - 1],
+                f"{self.label} decompressed buffer #{source} (frame {self.frame_no})")
 
 
 @dataclass(slots=True)
@@ -173,11 +177,17 @@ class DecodeTree(Tree[Ref]):
                 continue
             node, ctx = bodies.node(ex, msg, is_req)
             show = bodies.template.show_secrets
-            side = Side(label, msg.pdu.data if show else _mask_secrets(msg.pdu.data, node), ctx)
+            side = Side(label, msg.pdu.data if show else _mask_secrets(msg.pdu.data, node), ctx,
+                        msg.pdu.last_pkt)
             top = self._message_node(ex, msg, is_req, side, node)
             first = first or top
         if first is not None:
+            # after clear() the cursor line may already equal the first line: Tree then posts no
+            # NodeHighlighted, and the hex view would keep the previous exchange's bytes. Say it.
             self.move_cursor(first)
+            self._announce(first)
+        else:
+            self.post_message(FieldHighlighted(b"", "no frame captured", 0, 0))
 
     def _message_node(self, ex: Exchange, msg: Message, is_req: bool, side: Side,
                       body: Node | None) -> TreeNode[Ref]:
@@ -242,8 +252,18 @@ class DecodeTree(Tree[Ref]):
         self._populate(event.node)
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[Ref]) -> None:
-        ref = event.node.data
+        self._announce(event.node)
+
+    def _announce(self, tnode: TreeNode[Ref]) -> None:
+        """Tell the hex view about `tnode`, unless it belongs to a tree since cleared (a late
+        highlight of the previous exchange must not overwrite the current one's bytes)."""
+        ref = tnode.data
         if ref is None:
+            return
+        top = tnode
+        while top.parent is not None:
+            top = top.parent
+        if top is not self.root:
             return
         data, title = ref.side.buffer(ref.source)
         self.post_message(FieldHighlighted(data, title, ref.offset, ref.length))
