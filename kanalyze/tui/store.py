@@ -63,7 +63,7 @@ def summarize(ex: Exchange, bodies: BodyDecoder) -> Summary:
         elif len(ps) <= 3:
             parts.append(f"{t}[{','.join(str(p) for p in sorted(ps))}]")
         else:
-            parts.append(f"{t}[{len(ps)}p]")
+            parts.append(f"{t}[{len(ps)} partitions]")
     return " ".join(parts), tuple(errors)
 
 

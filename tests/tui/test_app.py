@@ -388,3 +388,34 @@ async def test_hex_pane_follows_table_moves_filter_sort_and_switch():
         await pilot.press("1")
         await pilot.press("up")
         await in_step("screen switch")
+
+
+@aio
+async def test_filter_box_validates_live():
+    """Red with the reason while the text cannot be parsed (nothing applied), green when it can."""
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        inp = screen.query_one("#filter")
+        msg = screen.query_one("#filter-msg")
+        await pilot.press("slash", *"lat<1")
+        await pilot.pause(0.1)
+        assert inp.has_class("invalid") and "lat>N" in str(msg.render())
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert screen.focused is inp and screen.filter.empty  # nothing applied, the box keeps focus
+        assert len(screen.query_one(ExchangeTable).rows) == 52
+        for _ in range(5):
+            await pilot.press("backspace")
+        await pilot.press(*"frame:57")
+        await pilot.pause(0.1)
+        assert inp.has_class("invalid") and "unknown term frame" in str(msg.render())
+        for _ in range(8):
+            await pilot.press("backspace")
+        await pilot.press(*"api:fetch")
+        await pilot.pause(0.1)
+        assert inp.has_class("valid") and not inp.has_class("invalid")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) < 52,
+                       what="filter")

@@ -71,6 +71,7 @@ class ExchangesScreen(Screen):
             yield Static("filter", id="filter-label")
             yield Input(placeholder="api:Produce topic:orders client:web status:ok errors lat>5 text…  "
                         "(Enter applies, Esc clears)", id="filter")
+            yield Static("", id="filter-msg")
         with Horizontal(id="top"):
             yield ConnectionsPane(id="connections")
             yield ExchangeTable(store, id="exchanges")
@@ -214,21 +215,44 @@ class ExchangesScreen(Screen):
             self.refilter()
         self.query_one(ExchangeTable).focus()
 
+    @on(Input.Changed, "#filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        """Live validation: green when the text parses, red with the reason when it does not."""
+        inp = event.input
+        msg = self.query_one("#filter-msg", Static)
+        text = event.value
+        if not text.strip():
+            inp.remove_class("valid", "invalid")
+            msg.update("")
+            return
+        ok = True
+        try:
+            parse_filter(text)
+        except FilterError as e:
+            ok = False
+            msg.update(Text(str(e)))
+        else:
+            msg.update(Text("✓ Enter applies"))
+        for w in (inp, msg):
+            w.set_class(ok, "valid")
+            w.set_class(not ok, "invalid")
+
     @on(Input.Submitted, "#filter")
     def filter_submitted(self, event: Input.Submitted) -> None:
-        self.apply_filter(event.value)
-        self.query_one(ExchangeTable).focus()
+        if self.apply_filter(event.value):
+            self.query_one(ExchangeTable).focus()  # on an error the box keeps focus, red, with why
 
-    def apply_filter(self, text: str) -> None:
+    def apply_filter(self, text: str) -> bool:
         try:
             flt = parse_filter(text)
         except FilterError as e:
             self.filter_error = str(e)
             self.update_status()
-            return
+            return False
         self.filter_error = None
         self.filter = flt
         self.refilter()
+        return True
 
     @on(ExchangeTable.CursorMoved)
     def cursor_moved(self, event: ExchangeTable.CursorMoved) -> None:
