@@ -116,10 +116,7 @@ _PREVIEW_KEYS = ("base_offset", "offset", "codec", "producer_id", "base_sequence
 
 
 def _dict_preview(d: dict) -> str:
-    parts = []
-    for k in _PREVIEW_KEYS:
-        if k in d:
-            parts.append(f"{k}={json_value(d[k], 24)}")
+    parts = [f"{k}={json_value(d[k], 24)}" for k in _PREVIEW_KEYS if k in d]
     if "records" in d and isinstance(d["records"], list):
         parts.append(f"records={len(d['records'])}")
     return " ".join(parts)
