@@ -419,3 +419,44 @@ async def test_filter_box_validates_live():
         await pilot.press("enter")
         await wait_for(pilot, lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) < 52,
                        what="filter")
+
+
+@aio
+async def test_layout_80x24_folds_side_panes_and_keys_bring_them_back():
+    from kanalyze.tui.widgets.exchange_table import COLUMNS
+
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        tree = screen.query_one(DecodeTree)
+        hexv = screen.query_one(HexView)
+        conns = screen.query_one(ConnectionsPane)
+        shown = {c.title for c, w in zip(COLUMNS, table.widths(), strict=True) if w}
+        assert {"API", "Latency ms", "Status / error"} <= shown
+        line = "".join(seg.text for seg in table.render_line(1))
+        assert "ApiVersions v3" in line and "0.413" in line and " ok" in line
+        assert conns.has_class("hidden") and hexv.has_class("hidden") and tree.size.width >= 40
+        await pilot.press("H")  # the hex pane takes the detail area (no room for both)
+        await pilot.pause(0.1)
+        assert not hexv.has_class("hidden") and tree.has_class("hidden")
+        await pilot.press("H")
+        await pilot.pause(0.1)
+        assert hexv.has_class("hidden") and not tree.has_class("hidden")
+        await pilot.press("C")
+        await pilot.pause(0.1)
+        assert not conns.has_class("hidden")
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        hexv = screen.query_one(HexView)
+        tree = screen.query_one(DecodeTree)
+        before = hexv.size.width
+        await pilot.press("left_square_bracket", "left_square_bracket")  # a wider tree
+        await pilot.pause(0.1)
+        assert hexv.size.width == before - 8 and tree.size.width >= 40
+        await pilot.press("T")  # absolute time
+        await pilot.pause(0.1)
+        assert screen.query_one(ExchangeTable).time_text(0).startswith("20")

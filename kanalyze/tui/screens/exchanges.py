@@ -22,10 +22,14 @@ from kanalyze.tui.messages import FieldHighlighted
 from kanalyze.tui.spill import SpillClosed
 from kanalyze.tui.store import SORT_KEYS
 from kanalyze.tui.widgets.decode_tree import DecodeTree
-from kanalyze.tui.widgets.exchange_table import ExchangeTable
+from kanalyze.tui.widgets.exchange_table import TIME_FORMATS, ExchangeTable
 from kanalyze.tui.widgets.hex_view import HexView
 
 SORT_ORDER = tuple(SORT_KEYS)
+CONNECTIONS_WIDTH = 44
+HEX_WIDTH = 77  # offsets, 16 bytes in hex and ASCII, a border and a scrollbar
+MIN_TABLE = 96  # below this beside the connections pane, the pane folds away (C brings it back)
+MIN_TREE = 40  # the decoded tree never gets less; a hex pane that would leave less folds away
 
 
 class ConnectionsPane(DataTable):
@@ -34,7 +38,8 @@ class ConnectionsPane(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = False
-        self.add_columns("#", "client ↔ broker", "client id", "exch", "err")
+        # counts first: a narrow pane cuts the long columns, never the error counts
+        self.add_columns("#", "exch", "err", "client id", "client ↔ broker")
 
 
 class ExchangesScreen(Screen):
@@ -45,7 +50,13 @@ class ExchangesScreen(Screen):
         Binding("S", "reverse", "Reverse", show=False),
         Binding("e", "export", "Export"),
         Binding("c", "focus_connections", "Connections", show=False),
-        Binding("C", "toggle_connections", "Hide/show connections", show=False),
+        Binding("C", "toggle_connections", "Conns", show=False),
+        Binding("H", "toggle_hex", "Hex", show=False),
+        Binding("left_square_bracket", "resize_hex(4)", "Narrower hex", show=False),
+        Binding("right_square_bracket", "resize_hex(-4)", "Wider hex", show=False),
+        Binding("left_curly_bracket", "resize_connections(-4)", "Narrower connections", show=False),
+        Binding("right_curly_bracket", "resize_connections(4)", "Wider connections", show=False),
+        Binding("T", "time_format", "Time format", show=False),
         Binding("x", "focus_table", "Exchanges", show=False),
         Binding("d", "focus_detail", "Detail", show=False),
     ]
@@ -64,6 +75,11 @@ class ExchangesScreen(Screen):
         self._conn_time = 0.0
         self._conn_count = -1
         self._conn_ids: list[int | None] = []
+        # side panes: None follows the terminal width, True/False is the user's choice (C, H)
+        self.show_connections: bool | None = None
+        self.show_hex: bool | None = None
+        self.connections_width: int | None = None  # None: a quarter of the width, 44 to 64
+        self.hex_width = HEX_WIDTH
 
     def compose(self) -> ComposeResult:
         store = self.app.store
@@ -81,7 +97,37 @@ class ExchangesScreen(Screen):
         yield Static("", id="status")
         yield Footer()
 
+    def on_resize(self) -> None:
+        self.apply_layout()
+
+    def apply_layout(self) -> None:
+        """Fit the side panes to the terminal: below a width they fold away (C / H bring them
+        back); a pane shown by hand where there is no room takes its neighbour's place."""
+        width = self.size.width
+        conns = self.query_one(ConnectionsPane)
+        table = self.query_one(ExchangeTable)
+        show = self.show_connections
+        cw = self.connections_width or max(CONNECTIONS_WIDTH, min(64, width // 4))
+        if show is None:
+            show = width - cw >= MIN_TABLE
+        cw = min(cw, max(20, width - 20))
+        conns.styles.width = cw
+        conns.set_class(not show, "hidden")
+        table.set_class(bool(show) and width - cw < 30, "hidden")  # no room for both: pane only
+        hexv = self.query_one(HexView)
+        tree = self.query_one(DecodeTree)
+        show = self.show_hex
+        if show is None:
+            show = width - self.hex_width >= MIN_TREE
+        hexv.styles.width = min(self.hex_width, width)
+        hexv.set_class(not show, "hidden")
+        tree.set_class(bool(show) and width - self.hex_width < MIN_TREE, "hidden")
+        for w in (conns, hexv, tree, table):  # a hidden pane gives the focus to its neighbour
+            if w.has_class("hidden") and self.focused is w:
+                (table if w is conns else tree if w is hexv else hexv if w is tree else conns).focus()
+
     def on_mount(self) -> None:
+        self.apply_layout()
         self.query_one(ExchangeTable).focus()
         self.set_interval(0.2, self.tick)
         self.tick()
@@ -187,6 +233,12 @@ class ExchangesScreen(Screen):
             parts.append(f"conn {self.conn}")
         arrow = "▼" if table.sort_reverse else "▲"
         parts.append(f"sort: {table.sort_key} {arrow}")
+        if table.time_format != TIME_FORMATS[0]:
+            parts.append(f"time: {table.time_format}")
+        folded = [k for k, sel in (("C conns", ConnectionsPane), ("H hex", HexView))
+                  if self.query_one(sel).has_class("hidden")]
+        if folded:
+            parts.append(" ".join(folded))
         self.query_one("#status", Static).update(Text.from_markup(" │ ".join(parts)))
 
     def update_connections(self) -> None:
@@ -197,10 +249,10 @@ class ExchangesScreen(Screen):
         row = pane.cursor_row
         pane.clear()
         self._conn_ids = [None]
-        pane.add_row("*", "all connections", "", str(len(store)), "")
+        pane.add_row("*", str(len(store)), "", "all connections", "")
         for c in conns:
             err = Text(str(c.problems), "bold red") if c.problems else Text("0")
-            pane.add_row(str(c.id), f"{c.client} ↔ {c.broker}", c.client_id, str(c.exchanges), err)
+            pane.add_row(str(c.id), str(c.exchanges), err, c.client_id, f"{c.client} ↔ {c.broker}")
             self._conn_ids.append(c.id)
         if 0 <= row < pane.row_count:
             pane.move_cursor(row=row, animate=False)
@@ -310,13 +362,35 @@ class ExchangesScreen(Screen):
         self.refilter()
 
     def action_focus_connections(self) -> None:
+        if self.query_one(ConnectionsPane).has_class("hidden"):
+            self.show_connections = True
+            self.apply_layout()
         self.query_one(ConnectionsPane).focus()
 
     def action_toggle_connections(self) -> None:
-        pane = self.query_one(ConnectionsPane)
-        pane.toggle_class("hidden")
-        if pane.has_class("hidden") and self.focused is pane:
-            self.query_one(ExchangeTable).focus()
+        self.show_connections = self.query_one(ConnectionsPane).has_class("hidden")
+        self.apply_layout()
+
+    def action_toggle_hex(self) -> None:
+        self.show_hex = self.query_one(HexView).has_class("hidden")
+        self.apply_layout()
+
+    def action_resize_hex(self, delta: int) -> None:
+        """`[` / `]`: the tree gets wider / narrower (the hex pane gives or takes the room)."""
+        self.hex_width = max(20, min(self.size.width - MIN_TREE, self.hex_width - delta))
+        self.apply_layout()
+
+    def action_resize_connections(self, delta: int) -> None:
+        now = self.query_one(ConnectionsPane).size.width or CONNECTIONS_WIDTH
+        self.connections_width = max(20, min(self.size.width - 30, now + delta))
+        self.apply_layout()
+
+    def action_time_format(self) -> None:
+        """`T`: relative (seconds since the first exchange), absolute (UTC), delta (since the
+        row above), like Wireshark's View > Time Display Format."""
+        table = self.query_one(ExchangeTable)
+        table.set_time_format(TIME_FORMATS[(TIME_FORMATS.index(table.time_format) + 1) % len(TIME_FORMATS)])
+        self.update_status()
 
     def action_focus_table(self) -> None:
         self.query_one(ExchangeTable).focus()
