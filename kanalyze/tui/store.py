@@ -228,6 +228,22 @@ class ExchangeStore:
             None if resp_off == NO_MESSAGE else Message(get(resp_off), {}, rows.resp_body[i]),
         )
 
+    def frames(self, i: int) -> list[tuple[int, int]]:
+        """(first_pkt, last_pkt) of row i's request and response frames (headers read only)."""
+        return [self.spill.packets(off) for off in (self.rows.req[i], self.rows.resp[i])
+                if off != NO_MESSAGE]
+
+    def find_frame(self, frame: int, cancelled: Callable[[], bool] = lambda: False) -> int | None:
+        """The row whose request or response was carried by packet `frame` (tshark's frame
+        number), or None. A scan of the frame headers: Ctrl-G and the findings' jumps."""
+        for i in range(len(self)):
+            if (i & 0xFFF) == 0 and cancelled():
+                return None
+            for first, last in self.frames(i):
+                if first <= frame <= last:
+                    return i
+        return None
+
     # -- summaries --------------------------------------------------------------------------
     def learn_topic_names(self, upto: int) -> None:
         """Decode the name-teaching responses (Metadata, ...) before index `upto`, in order."""

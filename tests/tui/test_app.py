@@ -460,3 +460,45 @@ async def test_layout_80x24_folds_side_panes_and_keys_bring_them_back():
         await pilot.press("T")  # absolute time
         await pilot.pause(0.1)
         assert screen.query_one(ExchangeTable).time_text(0).startswith("20")
+
+
+@aio
+async def test_goto_follow_palette_and_finding_jump():
+    app = KanalyzeApp([str(CAPTURES / "lib_transactions.pcap")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        store = app.store
+        # Ctrl-G 12 selects the exchange carried by frame 12 of the capture... or #5, the fifth row
+        target = store.exchange(7)
+        frame = target.request.pdu.last_pkt
+        await pilot.press("ctrl+g", *str(frame), "enter")
+        await wait_for(pilot, lambda: table.current == 7, what="go to frame")
+        await pilot.press("ctrl+g", "#", "3", "enter")
+        await wait_for(pilot, lambda: table.current == 2, what="go to exchange")
+        # a row the filter hides: the filter is cleared and the row selected
+        screen.apply_filter("api:produce")
+        await wait_for(pilot, lambda: not screen.filtering, what="filter")
+        assert 2 not in table.rows
+        screen.goto("exchange", 3)
+        await wait_for(pilot, lambda: not screen.filtering and table.current == 2, what="go to hidden")
+        # follow: only this row's connection
+        conn = store.row(2).conn.id
+        await pilot.press("f")
+        await wait_for(pilot, lambda: not screen.filtering and screen.conn == conn, what="follow")
+        assert all(store.row(i).conn.id == conn for i in table.rows)
+        # the command palette knows the screen's actions
+        commands = {c.title for c in app.get_system_commands(screen)}
+        assert any(t.startswith("Go to") for t in commands) and any(t.startswith("Filter") for t in commands)
+        # view 3: Enter on a finding opens the exchange of its first frame
+        await pilot.press("escape")
+        await pilot.press("3")
+        await wait_report(pilot)
+        findings = app.report["findings"]
+        fnd = app.screen.query_one("#findings")
+        fnd.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExchangesScreen), what="back to exchanges")
+        want = store.find_frame(findings[0]["frames"][0])
+        await wait_for(pilot, lambda: table.current == want, what="finding's exchange")

@@ -57,6 +57,8 @@ class ExchangesScreen(Screen):
         Binding("left_curly_bracket", "resize_connections(-4)", "Narrower connections", show=False),
         Binding("right_curly_bracket", "resize_connections(4)", "Wider connections", show=False),
         Binding("T", "time_format", "Time format", show=False),
+        Binding("ctrl+g", "goto", "Go to", show=False),
+        Binding("f", "follow", "Follow conn", show=False),
         Binding("x", "focus_table", "Exchanges", show=False),
         Binding("d", "focus_detail", "Detail", show=False),
     ]
@@ -75,6 +77,7 @@ class ExchangesScreen(Screen):
         self._conn_time = 0.0
         self._conn_count = -1
         self._conn_ids: list[int | None] = []
+        self._select_after_filter: int | None = None  # a go-to waiting for the refilter
         # side panes: None follows the terminal width, True/False is the user's choice (C, H)
         self.show_connections: bool | None = None
         self.show_hex: bool | None = None
@@ -194,7 +197,10 @@ class ExchangesScreen(Screen):
         if append:
             table.append_rows(rows)
         else:
-            table.set_rows(rows, table.current)
+            keep, self._select_after_filter = self._select_after_filter, None
+            table.set_rows(rows, table.current if keep is None else keep)
+            if keep is not None:
+                table._scroll_cursor()
         self.update_status()
 
     def refilter(self) -> None:
@@ -397,6 +403,55 @@ class ExchangesScreen(Screen):
 
     def action_focus_detail(self) -> None:
         self.query_one(DecodeTree).focus()
+
+    def action_goto(self) -> None:
+        from kanalyze.tui.screens.goto import GotoScreen
+
+        def done(target: tuple[str, int] | None) -> None:
+            if target is not None:
+                self.goto(*target)
+
+        self.app.push_screen(GotoScreen(), done)
+
+    def goto(self, kind: str, number: int) -> None:
+        """Select the exchange `#number`, or the one carried by frame `number`; a row the
+        filter hides is shown by clearing the filter."""
+        store = self.app.store
+        if kind == "exchange":
+            index = number - 1 if 0 < number <= len(store) else None
+        else:
+            index = store.find_frame(number)
+        if index is None:
+            self.notify(f"no exchange {'#' if kind == 'exchange' else 'in frame '}{number}",
+                        severity="warning")
+            return
+        self.select_index(index)
+
+    def select_index(self, index: int) -> None:
+        table = self.query_one(ExchangeTable)
+        try:
+            pos = table.rows.index(index)
+        except ValueError:
+            pos = -1
+        if pos >= 0 and not self.filtering:
+            table.move_to(pos)
+            return
+        self.query_one("#filter", Input).value = ""
+        self.filter = Filter()
+        self.conn = None
+        self.filter_error = None
+        self._select_after_filter = index
+        self.refilter()
+
+    def action_follow(self) -> None:
+        """`f`: only the selected row's connection (Esc shows all again)."""
+        current = self.query_one(ExchangeTable).current
+        if current is None:
+            return
+        conn = self.app.store.row(current).conn.id
+        if conn != self.conn:
+            self.conn = conn
+            self.refilter()
 
     def action_export(self) -> None:
         from kanalyze.tui.screens.export import ExportScreen

@@ -99,7 +99,9 @@ class ReplicationScreen(ReportScreen):
         self.query_one("#rep-legend", Static).update(chart.legend())
         table = self.query_one("#rep-timeline", DataTable)
         table.clear()
+        frames = self.frames_of("rep-timeline")
         for e in tl:
+            frames.append(e.get("frame"))
             fol = " ".join(f"{k}:{v(f.get('leo'))}/{v(f.get('remote_leo'))}/{v(f.get('hw'))}"
                            for k, f in (e.get("followers") or {}).items())
             table.add_row(str(e.get("frame")), e.get("event", ""), v(e.get("leader_leo")), v(e.get("high_watermark")),
