@@ -29,6 +29,7 @@ from kanalyze.engine import EngineOptions
 from kanalyze.session import Session
 from kanalyze.tui.analysis_source import analyze_exchanges
 from kanalyze.tui.messages import AnalysisReady, IndexProgress
+from kanalyze.tui.pcap_export import write_pcap
 from kanalyze.tui.screens.exchanges import ExchangesScreen
 from kanalyze.tui.screens.groups import GroupsScreen
 from kanalyze.tui.screens.help import HelpScreen
@@ -244,21 +245,28 @@ class KanalyzeApp(App):
 
     @work(thread=True, group="export")
     def _export(self, rows: array, path: str) -> None:
-        """NDJSON of the rows, in their order; each exchange is rebuilt from the store."""
-        exchange = self.store.exchange
-        line = self.store.encoder.line
+        """NDJSON of the rows, in their order (each exchange rebuilt from the store), or, for a
+        .pcap name, the packets carrying them copied from the input files."""
+        worker = get_current_worker()
+        what = f"{len(rows):,} exchanges"
         try:
-            with open(path, "w", encoding="utf-8") as f:
-                for i in rows:
-                    f.write(line(exchange(i)))
-                    f.write("\n")
+            if path.endswith(".pcap"):
+                n = write_pcap(self.store, rows, self.paths, path, lambda: worker.is_cancelled)
+                what = f"{n:,} packets of {len(rows):,} exchanges"
+            else:
+                exchange = self.store.exchange
+                line = self.store.encoder.line
+                with open(path, "w", encoding="utf-8") as f:
+                    for i in rows:
+                        f.write(line(exchange(i)))
+                        f.write("\n")
         except SpillClosed:  # the app is exiting
             return
-        except OSError as e:
+        except (OSError, CaptureError) as e:
             self.call_from_thread(self.notify, f"export failed: {e}", severity="error")
             return
         self.last_export = (path, len(rows))
-        self.call_from_thread(self.notify, f"exported {len(rows):,} exchanges to {path}")
+        self.call_from_thread(self.notify, f"exported {what} to {path}")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The command palette lists every binding of the app and of the screen it opened on

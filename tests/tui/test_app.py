@@ -502,3 +502,28 @@ async def test_goto_follow_palette_and_finding_jump():
         await wait_for(pilot, lambda: isinstance(app.screen, ExchangesScreen), what="back to exchanges")
         want = store.find_frame(findings[0]["frames"][0])
         await wait_for(pilot, lambda: table.current == want, what="finding's exchange")
+
+
+@aio
+async def test_export_pcap_asks_before_overwriting(tmp_path):
+    app = KanalyzeApp([CODECS])
+    out = tmp_path / "produce.pcap"
+    out.write_bytes(b"old")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        screen.apply_filter("api:produce")
+        await wait_for(pilot, lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) == 5,
+                       what="filter")
+        await pilot.press("e")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ExportScreen", what="export dialog")
+        app.screen.query_one("#export-path").value = str(out)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert app.screen.__class__.__name__ == "ExportScreen"  # asked first
+        assert "exists" in str(app.screen.query_one("#export-hint").render()) and out.read_bytes() == b"old"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.last_export is not None, what="export")
+    # the pcap reads back as the five Produce exchanges, nothing else
+    again = list(Session([str(out)]).exchanges())
+    assert len(again) == 5 and {ex.api for ex in again} == {"Produce"}

@@ -462,7 +462,7 @@ class ExchangesScreen(Screen):
             if path:
                 self.app.export_rows(rows, path)
 
-        self.app.push_screen(ExportScreen(len(rows)), done)
+        self.app.push_screen(ExportScreen(len(rows), pcap=bool(self.app.paths)), done)
 
     def on_key(self, event) -> None:
         if event.key == "enter" and self.focused is self.query_one(ExchangeTable):
