@@ -139,3 +139,22 @@ def parse_filter(text: str) -> Filter:
         else:
             f.words.append(tok)
     return f
+
+
+def parse_any(text: str, env: object = None) -> Filter | object:
+    """The bar's text as the bar's own terms (`api:Produce lat>5`, checked on the row columns,
+    fast) or else as the query language of `-Y` (docs/filters.md: `api == "Fetch" and
+    latency > 100ms`, matched on rebuilt exchanges). FilterError with the more telling of the
+    two messages when neither reads it (the bar's for `key:value` text, else the language's,
+    with its column)."""
+    try:
+        return parse_filter(text)
+    except FilterError as own:
+        from kanalyze.query import try_compile
+
+        q = try_compile(text, env)  # type: ignore[arg-type]
+        if not isinstance(q, ValueError):
+            return q
+        if ":" in text:
+            raise
+        raise FilterError(f"{q} (column {q.column})") from own  # type: ignore[attr-defined]

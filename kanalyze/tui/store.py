@@ -332,6 +332,36 @@ class ExchangeStore:
             out.append(i)
         return out
 
+    def query_env(self) -> object:
+        """An Env for the query language sharing the summaries' decoder (its topic names)."""
+        from kanalyze.query import Env
+
+        env = Env(decoder=self._summary_bodies)
+        env.capture_start_ns = self.first_ts
+        return env
+
+    def match_query(self, flt: object, start: int, end: int, conn: int | None = None,
+                    cancelled: Callable[[], bool] = lambda: False,
+                    progress: Callable[[int], None] | None = None) -> Rows | None:
+        """Indices in [start, end) matching a `kanalyze.query` filter (each row rebuilt, read
+        through a window); None if cancelled."""
+        self.learn_topic_names(end)
+        env = getattr(flt, "env", None)
+        if env is not None:
+            env.capture_start_ns = self.first_ts
+        match = flt.match  # type: ignore[attr-defined]
+        out = array("q")
+        conns = self.rows.conn
+        for i, ex in self.iter_exchanges(start, end):
+            if (i & 0xFF) == 0:
+                if cancelled():
+                    return None
+                if progress is not None:
+                    progress(i)
+            if (conn is None or conns[i] == conn) and match(ex):
+                out.append(i)
+        return out
+
     def sort_indices(self, indices: Iterable[int], key: str, reverse: bool = False) -> Rows:
         """Rows ordered by a column; ties by index (descending when reversed, as if the key
         were (value, index)): a stable sort of the indices in that order does it."""

@@ -17,7 +17,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import get_current_worker
 
-from kanalyze.tui.filters import Filter, FilterError, parse_filter
+from kanalyze.tui.filters import Filter, FilterError, parse_any
 from kanalyze.tui.messages import FieldHighlighted
 from kanalyze.tui.spill import SpillClosed
 from kanalyze.tui.store import SORT_KEYS
@@ -66,6 +66,7 @@ class ExchangesScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.filter: Filter = Filter()
+        self.query_filter: object | None = None  # a kanalyze.query Filter when the text is in that language
         self.conn: int | None = None
         self.applied_upto = 0  # store rows already filtered into the table
         self.filtering = False
@@ -143,12 +144,12 @@ class ExchangesScreen(Screen):
             start, self.applied_upto = self.applied_upto, n
             flt = self.effective_filter()
             table = self.query_one(ExchangeTable)
-            if flt.empty and table.sort_key == "time" and not table.sort_reverse:
+            if flt.empty and self.query_filter is None and table.sort_key == "time" and not table.sort_reverse:
                 table.append_rows(array("q", range(start, n)))
             else:  # matching and merging into a sorted table happen in the worker
                 self.filtering = True
                 self._job += 1
-                self._filter_worker(self._job, flt, start, n, append=True)
+                self._filter_worker(self._job, flt, start, n, append=True, query=self.query_filter)
         if store.generation != self._conn_gen:
             # counts change with every batch: redraw the pane at most once a second while indexing
             now = time.monotonic()
@@ -163,7 +164,8 @@ class ExchangesScreen(Screen):
         return self.filter.with_conn(self.conn) if self.conn is not None else self.filter
 
     @work(thread=True, exclusive=True, group="filter")
-    def _filter_worker(self, job: int, flt: Filter, start: int, end: int, append: bool) -> None:
+    def _filter_worker(self, job: int, flt: Filter, start: int, end: int, append: bool,
+                       query: object | None = None) -> None:
         worker = get_current_worker()
         store = self.app.store
         total = max(1, end - start)
@@ -172,7 +174,10 @@ class ExchangesScreen(Screen):
             self.filter_progress = (i - start) / total
 
         try:
-            rows = store.match_range(flt, start, end, lambda: worker.is_cancelled, progress)
+            if query is not None:
+                rows = store.match_query(query, start, end, self.conn, lambda: worker.is_cancelled, progress)
+            else:
+                rows = store.match_range(flt, start, end, lambda: worker.is_cancelled, progress)
         except SpillClosed:  # the app is exiting
             return
         if rows is None:
@@ -208,7 +213,8 @@ class ExchangesScreen(Screen):
         self.filtering = True
         self.filter_progress = 0.0
         self._job += 1
-        self._filter_worker(self._job, self.effective_filter(), 0, self.applied_upto, append=False)
+        self._filter_worker(self._job, self.effective_filter(), 0, self.applied_upto, append=False,
+                            query=self.query_filter)
         self.update_status()
 
     # -- status -----------------------------------------------------------------------------
@@ -231,7 +237,7 @@ class ExchangesScreen(Screen):
         if self.filter_error:
             parts.append(f"[b red]{self.filter_error}[/]")
         total = len(store)
-        if flt.empty:
+        if flt.empty and self.query_filter is None:
             parts.append(f"{total:,} exchanges")
         else:
             parts.append(f"{len(table.rows):,} of {total:,} match")
@@ -285,7 +291,7 @@ class ExchangesScreen(Screen):
             return
         ok = True
         try:
-            parse_filter(text)
+            parse_any(text)
         except FilterError as e:
             ok = False
             msg.update(Text(str(e)))
@@ -302,13 +308,16 @@ class ExchangesScreen(Screen):
 
     def apply_filter(self, text: str) -> bool:
         try:
-            flt = parse_filter(text)
+            flt = parse_any(text, self.app.store.query_env())
         except FilterError as e:
             self.filter_error = str(e)
             self.update_status()
             return False
         self.filter_error = None
-        self.filter = flt
+        if isinstance(flt, Filter):
+            self.filter, self.query_filter = flt, None
+        else:  # the query language: the bar's own terms stay empty
+            self.filter, self.query_filter = Filter(text=""), flt
         self.refilter()
         return True
 
@@ -348,9 +357,10 @@ class ExchangesScreen(Screen):
 
     def action_clear_filter(self) -> None:
         inp = self.query_one("#filter", Input)
-        if self.focused is inp or not self.filter.empty or self.conn is not None:
+        if self.focused is inp or not self.filter.empty or self.conn is not None or self.query_filter is not None:
             inp.value = ""
             self.conn = None
+            self.query_filter = None
             self.filter = Filter()
             self.filter_error = None
             self.refilter()
@@ -438,6 +448,7 @@ class ExchangesScreen(Screen):
             return
         self.query_one("#filter", Input).value = ""
         self.filter = Filter()
+        self.query_filter = None
         self.conn = None
         self.filter_error = None
         self._select_after_filter = index
