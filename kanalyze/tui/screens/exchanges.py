@@ -38,8 +38,10 @@ class ConnectionsPane(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = False
-        # counts first: a narrow pane cuts the long columns, never the error counts
-        self.add_columns("#", "exch", "err", "client id", "client ↔ broker")
+        # counts first: a narrow pane cuts the long columns, never the error counts; fixed
+        # widths (content-sized ones would change with the redraws while indexing)
+        for label, width in (("#", 3), ("exch", 6), ("err", 5), ("client id", 20), ("client ↔ broker", 44)):
+            self.add_column(label, width=width)
 
 
 class ExchangesScreen(Screen):
