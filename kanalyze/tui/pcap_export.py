@@ -11,8 +11,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 
 from kanalyze.capture import read_captures
+from kanalyze.capture.writer import PcapWriter
 from kanalyze.flows import ETHERNET, FlowStats, decode_segment, format_endpoint
-from kanalyze.live import PcapWriter
 from kanalyze.tui.store import ExchangeStore
 
 
