@@ -157,4 +157,4 @@ def parse_any(text: str, env: object = None) -> Filter | object:
             return q
         if ":" in text:
             raise
-        raise FilterError(f"{q} (column {q.column})") from own  # type: ignore[attr-defined]
+        raise FilterError(f"{q} (column {q.column})") from own

@@ -23,7 +23,7 @@ def packet_spans(store: ExchangeStore, rows: Iterable[int]) -> list[tuple[int, i
         conn = store.row(i).conn
         key = frozenset((conn.client, conn.broker))
         spans.setdefault(key, []).extend(store.frames(i))
-    out = []
+    out: list[tuple[int, int, frozenset[str]]] = []
     for key, ss in spans.items():
         ss.sort()
         merged: list[list[int]] = []

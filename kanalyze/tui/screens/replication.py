@@ -104,7 +104,7 @@ class ReplicationScreen(ReportScreen):
         xs = [e.get("ts") for e in tl]
         if tl and all(isinstance(t, int | float) for t in xs):
             x = (time_label(xs[0]), f"+{xs[-1] - xs[0]:.3f} s (frame {tl[-1]['frame']})")
-            chart.set_series(partition_series(p), x, xs)  # type: ignore[arg-type]
+            chart.set_series(partition_series(p), x, xs)
         else:
             x = (f"frame {tl[0]['frame']}", f"frame {tl[-1]['frame']}") if tl else ("", "")
             chart.set_series(partition_series(p), x)
