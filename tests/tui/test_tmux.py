@@ -107,7 +107,8 @@ def test_80x24_shows_api_latency_status_and_the_hex_follows(tmux):
     env = f"cd {ROOT} && env -u COLUMNS -u LINES TERM=xterm-256color"
     tmux.start(f"{env} {sys.executable} -m kanalyze.cli tui {cap}", width=80, height=24)
     screen = tmux.wait_text("52 exchanges", "Latency ms", "Status / error")
-    rows = [line for line in screen.splitlines() if "ApiVersions v3" in line]
+    rows = [line for line in screen.splitlines()
+            if "ApiVersions v3" in line and re.match(r"\s*\d+\s+\d+\.\d{6} ", line)]  # table rows
     assert rows and all("0." in line and " ok" in line for line in rows)
     tmux.keys("H")
     tmux.wait_text("request frame 4 ")  # the first exchange's request: frame 4
