@@ -27,10 +27,17 @@ def test_parse_terms():
     assert parse_filter("").empty and not parse_filter("api:0").needs_summary
 
 
-@pytest.mark.parametrize("text", ["lat>x", "status:bogus", "conn:abc", "api:"])
+@pytest.mark.parametrize("text", ["lat>x", "status:bogus", "conn:abc", "api:", "lat>abc", "lat<1",
+                                  "not api:Fetch", "frame:57", "api:fetch || api:produce", "!errors",
+                                  "lat>-1", "latency=5"])
 def test_parse_errors(text):
+    """What the bar cannot say is an error shown to the user, never read as free text."""
     with pytest.raises(FilterError):
         parse_filter(text)
+
+
+def test_addresses_stay_free_text():
+    assert parse_filter("127.0.0.1:19091").words == ["127.0.0.1:19091"]
 
 
 def test_counts_and_connections(store):
