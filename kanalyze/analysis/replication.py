@@ -18,6 +18,19 @@ Rules (../shared/notes/replication-and-delivery.md), applied to what the wire sh
 
 One timeline entry per wire message that touches the partition, in wire order, capped
 (the newest `cap` entries are kept).
+
+One partition, one timeline, whatever each client calls its topic: names and topic ids
+resolve through the run's `TopicNames` registry. An event that names a topic only by an id
+nobody has named yet is held back (with every event after it, to keep the wire order) until
+the id is named -- by a Metadata response, a KRaft record, the user's --topic-ids file or the
+record batches the leader also returned to a name-based fetch -- or until `HOLD_CAP` events
+wait; an id named only after that merges its timeline into the name's. An id never named
+stays the partition's label, with one `unresolved_topic_id` finding that says how to name it.
+
+The HW shown goes back only when the leader sends a lower one, and then with an alert: below
+the HW it reported before (`hw_regression`), or below the inferred one (`hw_inference_ahead`:
+a replica or an ack the capture does not show holds it back; from then on the partition's HW
+follows the leader's reports only).
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ from dissectors import ApiKey
 from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.summary import percentile
+from kanalyze.bodies.names import UNRESOLVED_HINT, TopicNames
 from kanalyze.analysis.wire import (
     batch_count,
     batch_end,
@@ -102,6 +116,7 @@ class PartitionState:
     leo_changed_ts: int | None = None
     behind_since: int | None = None
     stalled: bool = False
+    infer_hw: bool = True  # off once the leader reported an HW below the inferred one
 
     def __post_init__(self) -> None:
         self.timeline = deque(maxlen=self.cap)
@@ -128,7 +143,7 @@ class PartitionState:
             del self.pending[: len(self.pending) - 10_000]
 
     def maybe_advance_hw(self, ts: int, frame: int) -> None:
-        if not self.followers or self.leo is None:
+        if not self.followers or self.leo is None or not self.infer_hw:
             return
         remotes = [self.followers[f].remote_leo for f in self.isr]
         if any(r is None for r in remotes):
@@ -153,6 +168,36 @@ class PartitionState:
             **extra,
         })
 
+    def absorb(self, other: PartitionState) -> None:
+        """Take in the state of the same partition followed under another label (an id named
+        late): timelines merged in wire order, followers and ISR united, offsets the highest."""
+        for fid, f in other.followers.items():
+            mine = self.followers.get(fid)
+            if mine is None or (f.last_frame or -1) > (mine.last_frame or -1):
+                self.followers[fid] = f
+        self.isr |= other.isr
+        self.sources |= other.sources
+        merged = sorted([*self.timeline, *other.timeline], key=lambda e: e["frame"])
+        self.timeline = deque(merged, maxlen=self.cap)
+        self.entries += other.entries
+        for attr in ("leo", "hw", "leader_epoch"):
+            mine, theirs = getattr(self, attr), getattr(other, attr)
+            if theirs is not None and (mine is None or theirs > mine):
+                setattr(self, attr, theirs)
+        if other.reported_hw_frame is not None and (
+            self.reported_hw_frame is None or other.reported_hw_frame > self.reported_hw_frame
+        ):
+            self.reported_hw, self.reported_hw_frame = other.reported_hw, other.reported_hw_frame
+        for attr in ("log_start", "lso"):
+            if getattr(self, attr) is None:
+                setattr(self, attr, getattr(other, attr))
+        self.infer_hw = self.infer_hw and other.infer_hw
+        self.pending.extend(other.pending)
+        self.hw_latency_ms.extend(other.hw_latency_ms)
+        self.acks_all_total_ms.extend(other.acks_all_total_ms)
+        self.acks_all_append_ms.extend(other.acks_all_append_ms)
+        self.acks_all_replication_ms.extend(other.acks_all_replication_ms)
+
 
 def _stats(values: list[float]) -> dict[str, object]:
     v = sorted(values)
@@ -165,24 +210,101 @@ def _stats(values: list[float]) -> dict[str, object]:
     }
 
 
+# events held back at most while waiting for a topic id's name (then they go on as the id)
+HOLD_CAP = 20_000
+# the lists of topics (by api body) whose items may name a topic only by id
+_TOPIC_LISTS: tuple[str, ...] = ("topic_data", "responses", "topics")
+
+
 class ReplicationAnalyzer:
     """Feeds on Produce, Fetch and OffsetForLeaderEpoch events; one `PartitionState` each."""
 
-    def __init__(self, findings: Findings, cap: int = 5000, stall_ms: float = 10_000.0) -> None:
+    def __init__(self, findings: Findings, cap: int = 5000, stall_ms: float = 10_000.0,
+                 names: TopicNames | None = None) -> None:
         self.findings = findings
         self.cap = cap
         self.stall_ns = int(stall_ms * 1e6)
         self.parts: dict[tuple[str, int], PartitionState] = {}
+        self.names = names if names is not None else TopicNames()
+        self.held: list[Event] = []
+        self.waiting: set[str] = set()  # unnamed ids the held events wait for
+        self.given_up: set[str] = set()  # ids that went on unnamed (HOLD_CAP reached)
+        self.known = 0  # registry size when the id-labelled partitions were last merged
+
+    def label(self, topic: str) -> str:
+        """A partition's topic label: the name when the registry knows the id."""
+        return self.names.get(topic) or topic
 
     def part(self, topic: str, partition: int) -> PartitionState:
-        key = (topic, partition)
+        key = (self.label(topic), partition)
         st = self.parts.get(key)
         if st is None:
-            st = self.parts[key] = PartitionState(topic, partition, self.cap)
+            st = self.parts[key] = PartitionState(key[0], partition, self.cap)
         return st
 
     def feed(self, ev: Event) -> None:
+        if ev.ex.api_key not in self.HANDLERS.requests and ev.ex.api_key not in self.HANDLERS.responses:
+            return
+        unnamed = self._unnamed(ev)
+        if unnamed or self.held:
+            self.held.append(ev)
+            self.waiting |= unnamed
+            self.waiting = {t for t in self.waiting if t not in self.names}
+            if not self.waiting or len(self.held) > HOLD_CAP:
+                self.given_up |= self.waiting
+                self.flush()
+            return
+        self._dispatch(ev)
+
+    def _dispatch(self, ev: Event) -> None:
+        if len(self.names) != self.known:
+            self._merge_named()
         self.HANDLERS.dispatch(self, ev)
+
+    def flush(self) -> None:
+        """Handle the held events (in wire order) with what the registry knows now."""
+        held, self.held, self.waiting = self.held, [], set()
+        for ev in held:
+            self._dispatch(ev)
+
+    def _unnamed(self, ev: Event) -> set[str]:
+        """Topic ids of this event's body that no source has named (and not given up on)."""
+        body = ev.body
+        out: set[str] = set()
+        if not isinstance(body, dict):
+            return out
+        for key in _TOPIC_LISTS:
+            for t in body.get(key) or []:
+                if not isinstance(t, dict) or t.get("topic_name") or t.get("name") or t.get("topic"):
+                    continue
+                tid = t.get("topic_id")
+                if isinstance(tid, str) and tid not in self.names and tid not in self.given_up:
+                    out.add(tid)
+        return out
+
+    def _merge_named(self) -> None:
+        """Partitions followed under an id the registry has named since: into the name's."""
+        self.known = len(self.names)
+        for (topic, partition) in list(self.parts):
+            name = self.names.get(topic)
+            if name is None:
+                continue
+            st = self.parts.pop((topic, partition))
+            into = self.parts.get((name, partition))
+            if into is None:
+                st.topic = name
+                self.parts[(name, partition)] = st
+            else:
+                into.absorb(st)
+
+    def finish(self) -> None:
+        """End of the run: handle what is still held; one finding per id nobody named."""
+        self.given_up |= self.waiting
+        self.flush()
+        self._merge_named()
+        for tid in sorted({t for (t, _p) in self.parts if t in self.given_up}):
+            self.findings.add("info", "unresolved_topic_id", f"{tid}: {UNRESOLVED_HINT}", [], None,
+                              topic_id=tid)
 
     # ------------------------------------------------------------------ produce
     def _produce_request(self, ev: Event) -> None:
@@ -257,8 +379,8 @@ class ReplicationAnalyzer:
             if isinstance(epoch, int) and epoch >= 0:
                 if st.leader_epoch is not None and epoch > st.leader_epoch:
                     self.findings.add("info", "leader_epoch_change",
-                                      f"{tp(topic, partition)}: leader epoch {st.leader_epoch} -> {epoch}",
-                                      [ev.frame], ev.ts_s, topic=topic, partition=partition,
+                                      f"{tp(st.topic, partition)}: leader epoch {st.leader_epoch} -> {epoch}",
+                                      [ev.frame], ev.ts_s, topic=st.topic, partition=partition,
                                       old_epoch=st.leader_epoch, new_epoch=epoch)
                 if st.leader_epoch is None or epoch > st.leader_epoch:
                     st.leader_epoch = epoch
@@ -274,10 +396,10 @@ class ReplicationAnalyzer:
                 st.isr.add(replica)
             elif f.leo is not None and off < f.leo:
                 self.findings.add("warning", "follower_truncation",
-                                  f"{tp(topic, partition)}: follower {replica} fetches from {off}, below its "
+                                  f"{tp(st.topic, partition)}: follower {replica} fetches from {off}, below its "
                                   f"position {f.leo} (truncated its log)",
                                   [x for x in (f.last_frame, ev.frame) if x is not None], ev.ts_s,
-                                  topic=topic, partition=partition, replica=replica, previous=f.leo, offset=off)
+                                  topic=st.topic, partition=partition, replica=replica, previous=f.leo, offset=off)
             f.remote_leo = off
             f.leo = off
             f.last_frame = ev.frame
@@ -291,9 +413,9 @@ class ReplicationAnalyzer:
             if replica not in st.isr and st.hw is not None and off >= st.hw:
                 st.isr.add(replica)
                 self.findings.add("info", "isr_expand",
-                                  f"{tp(topic, partition)}: follower {replica} caught up to the HW {st.hw} "
+                                  f"{tp(st.topic, partition)}: follower {replica} caught up to the HW {st.hw} "
                                   "and rejoins the ISR", [ev.frame], ev.ts_s,
-                                  topic=topic, partition=partition, replica=replica)
+                                  topic=st.topic, partition=partition, replica=replica)
             st.maybe_advance_hw(ev.ts, ev.frame)
             self._check_stall(st, ev)
             st.entry(ev, "follower_fetch", replica=replica)
@@ -312,10 +434,19 @@ class ReplicationAnalyzer:
             if isinstance(hw, int) and hw >= 0:
                 if st.reported_hw is not None and hw < st.reported_hw:
                     self.findings.add("warning", "hw_regression",
-                                      f"{tp(topic, partition)}: high watermark went back from {st.reported_hw} to {hw}",
+                                      f"{tp(st.topic, partition)}: high watermark went back from {st.reported_hw} to {hw}",
                                       [x for x in (st.reported_hw_frame, ev.frame) if x is not None], ev.ts_s,
-                                      topic=topic, partition=partition, previous=st.reported_hw, high_watermark=hw)
+                                      topic=st.topic, partition=partition, previous=st.reported_hw, high_watermark=hw)
+                regression = st.reported_hw is not None and hw < st.reported_hw
                 st.reported_hw, st.reported_hw_frame = hw, ev.frame
+                if not regression and st.hw is not None and hw < st.hw and st.infer_hw:
+                    st.infer_hw = False
+                    self.findings.add("warning", "hw_inference_ahead",
+                                      f"{tp(st.topic, partition)}: the leader reports HW {hw} below the "
+                                      f"{st.hw} inferred from what the capture shows (a replica or ack it "
+                                      "does not show holds it back); the HW follows the leader's reports "
+                                      "from here", [ev.frame], ev.ts_s, topic=st.topic,
+                                      partition=partition, high_watermark=hw, inferred=st.hw)
                 st.set_hw(hw, ev.ts, ev.frame)
                 st.set_leo(hw, ev.ts)
                 for fid in sorted(st.isr):
@@ -323,9 +454,9 @@ class ReplicationAnalyzer:
                     if r is not None and r < hw:
                         st.isr.discard(fid)
                         self.findings.add("warning", "isr_shrink",
-                                          f"{tp(topic, partition)}: HW {hw} passed follower {fid} at {r}: "
+                                          f"{tp(st.topic, partition)}: HW {hw} passed follower {fid} at {r}: "
                                           "it is out of the ISR", [ev.frame], ev.ts_s,
-                                          topic=topic, partition=partition, replica=fid)
+                                          topic=st.topic, partition=partition, replica=fid)
             for key, attr in (("log_start_offset", "log_start"), ("last_stable_offset", "lso")):
                 v = p.get(key)
                 if isinstance(v, int) and v >= 0:
@@ -348,7 +479,7 @@ class ReplicationAnalyzer:
     def _epoch_response(self, ev: Event) -> None:
         replica = (ev.bodies.request or {}).get("replica_id", -1) if ev.ex.request is not None else -1
         for t in (ev.body or {}).get("topics") or []:
-            topic = topic_of(t)
+            topic = self.label(topic_of(t))
             for p in t.get("partitions") or []:
                 if p.get("error_code", 0):
                     continue
@@ -378,14 +509,20 @@ class ReplicationAnalyzer:
 
     # ------------------------------------------------------------------ output
     def to_json(self) -> list[dict[str, object]]:
+        self.flush()
+        ids = {name: tid for tid, name in self.names.items()}
         out = []
         for (topic, partition), st in sorted(self.parts.items()):
             if not st.entries:
                 continue
             tl = list(st.timeline)
             final = {k: v for k, v in tl[-1].items() if k not in ("event", "replica")} if tl else None
+            named = {"topic_id": ids[topic]} if topic in ids else {}
+            if topic in self.given_up:
+                named = {"topic_id": topic, "topic_unresolved": True}
             out.append({
                 "topic": topic,
+                **named,
                 "partition": partition,
                 "sources": sorted(st.sources),
                 "leader_epoch": st.leader_epoch,

@@ -24,7 +24,7 @@ from dissectors import (
     node_to_json,
     node_to_json_collect,
 )
-from kanalyze.bodies.names import TopicNames
+from kanalyze.bodies.names import BatchLinks, TopicNames
 from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 
 
@@ -71,6 +71,7 @@ class BodyDecoder:
             base = replace(base, topic_names=self.names.mapping)
         self.template = base
         self.records = records
+        self.links = BatchLinks(self.names)  # names ids from the batches Fetch responses return
         if records is Records.AS_CONTEXT:
             self._with = self._without = base
         else:
@@ -116,14 +117,14 @@ class BodyDecoder:
         `walk.diagnostics` (JSON form) and odd floats noted."""
         w = JsonWalk() if walk is None else walk
         value = self.fast_json(ex, msg, is_request, w)
-        if value is not FALLBACK:
-            return value
-        node, ctx = self.node(ex, msg, is_request)
-        if node is None:
-            return None
-        if walk is None:
-            return node_to_json(node, ctx)
-        return node_to_json_collect(node, ctx, walk)
+        if value is FALLBACK:
+            node, ctx = self.node(ex, msg, is_request)
+            if node is None:
+                return None
+            value = node_to_json(node, ctx) if walk is None else node_to_json_collect(node, ctx, walk)
+        if not is_request and ex.api_key == ApiKey.FETCH and isinstance(value, dict):
+            self.links.observe(ex, value)
+        return value
 
     def learn(self, ex: Exchange) -> None:
         """Decode the response now if it teaches topic names (call in capture order)."""
