@@ -19,6 +19,10 @@ after handling it (``leader_leo``, ``high_watermark``, ``log_start_offset``,
 ``last_stable_offset``, ``followers`` {id: {leo, remote_leo, hw}}, ``isr``). Steps the wire
 cannot show at that moment carry ``"observable": false``.
 
+Fetches by topic id (Fetch v15, as KRaft-era followers send them) are encoded by kio's protocol
+classes (``kio.schema.fetch.v15``) behind a hand-built request/response header: a second encoder,
+also independent of kanalyze.
+
 Usage::
 
     python captures/replication/make_replication.py            # all scenarios
@@ -28,12 +32,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import socket
 import struct
 import sys
 import time
+import uuid
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +49,8 @@ from realstack import Tcpdump  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    import kio.schema.fetch.v15.request as kio_fetch_req
+    import kio.schema.fetch.v15.response as kio_fetch_rsp
     from kafka.protocol.old.commit import OffsetCommitRequest, OffsetCommitResponse
     from kafka.protocol.old.fetch import FetchRequest, FetchResponse
     from kafka.protocol.old.offset_for_leader_epoch import (
@@ -50,12 +59,16 @@ with warnings.catch_warnings():
     )
     from kafka.protocol.old.produce import ProduceRequest, ProduceResponse
     from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kio.schema.errors import ErrorCode
+    from kio.serial import entity_writer
+    from kio.static.primitive import i8, i32, i64
 
 HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
 TRUTH_SCHEMA = "kanalyze-replication-truth/1"
 PRODUCE_V = 5
 FETCH_V = 9
+FETCH_ID_V = 15  # by topic id (kio)
 COMMIT_V = 2
 NONE, OUT_OF_ORDER_SEQUENCE_NUMBER = 0, 45
 
@@ -106,6 +119,30 @@ class Conn:
     def close(self) -> None:
         self.client.close()
         self.leader.close()
+
+
+class KioMessage:
+    """A kio request/response entity behind the header Fetch v15 uses (v2 request header, v1
+    response header: flexible, no tagged fields), with kafka-python's with_header/encode."""
+
+    API_KEY = 1
+
+    def __init__(self, entity: Any, is_request: bool, version: int = FETCH_ID_V) -> None:
+        self.entity, self.is_request, self.version = entity, is_request, version
+        self.header = b""
+
+    def with_header(self, correlation_id: int, client_id: str = "") -> None:
+        if self.is_request:
+            cid = client_id.encode()
+            self.header = struct.pack(">hhih", self.API_KEY, self.version, correlation_id, len(cid)) + cid + b"\0"
+        else:
+            self.header = struct.pack(">i", correlation_id) + b"\0"
+
+    def encode(self, header: bool = True, framed: bool = True) -> bytes:
+        buf = io.BytesIO()
+        entity_writer(type(self.entity))(buf, self.entity)
+        body = (self.header if header else b"") + buf.getvalue()
+        return struct.pack(">i", len(body)) + body if framed else body
 
 
 # --------------------------------------------------------------------------- leader model
@@ -178,6 +215,8 @@ class Leader:
         self.steps: list[dict[str, Any]] = []
         self.expect: list[dict[str, Any]] = []
         self.conns: list[Conn] = []
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self.fetch_v = FETCH_V  # name-based fetches
         self.truth: dict[str, Any] = {"schema": TRUTH_SCHEMA, "scenario": name, "description": description,
                                       "pcap": f"{name}.pcap", "broker": {"host": HOST, "port": self.port}}
 
@@ -244,7 +283,7 @@ class Leader:
 
     # ---- fetch
     def fetch(self, conn: Conn, replica: int, offsets: dict[tuple[str, int], int], leader_epoch: int = 0,
-              isolation: int = 0) -> dict[str, Any]:
+              isolation: int = 0, by_id: bool = False) -> dict[str, Any]:
         topics: dict[str, list[tuple]] = {}
         for key, off in offsets.items():
             topics.setdefault(key[0], []).append((key[1], leader_epoch, off, -1, 1 << 20))
@@ -261,12 +300,25 @@ class Leader:
                     p.isr.add(replica)
                 p.advance_hw()
                 self.step(p, "follower_fetch", replica=replica)
-        req = FetchRequest[FETCH_V](
-            replica_id=replica, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation,
-            session_id=0, session_epoch=-1, topics=list(topics.items()), forgotten_topics_data=[],
-        )
+        if by_id:
+            req: Any = KioMessage(kio_fetch_req.FetchRequest(
+                replica_state=kio_fetch_req.ReplicaState(replica_id=kio_fetch_req.BrokerId(replica)),
+                max_wait=timedelta(milliseconds=500), min_bytes=i32(1), max_bytes=i32(1 << 20),
+                isolation_level=i8(isolation), session_id=i32(0), session_epoch=i32(-1),
+                topics=tuple(kio_fetch_req.FetchTopic(topic_id=self.topic_ids[t], partitions=tuple(
+                    kio_fetch_req.FetchPartition(partition=i32(i), current_leader_epoch=i32(ep), fetch_offset=i64(off),
+                                                 log_start_offset=i64(ls), partition_max_bytes=i32(mb))
+                    for i, ep, off, ls, mb in ps)) for t, ps in topics.items()),
+                forgotten_topics_data=(),
+            ), True)
+        else:
+            req = FetchRequest[self.fetch_v](
+                replica_id=replica, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation,
+                session_id=0, session_epoch=-1, topics=list(topics.items()), forgotten_topics_data=[],
+                **({"rack_id": ""} if self.fetch_v >= 11 else {}),
+            )
         corr = conn.send(req)
-        return {"conn": conn, "corr": corr, "replica": replica, "offsets": dict(offsets)}
+        return {"conn": conn, "corr": corr, "replica": replica, "offsets": dict(offsets), "by_id": by_id}
 
     def fetch_answer(self, pending: dict[str, Any], max_batches: int | None = None,
                      shrink: dict[tuple[str, int], list[int]] | None = None,
@@ -300,7 +352,20 @@ class Leader:
             else:
                 pending.setdefault("position", {})[key] = chosen[-1][0] + chosen[-1][1] if chosen else off
                 self.step(p, "fetch_response")
-        rsp = FetchResponse[FETCH_V](throttle_time_ms=0, error_code=0, session_id=0, responses=list(by_topic.items()))
+        if pending.get("by_id"):
+            rsp: Any = KioMessage(kio_fetch_rsp.FetchResponse(
+                throttle_time=timedelta(0), error_code=ErrorCode.none, session_id=i32(0),
+                responses=tuple(kio_fetch_rsp.FetchableTopicResponse(topic_id=self.topic_ids[t], partitions=tuple(
+                    kio_fetch_rsp.PartitionData(partition_index=i32(i), error_code=ErrorCode.none,
+                                                high_watermark=i64(hw), last_stable_offset=i64(lso),
+                                                log_start_offset=i64(ls), aborted_transactions=(), records=raw)
+                    for i, _err, hw, lso, ls, _ab, raw in ps)) for t, ps in by_topic.items()),
+            ), False)
+        else:
+            if self.fetch_v >= 11:
+                by_topic = {t: [(*x[:6], -1, x[6]) for x in ps] for t, ps in by_topic.items()}
+            rsp = FetchResponse[self.fetch_v](throttle_time_ms=0, error_code=0, session_id=0,
+                                              responses=list(by_topic.items()))
         pending["conn"].answer(rsp, pending["corr"])
 
     def commit(self, conn: Conn, group: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -491,7 +556,39 @@ def anomalies() -> Leader:
     return ld
 
 
-SCENARIOS = {"textbook": textbook, "isr": isr, "anomalies": anomalies}
+def mixed_ids() -> Leader:
+    ld = Leader("mixed_ids", "one partition, leader 1, follower 2 fetching by name (Fetch v11, kafka-python) "
+                             "and follower 3 by topic id (Fetch v15, kio); no Metadata in the capture: the "
+                             "record batches the leader returns to both tie the id to the name")
+    ld.topic("repl-c", 1)
+    ld.fetch_v = 11
+    ld.topic_ids["repl-c"] = uuid.UUID("5d4f2a8e-1c3b-4e6f-9a7d-2b8c0e1f3a45")
+    ld.truth["topic_ids"] = {str(v): k for k, v in ld.topic_ids.items()}
+    td = Tcpdump(ld.port, HERE / "mixed_ids.pcap")
+    f2, f3, prod = ld.connect("broker-2-fetcher"), ld.connect("broker-3-fetcher"), ld.connect("p-c")
+    P = ("repl-c", 0)
+
+    def round_(n: int, f3_first: bool = False) -> None:
+        a = ld.fetch(f2, 2, {P: ld.parts[P].fol_leo.get(2, 0)})
+        b = ld.fetch(f3, 3, {P: ld.parts[P].fol_leo.get(3, 0)}, by_id=True)
+        if n:
+            ld.produce_answer(ld.produce(prod, 1, {P: n}))
+        for x in ((b, a) if f3_first else (a, b)):
+            ld.fetch_answer(x)
+
+    round_(0)           # both at 0, empty log
+    round_(1)           # 1 record: both followers get it, HW 0
+    round_(3, True)     # HW 1, 3 more records
+    round_(2)
+    round_(9, True)
+    round_(2)
+    round_(0)
+    round_(0)
+    ld.finish(td)
+    return ld
+
+
+SCENARIOS = {"textbook": textbook, "isr": isr, "anomalies": anomalies, "mixed_ids": mixed_ids}
 
 
 def main() -> int:

@@ -42,7 +42,6 @@ from dissectors import ApiKey
 from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.summary import percentile
-from kanalyze.bodies.names import UNRESOLVED_HINT, TopicNames
 from kanalyze.analysis.wire import (
     batch_count,
     batch_end,
@@ -55,6 +54,7 @@ from kanalyze.analysis.wire import (
     topic_of,
     tp,
 )
+from kanalyze.bodies.names import UNRESOLVED_HINT, TopicNames
 
 
 @dataclass(slots=True)

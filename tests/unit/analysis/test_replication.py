@@ -70,7 +70,7 @@ def test_textbook_case_step_by_step() -> None:
     assert part["hw_advance_latency_ms"]["count"] == 1  # offset 0 became committed once
 
 
-@pytest.mark.parametrize("name", ["textbook", "isr", "anomalies"])
+@pytest.mark.parametrize("name", ["textbook", "isr", "anomalies", "mixed_ids"])
 def test_timelines_equal_the_generator_truth(name: str) -> None:
     t = truth(name)
     got = timelines(report(name))
@@ -175,3 +175,45 @@ def test_tshark_agrees_on_follower_positions_and_stable_offsets(name: str) -> No
                 assert by_frame[(frame_no, part)]["last_stable_offset"] == lso
                 checked += 1
     assert checked >= 4
+
+
+# ------------------------------------------------------------------ topic ids (mixed_ids.pcap)
+
+
+def test_followers_by_name_and_by_id_share_one_timeline() -> None:
+    """Follower 2 fetches repl-c by name (Fetch v11, kafka-python), follower 3 by id (Fetch v15,
+    kio), no Metadata in the capture: one partition, the HWs the leader sent in order, every
+    follower with its LEO, the id named from the record batches both got."""
+    t = truth("mixed_ids")
+    doc = report("mixed_ids")
+    assert [(p["topic"], p["partition"]) for p in doc["replication"]] == [("repl-c", 0)]
+    part = doc["replication"][0]
+    (tid,) = t["topic_ids"]
+    assert part["topic_id"] == tid and "topic_unresolved" not in part
+    sent = [s["high_watermark"] for s in t["steps"] if s["event"].endswith("response")]
+    shown = [e["high_watermark"] for e in part["timeline"] if e["event"].endswith("response")]
+    assert shown == sent
+    assert sorted(set(sent)) == [0, 1, 4, 6, 15, 17]
+    hws = [e["high_watermark"] for e in part["timeline"]]
+    assert hws == sorted(hws)  # never backwards
+    want = t["final"]["repl-c-0"]
+    assert {f: v["leo"] for f, v in part["final"]["followers"].items()} == {
+        f: v["leo"] for f, v in want["followers"].items()} == {"2": 17, "3": 17}
+    assert part["final"]["isr"] == [2, 3]
+    assert not [f for f in doc["findings"] if f["severity"] != "info"]
+
+
+def test_topic_ids_file_names_the_id_from_the_start(tmp_path: Path) -> None:
+    """With the user's mapping the id is named before any batch: the same single timeline."""
+    from kanalyze.bodies.names import load_topic_ids
+
+    t = truth("mixed_ids")
+    (tid, name), = t["topic_ids"].items()
+    f = tmp_path / "ids.json"
+    f.write_text(json.dumps({name: tid}))
+    s = Session([str(REP / "mixed_ids.pcap")], EngineOptions(ports=frozenset({t["broker"]["port"]})))
+    names = load_topic_ids(str(f))
+    assert names.origin == {tid: "topic_ids_file"}
+    doc = analyze(s.exchanges(), DecodeContext(strict=True, topic_names=names.mapping))
+    assert [p["topic"] for p in doc["replication"]] == ["repl-c"]
+    assert timelines(doc) == timelines(report("mixed_ids"))
