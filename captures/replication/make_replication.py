@@ -49,6 +49,8 @@ from realstack import Tcpdump  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    import kio.schema.alter_partition.v3.request as kio_alter_req
+    import kio.schema.alter_partition.v3.response as kio_alter_rsp
     import kio.schema.fetch.v15.request as kio_fetch_req
     import kio.schema.fetch.v15.response as kio_fetch_rsp
     from kafka.protocol.old.commit import OffsetCommitRequest, OffsetCommitResponse
@@ -143,6 +145,83 @@ class KioMessage:
         entity_writer(type(self.entity))(buf, self.entity)
         body = (self.header if header else b"") + buf.getvalue()
         return struct.pack(">i", len(body)) + body if framed else body
+
+
+# --------------------------------------------------------------------------- Kafka's own records
+# A small encoder of the records of `__cluster_metadata`, `__consumer_offsets` and
+# `__transaction_state`, written from the field lists of Kafka's definitions (independent of
+# kanalyze): a metadata record value is uvarint frame version (1), uvarint record type, uvarint
+# record version, then the flexible body; an internal-topic key/value is an int16 version, then
+# the (classic) body.
+
+METADATA_TOPIC_ID = uuid.UUID("00000000-0000-0000-0000-000000000001")
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def compact_str(s: str) -> bytes:
+    data = s.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def compact_i32s(xs: list[int]) -> bytes:
+    return uvarint(len(xs) + 1) + b"".join(struct.pack(">i", x) for x in xs)
+
+
+def classic_str(s: str) -> bytes:
+    data = s.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def metadata_value(record_type: int, version: int, body: bytes) -> bytes:
+    return uvarint(1) + uvarint(record_type) + uvarint(version) + body
+
+
+def topic_record(name: str, tid: uuid.UUID) -> bytes:
+    """TopicRecord (type 2) v0: Name, TopicId, no tagged fields."""
+    return metadata_value(2, 0, compact_str(name) + tid.bytes + uvarint(0))
+
+
+def partition_record(tid: uuid.UUID, index: int, replicas: list[int], isr: list[int], leader: int,
+                     leader_epoch: int, partition_epoch: int) -> bytes:
+    """PartitionRecord (type 3) v0: PartitionId, TopicId, Replicas, Isr, Removing-, AddingReplicas,
+    Leader, LeaderEpoch, PartitionEpoch, no tagged fields."""
+    body = (struct.pack(">i", index) + tid.bytes + compact_i32s(replicas) + compact_i32s(isr) + compact_i32s([])
+            + compact_i32s([]) + struct.pack(">iii", leader, leader_epoch, partition_epoch) + uvarint(0))
+    return metadata_value(3, 0, body)
+
+
+def partition_change_record(tid: uuid.UUID, index: int, isr: list[int]) -> bytes:
+    """PartitionChangeRecord (type 5) v0: PartitionId, TopicId, then the ISR as tagged field 0."""
+    isr_bytes = compact_i32s(isr)
+    tagged = uvarint(1) + uvarint(0) + uvarint(len(isr_bytes)) + isr_bytes
+    return metadata_value(5, 0, struct.pack(">i", index) + tid.bytes + tagged)
+
+
+def offset_commit_record(group: str, topic: str, partition: int, offset: int, ts: int) -> tuple[bytes, bytes]:
+    """__consumer_offsets: OffsetCommitKey v1 (group, topic, partition), OffsetCommitValue v3
+    (offset, leaderEpoch, metadata, commitTimestamp)."""
+    key = struct.pack(">h", 1) + classic_str(group) + classic_str(topic) + struct.pack(">i", partition)
+    value = struct.pack(">h", 3) + struct.pack(">qi", offset, 0) + classic_str("") + struct.pack(">q", ts)
+    return key, value
+
+
+def transaction_record(tid: str, pid: int, epoch: int, status: int, parts: dict[str, list[int]],
+                       ts: int) -> tuple[bytes, bytes]:
+    """__transaction_state: TransactionLogKey v0 (TransactionalId), TransactionLogValue v0."""
+    key = struct.pack(">h", 0) + classic_str(tid)
+    body = struct.pack(">qhib", pid, epoch, 60000, status) + struct.pack(">i", len(parts))
+    for topic, ids in parts.items():
+        body += classic_str(topic) + struct.pack(">i", len(ids)) + b"".join(struct.pack(">i", i) for i in ids)
+    return key, struct.pack(">h", 0) + body + struct.pack(">qq", ts, ts)
 
 
 # --------------------------------------------------------------------------- leader model
@@ -280,6 +359,35 @@ class Leader:
 
     def can_ack(self, pending: dict[str, Any]) -> bool:
         return all(self.parts[k].hw >= base + n for k, (err, base, n) in pending["results"].items() if err == NONE)
+
+    def append(self, key: tuple[str, int], records: list[tuple[bytes | None, bytes]]) -> None:
+        """The leader writes records itself (the controller's metadata log, a coordinator's topic)."""
+        p = self.parts[key]
+        p.batches.append((p.leo, len(records), batch_bytes(p.leo, records)))  # type: ignore[arg-type]
+        p.leo += len(records)
+        p.advance_hw()
+
+    def alter_partition(self, conn: Conn, key: tuple[str, int], isr: list[int], leader_epoch: int,
+                        partition_epoch: int) -> None:
+        """AlterPartition v3 (kio) from the partition's leader (broker 1) to the controller, and
+        the controller's answer: the new ISR committed at `partition_epoch`."""
+        tid = self.topic_ids[key[0]]
+        req = kio_alter_req.AlterPartitionRequest(broker_id=kio_alter_req.BrokerId(1), broker_epoch=i64(10), topics=(
+            kio_alter_req.TopicData(topic_id=tid, partitions=(kio_alter_req.PartitionData(
+                partition_index=i32(key[1]), leader_epoch=i32(leader_epoch),
+                new_isr_with_epochs=tuple(kio_alter_req.BrokerState(broker_id=kio_alter_req.BrokerId(b),
+                                                                    broker_epoch=i64(10)) for b in isr),
+                leader_recovery_state=i8(0), partition_epoch=i32(partition_epoch - 1)),)),))
+        msg = KioMessage(req, True, 3)
+        msg.API_KEY = 56
+        corr = conn.send(msg)
+        rsp = KioMessage(kio_alter_rsp.AlterPartitionResponse(
+            throttle_time=timedelta(0), error_code=ErrorCode.none, topics=(kio_alter_rsp.TopicData(
+                topic_id=tid, partitions=(kio_alter_rsp.PartitionData(
+                    partition_index=i32(key[1]), error_code=ErrorCode.none, leader_id=kio_alter_rsp.BrokerId(1),
+                    leader_epoch=i32(leader_epoch), isr=tuple(kio_alter_rsp.BrokerId(b) for b in isr),
+                    leader_recovery_state=i8(0), partition_epoch=i32(partition_epoch)),)),)), False, 3)
+        conn.answer(rsp, corr)
 
     # ---- fetch
     def fetch(self, conn: Conn, replica: int, offsets: dict[tuple[str, int], int], leader_epoch: int = 0,
@@ -588,7 +696,72 @@ def mixed_ids() -> Leader:
     return ld
 
 
-SCENARIOS = {"textbook": textbook, "isr": isr, "anomalies": anomalies, "mixed_ids": mixed_ids}
+def kraft() -> Leader:
+    ld = Leader("kraft", "KRaft: broker 1 leads orders-0 and (as the controller's stand-in) serves the metadata "
+                         "log; broker 2 fetches the log and orders by topic id (Fetch v15, kio), broker 3 "
+                         "orders by name (Fetch v11); the log names the topic (TopicRecord) and states its "
+                         "partition (PartitionRecord); follower 3 falls out of the ISR and back, each change "
+                         "an AlterPartition (v3, kio) and a PartitionChangeRecord; follower 3 also "
+                         "replicates __consumer_offsets and __transaction_state records")
+    ld.fetch_v = 11
+    META, P = ("__cluster_metadata", 0), ("orders", 0)
+    OFFSETS, TXN = ("__consumer_offsets", 0), ("__transaction_state", 0)
+    for name in ("__cluster_metadata", "orders", "__consumer_offsets", "__transaction_state"):
+        ld.topic(name, 1)
+    ld.topic_ids["__cluster_metadata"] = METADATA_TOPIC_ID
+    ld.topic_ids["orders"] = tid = uuid.UUID("7a3c9e21-54b8-4f0d-8e6a-1c2d3e4f5a6b")
+    ld.truth["topic_ids"] = {str(tid): "orders"}
+    td = Tcpdump(ld.port, HERE / "kraft.pcap")
+    meta2, f2, f3 = ld.connect("broker-2-metadata"), ld.connect("broker-2-fetcher"), ld.connect("broker-3-fetcher")
+    ctl, prod = ld.connect("broker-1-alter-partition"), ld.connect("p-orders")
+    stated: list[dict[str, Any]] = []
+
+    def log(*values: bytes, **state: Any) -> None:
+        ld.append(META, [(None, v) for v in values])
+        if state:
+            stated.append({"source": "metadata_log", **state})
+        ld.fetch_answer(ld.fetch(meta2, 2, {META: ld.parts[META].fol_leo.get(2, 0)}, by_id=True))
+
+    def alter(isr: list[int], partition_epoch: int) -> None:
+        ld.alter_partition(ctl, P, isr, 0, partition_epoch)
+        stated.append({"source": "alter_partition", "isr": isr, "leader": 1, "partition_epoch": partition_epoch})
+        log(partition_change_record(tid, 0, isr), isr=isr, leader=1, partition_epoch=partition_epoch)
+
+    def round_(n: int, followers: tuple[int, ...] = (2, 3), **answer: Any) -> None:
+        pend = [ld.fetch(f2, 2, {P: ld.parts[P].fol_leo.get(2, 0)}, by_id=True) if f == 2 else
+                ld.fetch(f3, 3, {P: ld.parts[P].fol_leo.get(3, 0)}) for f in followers]
+        if n:
+            ld.produce_answer(ld.produce(prod, 1, {P: n}))
+        for x in pend:
+            ld.fetch_answer(x, **answer)
+
+    log(topic_record("orders", tid), partition_record(tid, 0, [1, 2, 3], [1, 2, 3], 1, 0, 0),
+        isr=[1, 2, 3], leader=1, partition_epoch=0)
+    round_(0)
+    round_(2)
+    round_(0)                                    # HW 2, both in sync
+    ld.produce_answer(ld.produce(prod, 1, {P: 3}))
+    round_(0, (2,))                              # follower 3 stopped fetching
+    round_(0, (2,), shrink={P: [3]})             # the leader drops it: HW 5 passes it
+    alter([1, 2], 1)
+    round_(0, (3,), max_batches=1)               # follower 3 is back, catches up
+    round_(0, (3,))
+    alter([1, 2, 3], 2)
+    ts = int(time.time() * 1000)
+    ld.append(OFFSETS, [offset_commit_record("g-orders", "orders", 0, 5, ts)])
+    ld.append(TXN, [transaction_record("tx-1", 4000, 0, 2, {"orders": [0]}, ts)])
+    ld.fetch_answer(ld.fetch(f3, 3, {OFFSETS: 0, TXN: 0}))
+    round_(1)
+    round_(0)
+    ld.truth["stated"] = stated
+    ld.truth["committed"] = [{"group": "g-orders", "topic": "orders", "partition": 0, "offset": 5}]
+    ld.truth["transactions"] = [{"transactional_id": "tx-1", "producer_id": 4000, "producer_epoch": 0,
+                                 "status": 2, "partitions": {"orders": [0]}}]
+    ld.finish(td)
+    return ld
+
+
+SCENARIOS = {"textbook": textbook, "isr": isr, "anomalies": anomalies, "mixed_ids": mixed_ids, "kraft": kraft}
 
 
 def main() -> int:

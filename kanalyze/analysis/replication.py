@@ -54,7 +54,7 @@ from kanalyze.analysis.wire import (
     topic_of,
     tp,
 )
-from kanalyze.bodies.names import UNRESOLVED_HINT, TopicNames
+from kanalyze.bodies.names import METADATA_TOPIC, UNRESOLVED_HINT, TopicNames
 
 
 @dataclass(slots=True)
@@ -117,6 +117,8 @@ class PartitionState:
     behind_since: int | None = None
     stalled: bool = False
     infer_hw: bool = True  # off once the leader reported an HW below the inferred one
+    # the partition as the cluster stated it (KRaft metadata log, AlterPartition responses)
+    stated: dict[str, object] | None = None
 
     def __post_init__(self) -> None:
         self.timeline = deque(maxlen=self.cap)
@@ -165,6 +167,7 @@ class PartitionState:
             "last_stable_offset": self.lso,
             "followers": {str(f): st.to_json(self.leo, now) for f, st in sorted(self.followers.items())},
             "isr": sorted(self.isr),
+            **({"stated": dict(self.stated)} if self.stated is not None else {}),
             **extra,
         })
 
@@ -230,6 +233,7 @@ class ReplicationAnalyzer:
         self.waiting: set[str] = set()  # unnamed ids the held events wait for
         self.given_up: set[str] = set()  # ids that went on unnamed (HOLD_CAP reached)
         self.known = 0  # registry size when the id-labelled partitions were last merged
+        self.metadata_applied = -1  # the last `__cluster_metadata` offset applied
 
     def label(self, topic: str) -> str:
         """A partition's topic label: the name when the registry knows the id."""
@@ -302,6 +306,7 @@ class ReplicationAnalyzer:
         self.given_up |= self.waiting
         self.flush()
         self._merge_named()
+        self._check_stated()
         for tid in sorted({t for (t, _p) in self.parts if t in self.given_up}):
             self.findings.add("info", "unresolved_topic_id", f"{tid}: {UNRESOLVED_HINT}", [], None,
                               topic_id=tid)
@@ -425,6 +430,8 @@ class ReplicationAnalyzer:
         for topic, partition, p in fetch_responses(ev.body):
             if p.get("error_code", 0):
                 continue
+            if self.label(topic) == METADATA_TOPIC:
+                self._metadata_log(ev, p)
             st = self.part(topic, partition)
             st.sources.add("follower_fetch_responses" if replica >= 0 else "consumer_fetch_responses")
             hw = p.get("high_watermark")
@@ -475,6 +482,86 @@ class ReplicationAnalyzer:
             self._check_stall(st, ev)
             st.entry(ev, "follower_fetch_response" if replica >= 0 else "fetch_response",
                      **({"replica": replica} if replica >= 0 else {}))
+
+    # ------------------------------------------------------------------ stated ISR
+    def _state(self, ev: Event, topic: str, partition: int, source: str, **change: object) -> None:
+        """The cluster's word on a partition (replicas, ISR, leader, epochs) changed."""
+        st = self.part(topic, partition)
+        stated = dict(st.stated or {})
+        leader = change.get("leader")
+        if isinstance(leader, int) and leader != -2 and leader != stated.get("leader") \
+                and change.get("leader_epoch") is None:
+            epoch = stated.get("leader_epoch")
+            change["leader_epoch"] = epoch + 1 if isinstance(epoch, int) else None  # a new leader, a new epoch
+        stated.update({k: v for k, v in change.items() if v is not None and v != -2})
+        stated.update(source=source, frame=ev.frame)
+        st.stated = stated
+        st.sources.add(source)
+        epoch = stated.get("leader_epoch")
+        if isinstance(epoch, int) and (st.leader_epoch is None or epoch > st.leader_epoch):
+            st.leader_epoch = epoch
+        st.entry(ev, "isr_stated")
+
+    def _metadata_log(self, ev: Event, p: dict) -> None:
+        """Records of `__cluster_metadata` (decoded by `kanalyze.bodies.internal`), each once
+        however many brokers fetch it: partition state, broker registration and fencing."""
+        for b in batches(p.get("records")):
+            for r in b.get("records") or []:
+                off, rec = r.get("offset"), r.get("metadata_record")
+                if not isinstance(off, int) or off <= self.metadata_applied or not isinstance(rec, dict):
+                    continue
+                self.metadata_applied = off
+                fields = rec.get("fields")
+                if isinstance(fields, dict):
+                    self._metadata_record(ev, str(rec.get("type")), fields)
+
+    def _metadata_record(self, ev: Event, kind: str, f: dict) -> None:
+        if kind in ("PartitionRecord", "PartitionChangeRecord"):
+            tid, index = f.get("topic_id"), f.get("partition_id")
+            if not isinstance(tid, str) or not isinstance(index, int):
+                return
+            self._state(ev, tid, index, "metadata_log", isr=f.get("isr"), replicas=f.get("replicas"),
+                        leader=f.get("leader"), leader_epoch=f.get("leader_epoch"),
+                        partition_epoch=f.get("partition_epoch"))
+        elif kind in ("RegisterBrokerRecord", "FenceBrokerRecord", "UnfenceBrokerRecord",
+                      "UnregisterBrokerRecord"):
+            broker = f.get("broker_id", f.get("id"))
+            what = {"RegisterBrokerRecord": "registered", "FenceBrokerRecord": "fenced",
+                    "UnfenceBrokerRecord": "unfenced", "UnregisterBrokerRecord": "unregistered"}[kind]
+            self.findings.add("info", f"broker_{what}", f"broker {broker} {what} (metadata log)", [ev.frame],
+                              ev.ts_s, broker=broker, broker_epoch=f.get("broker_epoch", f.get("epoch")))
+        elif kind in ("TopicRecord", "RemoveTopicRecord"):
+            tid = f.get("topic_id")
+            name = f.get("name") or self.names.get(tid if isinstance(tid, str) else None) or tid
+            what = "created" if kind == "TopicRecord" else "deleted"
+            self.findings.add("info", f"topic_{what}", f"topic {name} {what} (metadata log)", [ev.frame],
+                              ev.ts_s, topic=name, topic_id=tid)
+
+    def _alter_partition_response(self, ev: Event) -> None:
+        """The controller's answer to a leader's AlterPartition: the ISR it committed."""
+        for t in (ev.body or {}).get("topics") or []:
+            topic = topic_of(t)
+            for p in t.get("partitions") or []:
+                if p.get("error_code", 0) or not isinstance(p.get("partition_index"), int):
+                    continue
+                self._state(ev, topic, p["partition_index"], "alter_partition", isr=p.get("isr"),
+                            leader=p.get("leader_id"), leader_epoch=p.get("leader_epoch"),
+                            partition_epoch=p.get("partition_epoch"))
+
+    def _check_stated(self) -> None:
+        """End of the run: a follower the capture shows in sync, or not, against the cluster's word."""
+        for st in self.parts.values():
+            isr = st.stated.get("isr") if st.stated else None
+            if not isinstance(isr, list) or not st.followers:
+                continue
+            differ = sorted(f for f in st.followers if (f in isr) != (f in st.isr))
+            if differ:
+                self.findings.add("warning", "isr_disagreement",
+                                  f"{tp(st.topic, st.partition)}: the cluster states ISR {sorted(isr)} "
+                                  f"({st.stated.get('source')}), the wire shows followers {sorted(st.isr)} "
+                                  f"in sync", [x for x in (st.stated.get("frame"),) if isinstance(x, int)],
+                                  None, topic=st.topic, partition=st.partition, stated_isr=sorted(isr),
+                                  inferred_isr=sorted(st.isr), replicas=differ)
 
     def _epoch_response(self, ev: Event) -> None:
         replica = (ev.bodies.request or {}).get("replica_id", -1) if ev.ex.request is not None else -1
@@ -544,6 +631,7 @@ class ReplicationAnalyzer:
             ApiKey.PRODUCE: _produce_response,
             ApiKey.FETCH: _fetch_response,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: _epoch_response,
+            ApiKey.ALTER_PARTITION: _alter_partition_response,
         },
         body_required=False,
     )

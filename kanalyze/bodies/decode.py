@@ -24,6 +24,7 @@ from dissectors import (
     node_to_json,
     node_to_json_collect,
 )
+from kanalyze.bodies.internal import InternalRecords
 from kanalyze.bodies.names import BatchLinks, TopicNames
 from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 
@@ -72,6 +73,7 @@ class BodyDecoder:
         self.template = base
         self.records = records
         self.links = BatchLinks(self.names)  # names ids from the batches Fetch responses return
+        self.internal = InternalRecords(self.names)  # metadata log, __consumer_offsets, ...
         if records is Records.AS_CONTEXT:
             self._with = self._without = base
         else:
@@ -122,8 +124,10 @@ class BodyDecoder:
             if node is None:
                 return None
             value = node_to_json(node, ctx) if walk is None else node_to_json_collect(node, ctx, walk)
-        if not is_request and ex.api_key == ApiKey.FETCH and isinstance(value, dict):
-            self.links.observe(ex, value)
+        if (ex.api_key, is_request) in DATA_BODIES and isinstance(value, dict):
+            self.internal.decode(value, not is_request, self.context(ex.api_key, is_request))
+            if not is_request:
+                self.links.observe(ex, value)
         return value
 
     def learn(self, ex: Exchange) -> None:

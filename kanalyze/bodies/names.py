@@ -33,6 +33,8 @@ NAME_SOURCES: frozenset[int] = frozenset(
     {ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_TOPIC_PARTITIONS}
 )
 NULL_TOPIC_ID = "00000000-0000-0000-0000-000000000000"
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC_ID = "00000000-0000-0000-0000-000000000001"  # Kafka's fixed id of the KRaft log
 # how to resolve an id nothing named (shown once per unresolved id)
 UNRESOLVED_HINT = (
     "topic id not named in the capture: pass --topic-ids FILE (kafka-topics.sh --describe "
@@ -55,15 +57,18 @@ class TopicNames:
         return len(self.mapping)
 
     def __contains__(self, topic_id: object) -> bool:
-        return topic_id in self.mapping
+        return topic_id in self.mapping or topic_id == METADATA_TOPIC_ID
 
     def items(self) -> Iterator[tuple[str, str]]:
         """(topic id, name) pairs in learning order (a snapshot: safe while decoding goes on)."""
         return iter(list(self.mapping.items()))
 
     def get(self, topic_id: str | None) -> str | None:
-        """The name of a topic id, None when unknown (or the null id)."""
-        return None if topic_id is None else self.mapping.get(topic_id)
+        """The name of a topic id, None when unknown (or the null id); the metadata log's fixed
+        id is always known."""
+        if topic_id is None:
+            return None
+        return self.mapping.get(topic_id) or (METADATA_TOPIC if topic_id == METADATA_TOPIC_ID else None)
 
     def learn(self, topic_id: str, name: str, origin: str) -> bool:
         """Name an id from a source other than a decoded response; the first name wins (a

@@ -195,6 +195,14 @@ def _replication(doc: dict, out: Out) -> None:
             if len(tl) > TIMELINE_ROWS
             else ""
         )
+        stated = (p["final"] or {}).get("stated")
+        if stated:  # the ISR as the cluster stated it (metadata log, AlterPartition)
+            out.line(
+                f"  {p['topic']}-{p['partition']} stated ({stated.get('source')}): "
+                f"ISR {stated.get('isr')}, leader {dash(stated.get('leader'))}, leader epoch "
+                f"{dash(stated.get('leader_epoch'))}, partition epoch "
+                f"{dash(stated.get('partition_epoch'))}"
+            )
         out.line(f"  {p['topic']}-{p['partition']} timeline{more}:")
         out.table(
             (
