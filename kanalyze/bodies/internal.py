@@ -23,8 +23,16 @@ import base64
 import binascii
 import struct
 
-from dissectors import DecodeContext, DecodeError, decode_message, node_to_json, read_uvarint, schemas
+from dissectors import (
+    DecodeContext,
+    DecodeError,
+    decode_message,
+    node_to_json,
+    read_uvarint,
+    schemas,
+)
 from kanalyze.bodies.names import METADATA_TOPIC, TopicNames
+
 INTERNAL_TOPICS = frozenset(schemas.INTERNAL_KEYS)
 _I16 = struct.Struct(">h")
 

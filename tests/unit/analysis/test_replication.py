@@ -217,3 +217,64 @@ def test_topic_ids_file_names_the_id_from_the_start(tmp_path: Path) -> None:
     doc = analyze(s.exchanges(), DecodeContext(strict=True, topic_names=names.mapping))
     assert [p["topic"] for p in doc["replication"]] == ["repl-c"]
     assert timelines(doc) == timelines(report("mixed_ids"))
+
+
+# ------------------------------------------------------------------ KRaft (kraft.pcap)
+
+
+def test_metadata_log_names_the_topic_and_states_the_isr() -> None:
+    """The metadata log (Fetch v15 by the log's fixed id) names orders (TopicRecord) before
+    follower 2 fetches it by id; the ISR the cluster stated (PartitionRecord, AlterPartition
+    responses, PartitionChangeRecords) is the generator's, in order, beside the inferred one."""
+    t = truth("kraft")
+    doc = report("kraft")
+    parts = {p["topic"]: p for p in doc["replication"]}
+    assert set(parts) == {"__cluster_metadata", "orders", "__consumer_offsets", "__transaction_state"}
+    (tid,) = t["topic_ids"]
+    orders = parts["orders"]
+    assert orders["topic_id"] == tid
+    assert {"metadata_log", "alter_partition"} <= set(orders["sources"])
+    stated = [(e["stated"]["source"], e["stated"]["isr"], e["stated"]["partition_epoch"])
+              for e in orders["timeline"] if e["event"] == "isr_stated"]
+    assert stated == [(s["source"], s["isr"], s["partition_epoch"]) for s in t["stated"]]
+    fin = orders["final"]
+    assert fin["stated"]["isr"] == [1, 2, 3] and fin["stated"]["leader"] == 1 and fin["isr"] == [2, 3]
+    assert {f: v["leo"] for f, v in fin["followers"].items()} == {
+        f: v["leo"] for f, v in t["final"]["orders-0"]["followers"].items()}
+    kinds = [f["kind"] for f in doc["findings"]]
+    assert "isr_disagreement" not in kinds and "unresolved_topic_id" not in kinds
+    assert kinds.count("topic_created") == 1  # the log is applied once however often it is fetched
+    # the HWs the leader sent for orders, in order
+    sent = [s["high_watermark"] for s in t["steps"] if s["topic"] == "orders" and s["event"].endswith("response")]
+    assert [e["high_watermark"] for e in orders["timeline"] if e["event"].endswith("response")] == sent
+
+
+def test_stated_and_inferred_isr_disagree_is_an_alert() -> None:
+    """The cluster states ISR [1, 2] while follower 3 keeps fetching at the leader's end."""
+    from kanalyze.analysis.events import Event
+    from kanalyze.analysis.findings import Findings
+    from kanalyze.analysis.replication import ReplicationAnalyzer
+    from kanalyze.bodies import Bodies
+    from kanalyze.correlation import ConnInfo, Exchange, Message
+    from kanalyze.framing import Pdu
+
+    def pair(api: int, req: dict, rsp: dict, frame: int) -> list[Event]:
+        m = [Message(Pdu(b"", 0, 0, f, f, f, f), {}, 0) for f in (frame, frame + 1)]
+        ex = Exchange(ConnInfo(1, "a:1", "b:2"), api, 0, frame, "c", "ok", m[0], m[1])
+        bodies = Bodies.given(ex, None, req, rsp)  # type: ignore[arg-type]
+        return [Event(True, bodies, frame, frame), Event(False, bodies, frame + 1, frame + 1)]
+
+    f = Findings()
+    ra = ReplicationAnalyzer(f)
+    fetch = {"replica_id": 3, "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
+    alter = {"topics": [{"topic_name": "t", "partitions": [{"partition_index": 0, "error_code": 0, "leader_id": 1,
+                                                            "leader_epoch": 4, "isr": [1, 2], "partition_epoch": 7}]}]}
+    for ev in [*pair(1, fetch, {"responses": []}, 1), *pair(56, {}, alter, 3)]:
+        ra.feed(ev)
+    ra.finish()
+    (p,) = ra.to_json()
+    assert p["final"]["stated"] == {"isr": [1, 2], "leader": 1, "leader_epoch": 4, "partition_epoch": 7,
+                                    "source": "alter_partition", "frame": 4}
+    assert p["leader_epoch"] == 4
+    (alert,) = [x for x in f.to_json() if x["kind"] == "isr_disagreement"]
+    assert alert["replicas"] == [3] and alert["stated_isr"] == [1, 2] and alert["inferred_isr"] == [3]
