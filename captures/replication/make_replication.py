@@ -214,6 +214,20 @@ def offset_commit_record(group: str, topic: str, partition: int, offset: int, ts
     return key, value
 
 
+def group_metadata_record(group: str, generation: int, leader: str, members: list[tuple[str, str]],
+                          ts: int) -> tuple[bytes, bytes]:
+    """__consumer_offsets: GroupMetadataKey v2 (group), GroupMetadataValue v3 (protocolType,
+    generation, protocol, leader, currentStateTimestamp, members: memberId, groupInstanceId,
+    clientId, clientHost, rebalanceTimeout, sessionTimeout, subscription, assignment)."""
+    key = struct.pack(">h", 2) + classic_str(group)
+    body = classic_str("consumer") + struct.pack(">i", generation) + classic_str("range") + classic_str(leader)
+    body += struct.pack(">q", ts) + struct.pack(">i", len(members))
+    for member_id, client_id in members:
+        body += classic_str(member_id) + struct.pack(">h", -1) + classic_str(client_id) + classic_str("/127.0.0.1")
+        body += struct.pack(">ii", 300000, 45000) + struct.pack(">i", 0) + struct.pack(">i", 0)
+    return key, struct.pack(">h", 3) + body
+
+
 def transaction_record(tid: str, pid: int, epoch: int, status: int, parts: dict[str, list[int]],
                        ts: int) -> tuple[bytes, bytes]:
     """__transaction_state: TransactionLogKey v0 (TransactionalId), TransactionLogValue v0."""
@@ -748,15 +762,21 @@ def kraft() -> Leader:
     round_(0, (3,))
     alter([1, 2, 3], 2)
     ts = int(time.time() * 1000)
-    ld.append(OFFSETS, [offset_commit_record("g-orders", "orders", 0, 5, ts)])
-    ld.append(TXN, [transaction_record("tx-1", 4000, 0, 2, {"orders": [0]}, ts)])
+    ld.append(OFFSETS, [group_metadata_record("g-orders", 3, "c-1", [("c-1", "app-1"), ("c-2", "app-2")], ts),
+                        offset_commit_record("g-orders", "orders", 0, 5, ts)])
+    ld.append(TXN, [transaction_record("tx-1", 4000, 0, 1, {"orders": [0]}, ts),
+                    transaction_record("tx-1", 4000, 0, 2, {"orders": [0]}, ts),
+                    transaction_record("tx-1", 4000, 0, 4, {"orders": [0]}, ts)])
     ld.fetch_answer(ld.fetch(f3, 3, {OFFSETS: 0, TXN: 0}))
     round_(1)
     round_(0)
     ld.truth["stated"] = stated
     ld.truth["committed"] = [{"group": "g-orders", "topic": "orders", "partition": 0, "offset": 5}]
+    ld.truth["groups"] = [{"group": "g-orders", "generation": 3, "leader": "c-1", "protocol": "range",
+                           "members": {"c-1": "app-1", "c-2": "app-2"}}]
     ld.truth["transactions"] = [{"transactional_id": "tx-1", "producer_id": 4000, "producer_epoch": 0,
-                                 "status": 2, "partitions": {"orders": [0]}}]
+                                 "states": ["Ongoing", "PrepareCommit", "CompleteCommit"], "status": 4,
+                                 "partitions": {"orders": [0]}}]
     ld.finish(td)
     return ld
 

@@ -278,3 +278,23 @@ def test_stated_and_inferred_isr_disagree_is_an_alert() -> None:
     assert p["leader_epoch"] == 4
     (alert,) = [x for x in f.to_json() if x["kind"] == "isr_disagreement"]
     assert alert["replicas"] == [3] and alert["stated_isr"] == [1, 2] and alert["inferred_isr"] == [3]
+
+
+def test_groups_and_transactions_from_the_internal_topics() -> None:
+    """__consumer_offsets and __transaction_state records a follower replicates drive the group
+    and transaction analyses: commits, generation and members, transaction states."""
+    t = truth("kraft")
+    doc = report("kraft")
+    (g,) = doc["groups"]
+    want = t["groups"][0]
+    assert g["group_id"] == want["group"] and g["protocol_type"] == "consumer"
+    assert g["committed_log"] == {f"{c['topic']}-{c['partition']}": c["offset"] for c in t["committed"]}
+    (gen,) = g["generations"]
+    assert (gen["generation_id"], gen["leader"], gen["protocol"]) == (want["generation"], want["leader"], want["protocol"])
+    assert {m["member_id"]: m["client_id"] for m in g["members"]} == want["members"]
+    (txn,) = doc["transactions"]
+    want = t["transactions"][0]
+    assert (txn["transactional_id"], txn["producer_id"], txn["source"]) == (
+        want["transactional_id"], want["producer_id"], "transaction_log")
+    assert txn["states"] == want["states"] and txn["outcome"] == "committed"
+    assert txn["partitions"] == [f"{k}-{i}" for k, ids in want["partitions"].items() for i in ids]

@@ -17,7 +17,7 @@ from dissectors import DecodeContext
 from kanalyze.bodies import TopicNames
 from kanalyze.bodies.internal import internal_key, internal_value, metadata_record, raw_bytes
 from kanalyze.engine import EngineOptions
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.session import Session
 
 REP = Path(__file__).resolve().parents[3] / "captures" / "replication"
@@ -87,13 +87,16 @@ def test_export_names_the_metadata_log_records() -> None:
 
 def test_export_names_consumer_offsets_and_transaction_state() -> None:
     truth = json.loads((REP / "kraft.truth.json").read_text())
-    (commit,) = records_of("__consumer_offsets")
+    group, commit = records_of("__consumer_offsets")
+    assert group["key_decoded"] == {"type": "GroupMetadataKey", "version": 2, "fields": {"group": "g-orders"}}
+    gv = group["value_decoded"]["fields"]
+    assert (gv["generation"], gv["leader"], [m["client_id"] for m in gv["members"]]) == (3, "c-1", ["app-1", "app-2"])
     assert commit["key_decoded"]["type"] == "OffsetCommitKey"
     want = truth["committed"][0]
     k, v = commit["key_decoded"]["fields"], commit["value_decoded"]["fields"]
     assert (k["group"], k["topic"], k["partition"], v["offset"]) == (
         want["group"], want["topic"], want["partition"], want["offset"])
-    (txn,) = records_of("__transaction_state")
+    *_, txn = records_of("__transaction_state")
     want = truth["transactions"][0]
     assert txn["key_decoded"]["fields"] == {"transactional_id": want["transactional_id"]}
     v = txn["value_decoded"]["fields"]
