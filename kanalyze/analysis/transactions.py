@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from dissectors import ApiKey, error_name
 from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
-from kanalyze.analysis.wire import LogRecords, batches, fetch_responses, produce_partitions, topic_of, tp
+from kanalyze.analysis.wire import (
+    LogRecords,
+    batches,
+    fetch_responses,
+    produce_partitions,
+    topic_of,
+    tp,
+)
 
 # TransactionLogValue.TransactionStatus (Kafka's TransactionState ids)
 LOG_STATES = {0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit",
