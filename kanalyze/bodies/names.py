@@ -172,7 +172,7 @@ class BatchLinks:
 
     __slots__ = ("cap", "names", "seen")
 
-    def __init__(self, names: TopicNames, cap: int = 200_000) -> None:
+    def __init__(self, names: TopicNames, cap: int = 50_000) -> None:
         self.names = names
         self.cap = cap
         # (broker, partition, base offset, crc) -> (is_id, topic name or id)

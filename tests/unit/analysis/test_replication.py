@@ -298,3 +298,23 @@ def test_groups_and_transactions_from_the_internal_topics() -> None:
         want["transactional_id"], want["producer_id"], "transaction_log")
     assert txn["states"] == want["states"] and txn["outcome"] == "committed"
     assert txn["partitions"] == [f"{k}-{i}" for k, ids in want["partitions"].items() for i in ids]
+
+
+def test_spark_rows_name_ids_from_topic_ids() -> None:
+    """The Spark rows' registry is preloaded with --topic-ids, one copy per capture group."""
+    from kanalyze.spark.rows import RowBuilder, row_context
+
+    t = truth("mixed_ids")
+    (tid, name), = t["topic_ids"].items()
+    ctx = row_context({tid: name})
+
+    def fetch_topics(builder: RowBuilder) -> list[list[str]]:
+        s = Session([str(REP / "mixed_ids.pcap")], EngineOptions(ports=frozenset({t["broker"]["port"]})))
+        rows = [(ex, builder.row(ex, "c")) for ex in s.exchanges()]  # every row, in capture order
+        return [r["topics"] for ex, r in rows if ex.api_key == 1 and ex.api_version == 15]
+
+    named = RowBuilder([str(REP / "mixed_ids.pcap")], ctx=ctx)
+    assert fetch_topics(named) == [[name]] * 8
+    assert named.bodies.names.mapping is not ctx.topic_names  # its own registry
+    plain = fetch_topics(RowBuilder([str(REP / "mixed_ids.pcap")]))
+    assert plain[0] == [tid] and plain[-1] == [name]  # named later, by the batches
