@@ -389,7 +389,8 @@ class GroupAnalyzer:
                 "committed": dict(sorted(g.committed.items())),
                 "committed_before_capture": dict(sorted(g.fetched_committed.items())),
                 "lag": lag,
-                **({"committed_log": dict(sorted(g.logged_committed.items()))} if g.logged_committed else {}),
+                **({"committed_log": dict(sorted(g.logged_committed.items()))}
+                   if g.logged_committed else {}),
             })
         return out
 

@@ -213,10 +213,14 @@ def _stats(values: list[float]) -> dict[str, object]:
     }
 
 
+# metadata-log records about brokers -> what happened to the broker
+BROKER_RECORDS = {"RegisterBrokerRecord": "registered", "FenceBrokerRecord": "fenced",
+                  "UnfenceBrokerRecord": "unfenced", "UnregisterBrokerRecord": "unregistered"}
 # events held back at most while waiting for a topic id's name (then they go on as the id)
 HOLD_CAP = 20_000
 # the lists of topics (by api body) whose items may name a topic only by id
 _TOPIC_LISTS: tuple[str, ...] = ("topic_data", "responses", "topics")
+_NAME_KEYS = ("topic_name", "name", "topic")
 
 
 class ReplicationAnalyzer:
@@ -247,7 +251,8 @@ class ReplicationAnalyzer:
         return st
 
     def feed(self, ev: Event) -> None:
-        if ev.ex.api_key not in self.HANDLERS.requests and ev.ex.api_key not in self.HANDLERS.responses:
+        key = ev.ex.api_key
+        if key not in self.HANDLERS.requests and key not in self.HANDLERS.responses:
             return
         unnamed = self._unnamed(ev)
         if unnamed or self.held:
@@ -279,7 +284,7 @@ class ReplicationAnalyzer:
             return out
         for key in _TOPIC_LISTS:
             for t in body.get(key) or []:
-                if not isinstance(t, dict) or t.get("topic_name") or t.get("name") or t.get("topic"):
+                if not isinstance(t, dict) or any(t.get(k) for k in _NAME_KEYS):
                     continue
                 tid = t.get("topic_id")
                 if isinstance(tid, str) and tid not in self.names and tid not in self.given_up:
@@ -316,6 +321,7 @@ class ReplicationAnalyzer:
         acks = ev.ex.acks
         for topic, partition, bs in produce_partitions(ev.body):
             st = self.part(topic, partition)
+            topic = st.topic  # the partition's one name
             st.sources.add("produce_requests")
             count = 0
             seqs: list[tuple[int, int, int]] = []
@@ -339,6 +345,7 @@ class ReplicationAnalyzer:
     def _produce_response(self, ev: Event) -> None:
         for topic, partition, r in produce_results(ev.body):
             st = self.part(topic, partition)
+            topic = st.topic  # the partition's one name
             st.sources.add("produce_acks")
             count, before, seqs = st.tentative.pop(id(ev.bodies), (0, None, []))
             err, base = r.get("error_code", 0), r.get("base_offset", -1)
@@ -380,12 +387,13 @@ class ReplicationAnalyzer:
         replica = fetch_replica(req)
         for topic, partition, p in fetch_requests(req):
             st = self.part(topic, partition)
+            topic = st.topic  # the partition's one name
             epoch = p.get("current_leader_epoch")
             if isinstance(epoch, int) and epoch >= 0:
                 if st.leader_epoch is not None and epoch > st.leader_epoch:
                     self.findings.add("info", "leader_epoch_change",
-                                      f"{tp(st.topic, partition)}: leader epoch {st.leader_epoch} -> {epoch}",
-                                      [ev.frame], ev.ts_s, topic=st.topic, partition=partition,
+                                      f"{tp(topic, partition)}: leader epoch {st.leader_epoch} -> {epoch}",
+                                      [ev.frame], ev.ts_s, topic=topic, partition=partition,
                                       old_epoch=st.leader_epoch, new_epoch=epoch)
                 if st.leader_epoch is None or epoch > st.leader_epoch:
                     st.leader_epoch = epoch
@@ -401,10 +409,10 @@ class ReplicationAnalyzer:
                 st.isr.add(replica)
             elif f.leo is not None and off < f.leo:
                 self.findings.add("warning", "follower_truncation",
-                                  f"{tp(st.topic, partition)}: follower {replica} fetches from {off}, below its "
+                                  f"{tp(topic, partition)}: follower {replica} fetches from {off}, below its "
                                   f"position {f.leo} (truncated its log)",
                                   [x for x in (f.last_frame, ev.frame) if x is not None], ev.ts_s,
-                                  topic=st.topic, partition=partition, replica=replica, previous=f.leo, offset=off)
+                                  topic=topic, partition=partition, replica=replica, previous=f.leo, offset=off)
             f.remote_leo = off
             f.leo = off
             f.last_frame = ev.frame
@@ -418,9 +426,9 @@ class ReplicationAnalyzer:
             if replica not in st.isr and st.hw is not None and off >= st.hw:
                 st.isr.add(replica)
                 self.findings.add("info", "isr_expand",
-                                  f"{tp(st.topic, partition)}: follower {replica} caught up to the HW {st.hw} "
+                                  f"{tp(topic, partition)}: follower {replica} caught up to the HW {st.hw} "
                                   "and rejoins the ISR", [ev.frame], ev.ts_s,
-                                  topic=st.topic, partition=partition, replica=replica)
+                                  topic=topic, partition=partition, replica=replica)
             st.maybe_advance_hw(ev.ts, ev.frame)
             self._check_stall(st, ev)
             st.entry(ev, "follower_fetch", replica=replica)
@@ -433,6 +441,7 @@ class ReplicationAnalyzer:
             if self.label(topic) == METADATA_TOPIC:
                 self._metadata_log(ev, p)
             st = self.part(topic, partition)
+            topic = st.topic  # the partition's one name
             st.sources.add("follower_fetch_responses" if replica >= 0 else "consumer_fetch_responses")
             hw = p.get("high_watermark")
             bs = batches(p.get("records"))
@@ -441,19 +450,20 @@ class ReplicationAnalyzer:
             if isinstance(hw, int) and hw >= 0:
                 if st.reported_hw is not None and hw < st.reported_hw:
                     self.findings.add("warning", "hw_regression",
-                                      f"{tp(st.topic, partition)}: high watermark went back from {st.reported_hw} to {hw}",
+                                      f"{tp(topic, partition)}: high watermark went back from {st.reported_hw} to {hw}",
                                       [x for x in (st.reported_hw_frame, ev.frame) if x is not None], ev.ts_s,
-                                      topic=st.topic, partition=partition, previous=st.reported_hw, high_watermark=hw)
+                                      topic=topic, partition=partition, previous=st.reported_hw, high_watermark=hw)
                 regression = st.reported_hw is not None and hw < st.reported_hw
                 st.reported_hw, st.reported_hw_frame = hw, ev.frame
                 if not regression and st.hw is not None and hw < st.hw and st.infer_hw:
                     st.infer_hw = False
-                    self.findings.add("warning", "hw_inference_ahead",
-                                      f"{tp(st.topic, partition)}: the leader reports HW {hw} below the "
-                                      f"{st.hw} inferred from what the capture shows (a replica or ack it "
-                                      "does not show holds it back); the HW follows the leader's reports "
-                                      "from here", [ev.frame], ev.ts_s, topic=st.topic,
-                                      partition=partition, high_watermark=hw, inferred=st.hw)
+                    self.findings.add(
+                        "warning", "hw_inference_ahead",
+                        f"{tp(topic, partition)}: the leader reports HW {hw} below the {st.hw} "
+                        "inferred from what the capture shows (a replica or ack it does not show "
+                        "holds it back); the HW follows the leader's reports from here",
+                        [ev.frame], ev.ts_s, topic=topic, partition=partition,
+                        high_watermark=hw, inferred=st.hw)
                 st.set_hw(hw, ev.ts, ev.frame)
                 st.set_leo(hw, ev.ts)
                 for fid in sorted(st.isr):
@@ -461,9 +471,9 @@ class ReplicationAnalyzer:
                     if r is not None and r < hw:
                         st.isr.discard(fid)
                         self.findings.add("warning", "isr_shrink",
-                                          f"{tp(st.topic, partition)}: HW {hw} passed follower {fid} at {r}: "
+                                          f"{tp(topic, partition)}: HW {hw} passed follower {fid} at {r}: "
                                           "it is out of the ISR", [ev.frame], ev.ts_s,
-                                          topic=st.topic, partition=partition, replica=fid)
+                                          topic=topic, partition=partition, replica=fid)
             for key, attr in (("log_start_offset", "log_start"), ("last_stable_offset", "lso")):
                 v = p.get(key)
                 if isinstance(v, int) and v >= 0:
@@ -484,15 +494,16 @@ class ReplicationAnalyzer:
                      **({"replica": replica} if replica >= 0 else {}))
 
     # ------------------------------------------------------------------ stated ISR
-    def _state(self, ev: Event, topic: str, partition: int, source: str, **change: object) -> None:
+    def _state(self, ev: Event, topic: str, partition: int, source: str,
+               **change: object) -> None:
         """The cluster's word on a partition (replicas, ISR, leader, epochs) changed."""
         st = self.part(topic, partition)
         stated = dict(st.stated or {})
         leader = change.get("leader")
-        if isinstance(leader, int) and leader != -2 and leader != stated.get("leader") \
-                and change.get("leader_epoch") is None:
-            epoch = stated.get("leader_epoch")
-            change["leader_epoch"] = epoch + 1 if isinstance(epoch, int) else None  # a new leader, a new epoch
+        new_leader = isinstance(leader, int) and leader != -2 and leader != stated.get("leader")
+        if new_leader and change.get("leader_epoch") is None:
+            epoch = stated.get("leader_epoch")  # a new leader, a new epoch
+            change["leader_epoch"] = epoch + 1 if isinstance(epoch, int) else None
         stated.update({k: v for k, v in change.items() if v is not None and v != -2})
         stated.update(source=source, frame=ev.frame)
         st.stated = stated
@@ -508,11 +519,11 @@ class ReplicationAnalyzer:
         for b in batches(p.get("records")):
             for r in b.get("records") or []:
                 off, rec = r.get("offset"), r.get("metadata_record")
-                if not isinstance(off, int) or off <= self.metadata_applied or not isinstance(rec, dict):
+                if not isinstance(off, int) or off <= self.metadata_applied:
                     continue
                 self.metadata_applied = off
-                fields = rec.get("fields")
-                if isinstance(fields, dict):
+                fields = rec.get("fields") if isinstance(rec, dict) else None
+                if isinstance(rec, dict) and isinstance(fields, dict):
                     self._metadata_record(ev, str(rec.get("type")), fields)
 
     def _metadata_record(self, ev: Event, kind: str, f: dict) -> None:
@@ -520,48 +531,52 @@ class ReplicationAnalyzer:
             tid, index = f.get("topic_id"), f.get("partition_id")
             if not isinstance(tid, str) or not isinstance(index, int):
                 return
-            self._state(ev, tid, index, "metadata_log", isr=f.get("isr"), replicas=f.get("replicas"),
-                        leader=f.get("leader"), leader_epoch=f.get("leader_epoch"),
+            self._state(ev, tid, index, "metadata_log", isr=f.get("isr"),
+                        replicas=f.get("replicas"), leader=f.get("leader"),
+                        leader_epoch=f.get("leader_epoch"),
                         partition_epoch=f.get("partition_epoch"))
-        elif kind in ("RegisterBrokerRecord", "FenceBrokerRecord", "UnfenceBrokerRecord",
-                      "UnregisterBrokerRecord"):
-            broker = f.get("broker_id", f.get("id"))
-            what = {"RegisterBrokerRecord": "registered", "FenceBrokerRecord": "fenced",
-                    "UnfenceBrokerRecord": "unfenced", "UnregisterBrokerRecord": "unregistered"}[kind]
-            self.findings.add("info", f"broker_{what}", f"broker {broker} {what} (metadata log)", [ev.frame],
-                              ev.ts_s, broker=broker, broker_epoch=f.get("broker_epoch", f.get("epoch")))
+        elif kind in BROKER_RECORDS:
+            broker, what = f.get("broker_id", f.get("id")), BROKER_RECORDS[kind]
+            self.findings.add("info", f"broker_{what}", f"broker {broker} {what} (metadata log)",
+                              [ev.frame], ev.ts_s, broker=broker,
+                              broker_epoch=f.get("broker_epoch", f.get("epoch")))
         elif kind in ("TopicRecord", "RemoveTopicRecord"):
             tid = f.get("topic_id")
             name = f.get("name") or self.names.get(tid if isinstance(tid, str) else None) or tid
             what = "created" if kind == "TopicRecord" else "deleted"
-            self.findings.add("info", f"topic_{what}", f"topic {name} {what} (metadata log)", [ev.frame],
-                              ev.ts_s, topic=name, topic_id=tid)
+            self.findings.add("info", f"topic_{what}", f"topic {name} {what} (metadata log)",
+                              [ev.frame], ev.ts_s, topic=name, topic_id=tid)
 
     def _alter_partition_response(self, ev: Event) -> None:
         """The controller's answer to a leader's AlterPartition: the ISR it committed."""
         for t in (ev.body or {}).get("topics") or []:
             topic = topic_of(t)
             for p in t.get("partitions") or []:
-                if p.get("error_code", 0) or not isinstance(p.get("partition_index"), int):
+                index = p.get("partition_index")
+                if p.get("error_code", 0) or not isinstance(index, int):
                     continue
-                self._state(ev, topic, p["partition_index"], "alter_partition", isr=p.get("isr"),
+                self._state(ev, topic, index, "alter_partition", isr=p.get("isr"),
                             leader=p.get("leader_id"), leader_epoch=p.get("leader_epoch"),
                             partition_epoch=p.get("partition_epoch"))
 
     def _check_stated(self) -> None:
-        """End of the run: a follower the capture shows in sync, or not, against the cluster's word."""
+        """End of the run: a follower the wire shows in sync, or not, against the cluster's word."""
         for st in self.parts.values():
             isr = st.stated.get("isr") if st.stated else None
             if not isinstance(isr, list) or not st.followers:
                 continue
             differ = sorted(f for f in st.followers if (f in isr) != (f in st.isr))
-            if differ:
-                self.findings.add("warning", "isr_disagreement",
-                                  f"{tp(st.topic, st.partition)}: the cluster states ISR {sorted(isr)} "
-                                  f"({st.stated.get('source')}), the wire shows followers {sorted(st.isr)} "
-                                  f"in sync", [x for x in (st.stated.get("frame"),) if isinstance(x, int)],
-                                  None, topic=st.topic, partition=st.partition, stated_isr=sorted(isr),
-                                  inferred_isr=sorted(st.isr), replicas=differ)
+            if not differ:
+                continue
+            stated: dict = st.stated  # type: ignore[assignment]
+            frame = stated.get("frame")
+            self.findings.add(
+                "warning", "isr_disagreement",
+                f"{tp(st.topic, st.partition)}: the cluster states ISR {sorted(isr)} "
+                f"({stated.get('source')}), the wire shows followers {sorted(st.isr)} in sync",
+                [frame] if isinstance(frame, int) else [], None, topic=st.topic,
+                partition=st.partition, stated_isr=sorted(isr), inferred_isr=sorted(st.isr),
+                replicas=differ)
 
     def _epoch_response(self, ev: Event) -> None:
         replica = (ev.bodies.request or {}).get("replica_id", -1) if ev.ex.request is not None else -1

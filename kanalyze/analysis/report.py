@@ -23,7 +23,8 @@ def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, tim
     """Run all analyzers over `exchanges` and return the report document (docs/report.schema.json)."""
     findings = Findings()
     decoder = analysis_decoder(ctx)
-    replication = ReplicationAnalyzer(findings, cap=timeline_cap, stall_ms=stall_ms, names=decoder.names)
+    replication = ReplicationAnalyzer(findings, cap=timeline_cap, stall_ms=stall_ms,
+                                      names=decoder.names)
 
     def hw_of(topic: str, partition: int) -> int | None:
         st = replication.parts.get((replication.label(topic), partition))

@@ -85,7 +85,8 @@ class TransactionAnalyzer:
         self.done: list[Txn] = []
         self.dropped = 0
         self.log = LogRecords("__transaction_state")
-        self.logged: dict[tuple[str, int], Txn] = {}  # (transactional id, producer id) -> its log states
+        # (transactional id, producer id) -> the transaction as __transaction_state logged it
+        self.logged: dict[tuple[str, int], Txn] = {}
 
     def _prod(self, tid: str) -> TxnProducer:
         p = self.producers.get(tid)
@@ -288,13 +289,14 @@ class TransactionAnalyzer:
         for key, value in self.log.new(body):
             tid = key["fields"].get("transactional_id")
             v = value.get("fields") if value is not None else None
-            if not isinstance(tid, str) or not isinstance(v, dict) or not isinstance(v.get("producer_id"), int):
+            pid = v.get("producer_id") if isinstance(v, dict) else None
+            if not isinstance(tid, str) or not isinstance(v, dict) or not isinstance(pid, int):
                 continue
-            t = self.logged.get((tid, v["producer_id"]))
+            t = self.logged.get((tid, pid))
             if t is None:
                 if len(self.logged) >= self.cap:
                     continue
-                t = self.logged[(tid, v["producer_id"])] = Txn(tid, v["producer_id"], v.get("producer_epoch"))
+                t = self.logged[(tid, pid)] = Txn(tid, pid, v.get("producer_epoch"))
                 t.source, t.first_ts = "transaction_log", ev.ts_s
             state = LOG_STATES.get(v.get("transaction_status"), str(v.get("transaction_status")))
             if not t.states or t.states[-1] != state:

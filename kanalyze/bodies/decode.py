@@ -123,7 +123,10 @@ class BodyDecoder:
             node, ctx = self.node(ex, msg, is_request)
             if node is None:
                 return None
-            value = node_to_json(node, ctx) if walk is None else node_to_json_collect(node, ctx, walk)
+            if walk is None:
+                value = node_to_json(node, ctx)
+            else:
+                value = node_to_json_collect(node, ctx, walk)
         if (ex.api_key, is_request) in DATA_BODIES and isinstance(value, dict):
             self.internal.decode(value, not is_request, self.context(ex.api_key, is_request))
             if not is_request:

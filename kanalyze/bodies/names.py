@@ -68,7 +68,8 @@ class TopicNames:
         id is always known."""
         if topic_id is None:
             return None
-        return self.mapping.get(topic_id) or (METADATA_TOPIC if topic_id == METADATA_TOPIC_ID else None)
+        name = self.mapping.get(topic_id)
+        return METADATA_TOPIC if name is None and topic_id == METADATA_TOPIC_ID else name
 
     def learn(self, topic_id: str, name: str, origin: str) -> bool:
         """Name an id from a source other than a decoded response; the first name wins (a

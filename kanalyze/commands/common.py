@@ -33,8 +33,8 @@ def add_input_arguments(p: argparse.ArgumentParser, files_required: bool = True)
     p.add_argument("files", nargs="+" if files_required else "*", metavar="FILE", help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time")
     p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="treat TCP port P as a Kafka broker port (repeatable); Kafka is detected on any port anyway")
     p.add_argument("--topic-ids", type=topic_ids_file, default=None, metavar="FILE",
-                   help="topic id -> name mapping: kafka-topics.sh --describe output or JSON {id: name}; "
-                        "names topics the capture only shows by id")
+                   help="topic id -> name mapping (kafka-topics.sh --describe output or JSON "
+                        "{id: name}) for topics the capture only shows by id")
     add_limit_arguments(p)
 
 
@@ -104,8 +104,8 @@ def decode_context(args: argparse.Namespace) -> DecodeContext:
         max_nesting_depth=args.max_nesting,
         max_value_bytes=args.max_value_bytes,
     )
-    return DecodeContext(limits=limits, show_secrets=args.show_secrets, decode_records=not args.no_records,
-                         topic_names=topic_names_of(args))
+    return DecodeContext(limits=limits, show_secrets=args.show_secrets,
+                         decode_records=not args.no_records, topic_names=topic_names_of(args))
 
 
 def report_capture_problems(session: Session) -> None:

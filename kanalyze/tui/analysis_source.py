@@ -10,7 +10,9 @@ from kanalyze.analysis.report import analyze
 from kanalyze.correlation import Exchange
 
 
-def analyze_exchanges(exchanges: Iterable[Exchange], topic_ids: dict[str, str] | None = None) -> dict[str, object]:
+def analyze_exchanges(
+    exchanges: Iterable[Exchange], topic_ids: dict[str, str] | None = None
+) -> dict[str, object]:
     """The report document for these exchanges (start-time order); `topic_ids` (--topic-ids)
     preloads the analysis's topic-name registry."""
     return analyze(exchanges, DecodeContext(topic_names=dict(topic_ids or {})))

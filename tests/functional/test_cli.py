@@ -195,15 +195,18 @@ def test_topic_ids_file_names_fetches_by_id(tmp_path):
     (tid, name), = truth["topic_ids"].items()
     kafka_form = base64.urlsafe_b64encode(uuid.UUID(tid).bytes).decode().rstrip("=")
     describe = tmp_path / "describe.txt"
-    describe.write_text(f"Topic: {name}\tTopicId: {kafka_form}\tPartitionCount: 1\tReplicationFactor: 3\t"
-                        f"Configs: \n\tTopic: {name}\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3\n")
+    describe.write_text(
+        f"Topic: {name}\tTopicId: {kafka_form}\tPartitionCount: 1\tReplicationFactor: 3\t"
+        f"Configs: \n\tTopic: {name}\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3\n"
+    )
     plain = _fetch_v15_topics(kanalyze("export", str(cap)).stdout)
     assert plain[0]["topic_id"] == tid and "topic_name" not in plain[0]  # nothing named it yet
     assert plain[-1]["topic_name"] == name  # named later by the batches both followers got
     named = _fetch_v15_topics(kanalyze("export", "--topic-ids", str(describe), str(cap)).stdout)
     assert len(named) == len(plain) == 8 and all(t["topic_name"] == name for t in named)
     r = kanalyze("report", "--json", "--topic-ids", str(describe), str(cap))
-    assert [(p["topic"], p["topic_id"]) for p in json.loads(r.stdout)["replication"]] == [(name, tid)]
+    parts = json.loads(r.stdout)["replication"]
+    assert [(p["topic"], p["topic_id"]) for p in parts] == [(name, tid)]
     bad = tmp_path / "bad.json"
     bad.write_text('{"repl-c": "not-an-id"}')
     r = kanalyze("report", "--topic-ids", str(bad), str(cap))

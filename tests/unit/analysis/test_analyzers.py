@@ -218,8 +218,9 @@ def test_hw_stalled_while_the_leo_moves() -> None:
 def _by_id_fetch(tid: str, off: int, hw: int, batches: list[dict]) -> tuple[dict, dict]:
     req = {"replica_state": {"replica_id": 3}, "topics": [{"topic_id": tid, "partitions": [
         {"partition": 0, "fetch_offset": off}]}]}
-    rsp = {"responses": [{"topic_id": tid, "partitions": [{"partition_index": 0, "error_code": 0,
-                                                           "high_watermark": hw, "records": {"batches": batches}}]}]}
+    part = {"partition_index": 0, "error_code": 0, "high_watermark": hw,
+            "records": {"batches": batches}}
+    rsp = {"responses": [{"topic_id": tid, "partitions": [part]}]}
     return req, rsp
 
 
@@ -235,7 +236,8 @@ def test_an_id_nobody_names_is_one_partition_with_one_hint() -> None:
             ra.feed(ev)
     ra.finish()
     out = ra.to_json()
-    assert [(p["topic"], p["topic_id"], p.get("topic_unresolved")) for p in out] == [(tid, tid, True)]
+    got = [(p["topic"], p["topic_id"], p.get("topic_unresolved")) for p in out]
+    assert got == [(tid, tid, True)]
     assert len(out[0]["timeline"]) == 6
     hints = [x for x in f.to_json() if x["kind"] == "unresolved_topic_id"]
     assert len(hints) == 1 and "--topic-ids" in hints[0]["message"] and hints[0]["topic_id"] == tid
@@ -256,7 +258,8 @@ def test_an_id_named_after_the_hold_cap_merges_into_the_name() -> None:
     finally:
         rep.HOLD_CAP = old
     assert list(ra.parts) == [(tid, 0)]
-    name_fetch = {"replica_id": 2, "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
+    parts = [{"partition": 0, "fetch_offset": 0}]
+    name_fetch = {"replica_id": 2, "topics": [{"topic": "t", "partitions": parts}]}
     names.learn(tid, "t", "test")
     for ev in exchange(1, name_fetch, None, 5):
         ra.feed(ev)

@@ -211,7 +211,8 @@ def test_topic_ids_file_names_the_id_from_the_start(tmp_path: Path) -> None:
     (tid, name), = t["topic_ids"].items()
     f = tmp_path / "ids.json"
     f.write_text(json.dumps({name: tid}))
-    s = Session([str(REP / "mixed_ids.pcap")], EngineOptions(ports=frozenset({t["broker"]["port"]})))
+    opts = EngineOptions(ports=frozenset({t["broker"]["port"]}))
+    s = Session([str(REP / "mixed_ids.pcap")], opts)
     names = load_topic_ids(str(f))
     assert names.origin == {tid: "topic_ids_file"}
     doc = analyze(s.exchanges(), DecodeContext(strict=True, topic_names=names.mapping))
@@ -229,7 +230,8 @@ def test_metadata_log_names_the_topic_and_states_the_isr() -> None:
     t = truth("kraft")
     doc = report("kraft")
     parts = {p["topic"]: p for p in doc["replication"]}
-    assert set(parts) == {"__cluster_metadata", "orders", "__consumer_offsets", "__transaction_state"}
+    assert set(parts) == {
+        "__cluster_metadata", "orders", "__consumer_offsets", "__transaction_state"}
     (tid,) = t["topic_ids"]
     orders = parts["orders"]
     assert orders["topic_id"] == tid
@@ -238,15 +240,18 @@ def test_metadata_log_names_the_topic_and_states_the_isr() -> None:
               for e in orders["timeline"] if e["event"] == "isr_stated"]
     assert stated == [(s["source"], s["isr"], s["partition_epoch"]) for s in t["stated"]]
     fin = orders["final"]
-    assert fin["stated"]["isr"] == [1, 2, 3] and fin["stated"]["leader"] == 1 and fin["isr"] == [2, 3]
+    assert fin["stated"]["isr"] == [1, 2, 3] and fin["stated"]["leader"] == 1
+    assert fin["isr"] == [2, 3]
     assert {f: v["leo"] for f, v in fin["followers"].items()} == {
         f: v["leo"] for f, v in t["final"]["orders-0"]["followers"].items()}
     kinds = [f["kind"] for f in doc["findings"]]
     assert "isr_disagreement" not in kinds and "unresolved_topic_id" not in kinds
     assert kinds.count("topic_created") == 1  # the log is applied once however often it is fetched
     # the HWs the leader sent for orders, in order
-    sent = [s["high_watermark"] for s in t["steps"] if s["topic"] == "orders" and s["event"].endswith("response")]
-    assert [e["high_watermark"] for e in orders["timeline"] if e["event"].endswith("response")] == sent
+    sent = [s["high_watermark"] for s in t["steps"]
+            if s["topic"] == "orders" and s["event"].endswith("response")]
+    shown = [e["high_watermark"] for e in orders["timeline"] if e["event"].endswith("response")]
+    assert shown == sent
 
 
 def test_stated_and_inferred_isr_disagree_is_an_alert() -> None:
@@ -266,18 +271,21 @@ def test_stated_and_inferred_isr_disagree_is_an_alert() -> None:
 
     f = Findings()
     ra = ReplicationAnalyzer(f)
-    fetch = {"replica_id": 3, "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
-    alter = {"topics": [{"topic_name": "t", "partitions": [{"partition_index": 0, "error_code": 0, "leader_id": 1,
-                                                            "leader_epoch": 4, "isr": [1, 2], "partition_epoch": 7}]}]}
+    fetch = {"replica_id": 3,
+             "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
+    committed = {"partition_index": 0, "error_code": 0, "leader_id": 1, "leader_epoch": 4,
+                 "isr": [1, 2], "partition_epoch": 7}
+    alter = {"topics": [{"topic_name": "t", "partitions": [committed]}]}
     for ev in [*pair(1, fetch, {"responses": []}, 1), *pair(56, {}, alter, 3)]:
         ra.feed(ev)
     ra.finish()
     (p,) = ra.to_json()
-    assert p["final"]["stated"] == {"isr": [1, 2], "leader": 1, "leader_epoch": 4, "partition_epoch": 7,
-                                    "source": "alter_partition", "frame": 4}
+    assert p["final"]["stated"] == {"isr": [1, 2], "leader": 1, "leader_epoch": 4,
+                                    "partition_epoch": 7, "source": "alter_partition", "frame": 4}
     assert p["leader_epoch"] == 4
     (alert,) = [x for x in f.to_json() if x["kind"] == "isr_disagreement"]
-    assert alert["replicas"] == [3] and alert["stated_isr"] == [1, 2] and alert["inferred_isr"] == [3]
+    assert alert["replicas"] == [3] and alert["stated_isr"] == [1, 2]
+    assert alert["inferred_isr"] == [3]
 
 
 def test_groups_and_transactions_from_the_internal_topics() -> None:
@@ -288,9 +296,11 @@ def test_groups_and_transactions_from_the_internal_topics() -> None:
     (g,) = doc["groups"]
     want = t["groups"][0]
     assert g["group_id"] == want["group"] and g["protocol_type"] == "consumer"
-    assert g["committed_log"] == {f"{c['topic']}-{c['partition']}": c["offset"] for c in t["committed"]}
+    want_log = {f"{c['topic']}-{c['partition']}": c["offset"] for c in t["committed"]}
+    assert g["committed_log"] == want_log
     (gen,) = g["generations"]
-    assert (gen["generation_id"], gen["leader"], gen["protocol"]) == (want["generation"], want["leader"], want["protocol"])
+    assert (gen["generation_id"], gen["leader"], gen["protocol"]) == (
+        want["generation"], want["leader"], want["protocol"])
     assert {m["member_id"]: m["client_id"] for m in g["members"]} == want["members"]
     (txn,) = doc["transactions"]
     want = t["transactions"][0]
@@ -309,7 +319,8 @@ def test_spark_rows_name_ids_from_topic_ids() -> None:
     ctx = row_context({tid: name})
 
     def fetch_topics(builder: RowBuilder) -> list[list[str]]:
-        s = Session([str(REP / "mixed_ids.pcap")], EngineOptions(ports=frozenset({t["broker"]["port"]})))
+        opts = EngineOptions(ports=frozenset({t["broker"]["port"]}))
+        s = Session([str(REP / "mixed_ids.pcap")], opts)
         rows = [(ex, builder.row(ex, "c")) for ex in s.exchanges()]  # every row, in capture order
         return [r["topics"] for ex, r in rows if ex.api_key == 1 and ex.api_version == 15]
 

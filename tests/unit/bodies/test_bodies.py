@@ -180,7 +180,8 @@ def test_batch_links_name_an_id_only_from_the_same_broker() -> None:
     def fetch(broker: str, topic: dict, base: int, crc: int) -> tuple[Exchange, dict]:
         ex = Exchange(ConnInfo(1, "c:1", broker), 1, 15, 1, "f", "ok", None, None)
         batch = {"base_offset": base, "crc": crc, "crc_ok": True}
-        return ex, {"responses": [{**topic, "partitions": [{"partition_index": 0, "records": {"batches": [batch]}}]}]}
+        part = {"partition_index": 0, "records": {"batches": [batch]}}
+        return ex, {"responses": [{**topic, "partitions": [part]}]}
 
     names = TopicNames()
     links = BatchLinks(names)

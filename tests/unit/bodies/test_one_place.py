@@ -80,7 +80,8 @@ def test_topic_id_names_are_learned_in_one_place() -> None:
                 if base is not None and _name(base) in ("topic_names", "topic_ids", "mapping"):
                     writes.append(f"{path}:{node.lineno}")
     assert len(writes) == 2, writes
-    assert sorted(w.split(":")[0] for w in writes) == ["dissectors/embedded.py", "kanalyze/bodies/names.py"]
+    files = sorted(w.split(":")[0] for w in writes)
+    assert files == ["dissectors/embedded.py", "kanalyze/bodies/names.py"]
     # and the list of responses that teach names is written once
     teaching = [
         path
