@@ -32,10 +32,16 @@ def port(text: str) -> int:
 def add_input_arguments(p: argparse.ArgumentParser, files_required: bool = True) -> None:
     p.add_argument("files", nargs="+" if files_required else "*", metavar="FILE", help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time")
     p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="treat TCP port P as a Kafka broker port (repeatable); Kafka is detected on any port anyway")
+    add_topic_ids_argument(p)
+    add_limit_arguments(p)
+
+
+def add_topic_ids_argument(p: argparse.ArgumentParser) -> None:
+    """--topic-ids FILE: names the run's topic-name registry starts with (every output uses
+    them: export's topic_name, the report, the TUI, Spark rows, metrics labels)."""
     p.add_argument("--topic-ids", type=topic_ids_file, default=None, metavar="FILE",
                    help="topic id -> name mapping (kafka-topics.sh --describe output or JSON "
                         "{id: name}) for topics the capture only shows by id")
-    add_limit_arguments(p)
 
 
 def topic_ids_file(path: str) -> dict[str, str]:

@@ -329,3 +329,23 @@ def test_spark_rows_name_ids_from_topic_ids() -> None:
     assert named.bodies.names.mapping is not ctx.topic_names  # its own registry
     plain = fetch_topics(RowBuilder([str(REP / "mixed_ids.pcap")]))
     assert plain[0] == [tid] and plain[-1] == [name]  # named later, by the batches
+
+
+def test_metrics_label_followers_by_id_with_the_topic_name() -> None:
+    """Prometheus labels use the one identity: follower 3's by-id fetches count under repl-c
+    from the first one on when --topic-ids names the id."""
+    from prometheus_client import CollectorRegistry
+
+    from kanalyze.export import ExchangeEncoder
+    from kanalyze.metrics import Metrics
+
+    t = truth("mixed_ids")
+    (tid, name), = t["topic_ids"].items()
+    metrics = Metrics(CollectorRegistry())
+    enc = ExchangeEncoder(DecodeContext(topic_names={tid: name}))
+    opts = EngineOptions(ports=frozenset({t["broker"]["port"]}))
+    for ex in Session([str(REP / "mixed_ids.pcap")], opts).exchanges():
+        metrics.observe(ex, enc.encode(ex))
+    labels = {tuple(sorted(s.labels.items())) for m in metrics.registry.collect()
+              if m.name == "kanalyze_follower_fetch_offset" for s in m.samples}
+    assert labels == {(("partition", "0"), ("replica", r), ("topic", name)) for r in ("2", "3")}
