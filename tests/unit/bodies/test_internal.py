@@ -149,3 +149,20 @@ def test_export_names_consumer_offsets_and_transaction_state() -> None:
     assert {p["topic"]: p["partition_ids"] for p in v["transaction_partitions"]} == want[
         "partitions"
     ]
+
+
+def test_random_bytes_never_crash_the_record_decoders() -> None:
+    """Damaged records give diagnostics, never an exception (the house rule on input)."""
+    import random
+
+    rng = random.Random(14)
+    ctx = DecodeContext()
+    for _ in range(2000):
+        head = bytes([1, rng.randrange(0, 30), rng.randrange(0, 4)])
+        rec = metadata_record(head + rng.randbytes(rng.randrange(0, 40)), ctx)
+        assert "type" in rec
+        kd = rng.randrange(0, 16).to_bytes(2, "big") + rng.randbytes(rng.randrange(0, 30))
+        key = internal_key("__consumer_offsets", kd, ctx)
+        vd = rng.randrange(0, 5).to_bytes(2, "big") + rng.randbytes(rng.randrange(0, 40))
+        internal_value(key, vd, ctx)
+    assert metadata_record(b"\x81", ctx)["type"] is None  # a cut varint
