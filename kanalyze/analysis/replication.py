@@ -216,8 +216,10 @@ def _stats(values: list[float]) -> dict[str, object]:
 # metadata-log records about brokers -> what happened to the broker
 BROKER_RECORDS = {"RegisterBrokerRecord": "registered", "FenceBrokerRecord": "fenced",
                   "UnfenceBrokerRecord": "unfenced", "UnregisterBrokerRecord": "unregistered"}
-# events held back at most while waiting for a topic id's name (then they go on as the id)
+# events held back at most while waiting for a topic id's name (then they go on as the id),
+# and at most this many wire bytes of them (their decoded bodies are held too)
 HOLD_CAP = 20_000
+HOLD_BYTES = 16 << 20
 # the lists of topics (by api body) whose items may name a topic only by id
 _TOPIC_LISTS: tuple[str, ...] = ("topic_data", "responses", "topics")
 _NAME_KEYS = ("topic_name", "name", "topic")
@@ -234,6 +236,7 @@ class ReplicationAnalyzer:
         self.parts: dict[tuple[str, int], PartitionState] = {}
         self.names = names if names is not None else TopicNames()
         self.held: list[Event] = []
+        self.held_bytes = 0
         self.waiting: set[str] = set()  # unnamed ids the held events wait for
         self.given_up: set[str] = set()  # ids that went on unnamed (HOLD_CAP reached)
         self.known = 0  # registry size when the id-labelled partitions were last merged
@@ -257,9 +260,11 @@ class ReplicationAnalyzer:
         unnamed = self._unnamed(ev)
         if unnamed or self.held:
             self.held.append(ev)
+            msg = ev.ex.request if ev.is_request else ev.ex.response
+            self.held_bytes += msg.pdu.size if msg is not None else 0
             self.waiting |= unnamed
             self.waiting = {t for t in self.waiting if t not in self.names}
-            if not self.waiting or len(self.held) > HOLD_CAP:
+            if not self.waiting or len(self.held) > HOLD_CAP or self.held_bytes > HOLD_BYTES:
                 self.given_up |= self.waiting
                 self.flush()
             return
@@ -272,7 +277,7 @@ class ReplicationAnalyzer:
 
     def flush(self) -> None:
         """Handle the held events (in wire order) with what the registry knows now."""
-        held, self.held, self.waiting = self.held, [], set()
+        held, self.held, self.waiting, self.held_bytes = self.held, [], set(), 0
         for ev in held:
             self._dispatch(ev)
 
