@@ -3,6 +3,8 @@ ordering, bounded collections."""
 
 from __future__ import annotations
 
+import pytest
+
 from kanalyze.analysis.consumers import _markers, aborted_batch
 from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
@@ -243,20 +245,23 @@ def test_an_id_nobody_names_is_one_partition_with_one_hint() -> None:
     assert len(hints) == 1 and "--topic-ids" in hints[0]["message"] and hints[0]["topic_id"] == tid
 
 
-def test_an_id_named_after_the_hold_cap_merges_into_the_name() -> None:
-    """Past HOLD_CAP the held events go on under the id; a name learned later merges them."""
+@pytest.mark.parametrize("bound", ["HOLD_CAP", "HOLD_BYTES"])
+def test_an_id_named_after_the_hold_cap_merges_into_the_name(bound: str) -> None:
+    """Past HOLD_CAP events (or HOLD_BYTES of frames) the held events go on under the id; a
+    name learned later merges them."""
     import kanalyze.analysis.replication as rep
     from kanalyze.bodies import TopicNames
 
     names = TopicNames()
     ra = rep.ReplicationAnalyzer(Findings(), names=names)
     tid = "11111111-2222-3333-4444-555555555555"
-    old, rep.HOLD_CAP = rep.HOLD_CAP, 1
+    old = getattr(rep, bound)
+    setattr(rep, bound, 1 if bound == "HOLD_CAP" else -1)
     try:
         for ev in exchange(1, *_by_id_fetch(tid, 0, 0, []), 1):
             ra.feed(ev)
     finally:
-        rep.HOLD_CAP = old
+        setattr(rep, bound, old)
     assert list(ra.parts) == [(tid, 0)]
     parts = [{"partition": 0, "fetch_offset": 0}]
     name_fetch = {"replica_id": 2, "topics": [{"topic": "t", "partitions": parts}]}
