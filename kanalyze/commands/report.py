@@ -45,8 +45,8 @@ def build(session: Session, timeline_cap: int = 5000, stall_ms: float = 10_000.0
 
 def run(args: argparse.Namespace) -> int:
     base = Session(args.files, engine_options(args), progress=for_command(False))
-    session = selected_session(args, base)
     ctx = DecodeContext(topic_names=topic_names_of(args))
+    session = selected_session(args, base, ctx)  # filters name topics with --topic-ids too
     if args.json:
         doc = build(session, args.timeline_cap, args.stall_ms, ctx)
         json.dump(doc, sys.stdout, indent=1)

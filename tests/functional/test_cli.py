@@ -207,6 +207,10 @@ def test_topic_ids_file_names_fetches_by_id(tmp_path):
     r = kanalyze("report", "--json", "--topic-ids", str(describe), str(cap))
     parts = json.loads(r.stdout)["replication"]
     assert [(p["topic"], p["topic_id"]) for p in parts] == [(name, tid)]
+    # a filter on the name selects the by-id fetches too, from the first one on
+    fetches = f'topic == "{name}" && api == "Fetch"'
+    r = kanalyze("report", "--json", "--topic-ids", str(describe), "-Y", fetches, str(cap))
+    assert json.loads(r.stdout)["stats"]["exchanges"] == 16
     bad = tmp_path / "bad.json"
     bad.write_text('{"repl-c": "not-an-id"}')
     r = kanalyze("report", "--topic-ids", str(bad), str(cap))
