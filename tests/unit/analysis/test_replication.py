@@ -349,3 +349,32 @@ def test_metrics_label_followers_by_id_with_the_topic_name() -> None:
     labels = {tuple(sorted(s.labels.items())) for m in metrics.registry.collect()
               if m.name == "kanalyze_follower_fetch_offset" for s in m.samples}
     assert labels == {(("partition", "0"), ("replica", r), ("topic", name)) for r in ("2", "3")}
+
+
+def test_metadata_log_broker_records_and_topic_deletion_are_findings() -> None:
+    """Registration, fencing and topic deletion in the log, each once however often fetched."""
+    from kanalyze.analysis.events import Event
+    from kanalyze.analysis.findings import Findings
+    from kanalyze.analysis.replication import ReplicationAnalyzer
+    from kanalyze.bodies import Bodies
+    from kanalyze.correlation import ConnInfo, Exchange, Message
+    from kanalyze.framing import Pdu
+
+    def rec(offset: int, kind: str, **fields: object) -> dict:
+        return {"offset": offset, "metadata_record": {"type": kind, "fields": fields}}
+
+    records = [rec(0, "RegisterBrokerRecord", broker_id=2, broker_epoch=7),
+               rec(1, "FenceBrokerRecord", id=2, epoch=7),
+               rec(2, "RemoveTopicRecord", topic_id="7a3c9e21-54b8-4f0d-8e6a-1c2d3e4f5a6b")]
+    rsp = {"responses": [{"topic": "__cluster_metadata", "partitions": [
+        {"partition_index": 0, "error_code": 0, "records": {"batches": [
+            {"base_offset": 0, "last_offset_delta": 2, "records": records}]}}]}]}
+    f = Findings()
+    ra = ReplicationAnalyzer(f)
+    for frame in (1, 3):  # two brokers fetch the same log
+        m = Message(Pdu(b"", 0, 0, frame, frame, frame, frame), {}, 0)
+        ex = Exchange(ConnInfo(frame, "a:1", "b:2"), 1, 12, frame, "c", "ok", None, m)
+        ra.feed(Event(False, Bodies.given(ex, None, None, rsp), frame, frame))  # type: ignore[arg-type]
+    ra.finish()
+    got = [(x["kind"], x.get("broker"), x.get("broker_epoch")) for x in f.to_json()]
+    assert got == [("broker_registered", 2, 7), ("broker_fenced", 2, 7), ("topic_deleted", None, None)]
