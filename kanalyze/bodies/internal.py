@@ -13,6 +13,7 @@ controller's log) and, where it replicates them, of `__consumer_offsets` and
 
 A record's decoded form goes beside its raw key/value: `metadata_record` for the log,
 `key_decoded`/`value_decoded` for the internal topics, each {type, version, fields[, diagnostics]}.
+With a decoder that learns from data (the analysis: `BodyDecoder(learn_from_data=True)`),
 TopicRecords teach the run's topic names (`TopicNames.learn`, origin `metadata_log`) as they are
 decoded, in capture order. Values cut by --max-value-bytes are left as they are.
 """
@@ -95,10 +96,11 @@ def internal_value(key: dict | None, data: bytes, ctx: DecodeContext) -> dict | 
 class InternalRecords:
     """Decodes the internal-topic records of Produce requests and Fetch responses in place."""
 
-    __slots__ = ("names",)
+    __slots__ = ("learn", "names")
 
-    def __init__(self, names: TopicNames) -> None:
+    def __init__(self, names: TopicNames, learn: bool = True) -> None:
         self.names = names
+        self.learn = learn  # TopicRecords teach the registry
 
     def topic(self, t: dict) -> str | None:
         """The internal topic a body's topic entry names, else None."""
@@ -134,7 +136,7 @@ class InternalRecords:
             rec = metadata_record(data, ctx)
             r["metadata_record"] = rec
             fields = rec.get("fields")
-            if rec.get("type") == "TopicRecord" and isinstance(fields, dict):
+            if self.learn and rec.get("type") == "TopicRecord" and isinstance(fields, dict):
                 tid, name = fields.get("topic_id"), fields.get("name")
                 if isinstance(tid, str) and isinstance(name, str):
                     self.names.learn(tid, name, "metadata_log")
