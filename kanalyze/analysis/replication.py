@@ -618,13 +618,13 @@ class ReplicationAnalyzer:
     def to_json(self) -> list[dict[str, object]]:
         self.flush()
         ids = {name: tid for tid, name in self.names.items()}
-        out = []
+        out: list[dict[str, object]] = []
         for (topic, partition), st in sorted(self.parts.items()):
             if not st.entries:
                 continue
             tl = list(st.timeline)
             final = {k: v for k, v in tl[-1].items() if k not in ("event", "replica")} if tl else None
-            named = {"topic_id": ids[topic]} if topic in ids else {}
+            named: dict[str, object] = {"topic_id": ids[topic]} if topic in ids else {}
             if topic in self.given_up:
                 named = {"topic_id": topic, "topic_unresolved": True}
             out.append({

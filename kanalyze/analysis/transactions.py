@@ -298,7 +298,8 @@ class TransactionAnalyzer:
                     continue
                 t = self.logged[(tid, pid)] = Txn(tid, pid, v.get("producer_epoch"))
                 t.source, t.first_ts = "transaction_log", ev.ts_s
-            state = LOG_STATES.get(v.get("transaction_status"), str(v.get("transaction_status")))
+            status = v.get("transaction_status")
+            state = LOG_STATES.get(status, str(status)) if isinstance(status, int) else str(status)
             if not t.states or t.states[-1] != state:
                 t.states.append(state)
             t.state, t.producer_epoch = state, v.get("producer_epoch", t.producer_epoch)
