@@ -22,10 +22,12 @@ def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, tim
             stall_ms: float = 10_000.0) -> dict[str, object]:
     """Run all analyzers over `exchanges` and return the report document (docs/report.schema.json)."""
     findings = Findings()
-    replication = ReplicationAnalyzer(findings, cap=timeline_cap, stall_ms=stall_ms)
+    decoder = analysis_decoder(ctx)
+    replication = ReplicationAnalyzer(findings, cap=timeline_cap, stall_ms=stall_ms,
+                                      names=decoder.names)
 
     def hw_of(topic: str, partition: int) -> int | None:
-        st = replication.parts.get((topic, partition))
+        st = replication.parts.get((replication.label(topic), partition))
         return None if st is None else st.hw
 
     producers = ProducerAnalyzer(findings)
@@ -35,12 +37,13 @@ def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, tim
     stats = StatsAnalyzer()
     analyzers = (stats, replication, producers, transactions, consumers, groups)
     first_ts = last_ts = None
-    for ev in ordered_events(exchanges, analysis_decoder(ctx)):
+    for ev in ordered_events(exchanges, decoder):
         if first_ts is None:
             first_ts = ev.ts_s
         last_ts = ev.ts_s
         for a in analyzers:
             a.feed(ev)
+    replication.finish()
     return {
         "schema": REPORT_SCHEMA,
         "time": {"first": first_ts, "last": last_ts},

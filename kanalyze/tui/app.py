@@ -88,6 +88,8 @@ class KanalyzeApp(App):
         self.paths = list(paths)
         self.opts = opts or EngineOptions()
         self.store = ExchangeStore(ctx)
+        # the user's --topic-ids, for the analysis's own registry (the store's learns as it decodes)
+        self.topic_ids = dict(ctx.topic_names) if ctx is not None else {}
         self.source = source
         self.source_label = source_label or (", ".join(os.path.basename(p) for p in self.paths) or "live")
         self._initial_theme = theme
@@ -227,7 +229,7 @@ class KanalyzeApp(App):
                 yield ex
 
         try:
-            report = analyze_exchanges(counted())
+            report = analyze_exchanges(counted(), self.topic_ids)
         except SpillClosed:  # the app is exiting
             return
         if worker.is_cancelled:
