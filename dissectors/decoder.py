@@ -35,7 +35,7 @@ from dissectors.primitives import (
     short,
     uuid_str,
 )
-from dissectors.secrets import SECRET_FIELDS, SecretBytes
+from dissectors.secrets import SECRET_BODIES, SECRET_FIELDS, SecretBytes, withhold
 
 Reader = Callable[..., int]
 Range = tuple[int, int | None] | None
@@ -543,23 +543,32 @@ def decode_body(
         if reader is None:
             if schemas.API_MODULES.get(api_key) is None:
                 return _raw("body", mv, offset, end, Code.UNKNOWN_API, f"unknown API key {api_key}")
-            return _raw(
+            return _guard(_raw(
                 "body",
                 mv,
                 offset,
                 end,
                 Code.UNSUPPORTED_VERSION,
                 f"API key {api_key} version {api_version} is outside the known versions",
-            )
+            ), api_key, is_request)
         node = _walk(reader, mv, offset, end, ctx)
         hook = _hooks().get((api_key, is_request))
         if hook is not None:
             hook(node, api_version, mv, ctx)
-        return node
+        return _guard(node, api_key, is_request)
     except Exception as exc:  # noqa: BLE001 -- the one exception boundary per body
         if ctx.strict:
             raise
-        return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {exc!r}")
+        # the type only: an exception's text may quote the bytes (a credential)
+        node = _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
+        return _guard(node, api_key, is_request)
+
+
+def _guard(node: Node, api_key: int, is_request: bool) -> Node:
+    """A damaged body that carries credentials shows none of its bytes (secrets.withhold)."""
+    if (api_key, is_request) in SECRET_BODIES:
+        withhold(node)
+    return node
 
 
 def decode_message(
@@ -576,7 +585,7 @@ def decode_message(
     except Exception as exc:  # noqa: BLE001 -- the one exception boundary per structure
         if ctx.strict:
             raise
-        return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {exc!r}")
+        return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
 
 
 @lru_cache(maxsize=1)

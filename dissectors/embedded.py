@@ -195,7 +195,17 @@ _SCRAM_NAMES = {
     "e": "Error",
     "m": "Reserved",
 }
-_SCRAM_SECRET = frozenset({"p", "v"})
+# SCRAM attributes shown in clear; the proof (p), the server signature (v) and anything else
+# (an unknown or damaged key may hold either) are secret
+_SCRAM_PUBLIC = frozenset({"a", "n", "r", "c", "s", "i", "e", "m"})
+_OAUTH_PUBLIC = frozenset({b"host", b"port"})  # RFC 7628; `auth` and extensions are secret
+# a public value holding one of these was merged with a secret attribute by damage (a flipped
+# separator: "r=<nonce>-p=<proof>")
+_SECRET_MARKERS = re.compile(r"(?:p|v|auth)=")
+
+
+def _public(text: str) -> str:
+    return SecretStr(text) if _SECRET_MARKERS.search(text) else text
 _SCRAM_START = re.compile(rb"^(?:[ny],|p=[^,]*,|c=|r=|v=|e=)")
 
 
@@ -229,7 +239,7 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
             key, _, val = kv.partition(b"=")
             text = val.decode()
             nodes.append(
-                Node(key.decode(), PRIM, off, len(kv), SecretStr(text) if key == b"auth" else text)
+                Node(key.decode(), PRIM, off, len(kv), _public(text) if key in _OAUTH_PUBLIC else SecretStr(text))
             )
         return "OAUTHBEARER", nodes
     if _SCRAM_START.match(raw) and b"\0" not in raw:
@@ -238,26 +248,28 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
         if raw.startswith((b"n,", b"y,", b"p=")):  # gs2 header: flag, authzid, then the message
             flag_off, flag = parts[0]
             az_off, az = parts[1] if len(parts) > 1 else (flag_off + len(flag), b"")
+            gs2 = (flag + b"," + az).decode()
             nodes.append(
                 Node(
                     "Gs2Header",
                     PRIM,
                     flag_off,
                     az_off + len(az) - flag_off,
-                    (flag + b"," + az).decode(),
+                    # "p=<cb name>" is rare; a damaged client-final message may start with p=<proof>
+                    SecretStr(gs2) if flag.startswith(b"p=") else gs2,
                 )
             )
             parts = parts[2:]
         for off, kv in parts:
             key, eq, val = kv.partition(b"=")
             if not eq:
-                nodes.append(Node("_unparsed", PRIM, off, len(kv), kv.decode()))
+                nodes.append(Node("_unparsed", PRIM, off, len(kv), SecretStr(kv.decode())))
                 continue
             k = key.decode()
             text = val.decode()
             name = _SCRAM_NAMES.get(k, k)
             nodes.append(
-                Node(name, PRIM, off, len(kv), SecretStr(text) if k in _SCRAM_SECRET else text)
+                Node(name, PRIM, off, len(kv), _public(text) if k in _SCRAM_PUBLIC else SecretStr(text))
             )
         return "SCRAM", nodes
     return None

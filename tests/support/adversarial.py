@@ -68,8 +68,24 @@ def produce_partial_second_batch() -> bytes:
     return capture([(True, req), (False, resp)])
 
 
+# ---- (2) the leak: SaslAuthenticate v0 whose auth_bytes length is too short ----
+PLAIN_SECRET = b"hunter2-correct-horse"
+
+
+def sasl_plain_short_length() -> bytes:
+    """PLAIN "\\0alice\\0<password>" with auth_bytes length 6: the password is left over as
+    trailing bytes (it used to appear as `_trailing.b64`)."""
+    token = b"\0alice\0" + PLAIN_SECRET
+    hs = P.request_frame(17, 1, 1, "sasl", string("PLAIN"))
+    hs_resp = P.response_frame(1, struct.pack(">h", 0) + struct.pack(">i", 1) + string("PLAIN"))
+    req = P.request_frame(36, 0, 2, "sasl", struct.pack(">i", 6) + token)
+    resp = P.response_frame(2, struct.pack(">hh", 0, -1) + struct.pack(">i", 0))
+    return capture([(True, hs), (False, hs_resp), (True, req), (False, resp)])
+
+
 COMMITTED = {
     "produce_partial_second_batch.pcap": produce_partial_second_batch,
+    "sasl_plain_short_length.pcap": sasl_plain_short_length,
 }
 
 
