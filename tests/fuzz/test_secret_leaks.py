@@ -127,9 +127,8 @@ def damage(frame: bytes, ops: list[tuple[int, int, int]], keep: tuple[int, int] 
                 n = int.from_bytes(b[i:i + width], "big", signed=True) + (val % 9) - 4
                 with contextlib.suppress(OverflowError):
                     b[i:i + width] = n.to_bytes(width, "big", signed=True)
-        elif kind == 6:  # fix the frame's length prefix to what is left
-            if len(b) >= 4:
-                struct.pack_into(">i", b, 0, len(b) - 4)
+        elif kind == 6 and len(b) >= 4:  # fix the frame's length prefix to what is left
+            struct.pack_into(">i", b, 0, len(b) - 4)
     return bytes(b)
 
 
