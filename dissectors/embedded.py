@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from dissectors import decoder, quirks
 from dissectors.context import DecodeContext
-from dissectors.diagnostics import Code
+from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import ARRAY, PRIM, STRUCT, Node
 from dissectors.primitives import INT16
 from dissectors.secrets import SecretBytes, SecretStr
@@ -69,29 +69,34 @@ def _max_version(name: str) -> int:
 def embed_versioned(
     node: Node, message: str, buf: bytes | memoryview, ctx: DecodeContext, require_clean: bool
 ) -> bool:
-    """Replace a bytes node by `message` decoded from it (int16 version first). With
-    `require_clean`, only when the bytes decode without any diagnostic."""
+    """Replace a bytes node by `message` decoded from it (int16 version first), only when the
+    version is one the schema knows and the bytes decode without any diagnostic: never a partial
+    decode that looks valid. Otherwise the bytes stay as they are, with a diagnostic saying why --
+    unless `require_clean` (the bytes may not be this structure at all: no complaint)."""
     value = node.value
-    if not isinstance(value, bytes) or len(value) < 2:
+    if not isinstance(value, bytes) or not value:
         return False
     start, end = _data_span(node)
+
+    def keep_raw(code: Code, why: str) -> bool:
+        if not require_clean:
+            node.diagnostics.append(Diagnostic(code, start, f"{message} {why}: kept as bytes"))
+        return False
+
+    if len(value) < 2:
+        return keep_raw(Code.TRUNCATED, "shorter than its int16 version")
     version = INT16.unpack_from(buf, start)[0]
-    if version < 0:
-        return False
-    newer = version > _max_version(message)
-    sub = decoder.decode_message(
-        message, min(version, _max_version(message)), buf, start + 2, end, ctx
-    )
-    if sub.kind != STRUCT:
-        return False
-    if newer:  # a newer version only appends fields: keep them raw, no complaint
-        sub.diagnostics = [d for d in sub.diagnostics if d.code != Code.TRAILING_BYTES]
-    if require_clean and any(n.diagnostics for n in sub.walk()):
-        return False
+    if not 0 <= version <= _max_version(message):
+        return keep_raw(Code.UNSUPPORTED_VERSION, f"version {version} is not one the schema knows")
+    sub = decoder.decode_message(message, version, buf, start + 2, end, ctx)
+    problems = [d for n in sub.walk() for d in n.diagnostics]
+    if sub.kind != STRUCT or problems:
+        first = problems[0] if problems else None
+        return keep_raw(first.code if first else Code.BAD_LENGTH,
+                        f"v{version} does not decode ({first.message if first else 'not a structure'})")
     node.kind = STRUCT
     node.value = None
     node.children = [Node("Version", PRIM, start, 2, version), *sub.children]
-    node.diagnostics.extend(sub.diagnostics)
     return True
 
 
