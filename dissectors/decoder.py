@@ -23,7 +23,7 @@ from functools import cache, lru_cache
 from types import ModuleType
 
 from dissectors import quirks, schemas
-from dissectors.context import DecodeContext
+from dissectors.context import TAG_COST, DecodeContext
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import ARRAY, PRIM, RAW, STRUCT, Node
 from dissectors.primitives import (
@@ -347,6 +347,11 @@ def _read_tagged(buf, pos, end, ctx, children, tagged, node):
         last = tag
         entry = tagged.get(tag)
         if entry is None:
+            if ctx.budget is not None:  # an unknown tag costs ~1 KB from 2 wire bytes
+                if ctx.budget < TAG_COST:
+                    raise DecodeError(Code.DECODE_BUDGET, tag_at, "decode budget of this frame spent "
+                                      "(unknown tagged fields): the rest is kept raw")
+                ctx.budget -= TAG_COST
             raw = Node(f"_tag_{tag}", RAW, pos, size, bytes(buf[pos:fend]))
             raw.diagnostics.append(
                 Diagnostic(Code.UNKNOWN_TAG, tag_at, f"unknown tag {tag}, {size} bytes kept")
@@ -505,8 +510,13 @@ def _walk(reader: Reader, mv: memoryview, offset: int, end: int, ctx: DecodeCont
     out: list[Node] = []
     try:
         pos = reader(mv, offset, end, ctx, out, "body")
-    except DecodeError:
-        return out[0]
+    except DecodeError as err:
+        node = out[0]
+        if err.code is Code.DECODE_BUDGET:  # the rest of the frame stays raw
+            node.children.append(Node("_undecoded", RAW, err.offset, end - err.offset,
+                                      bytes(mv[err.offset:end])))
+            node.length = end - offset
+        return node
     node = out[0]
     if pos < end:
         node.diagnostics.append(
@@ -536,6 +546,7 @@ def decode_body(
     Never raises on bad bytes; an unknown api or version keeps the body raw with a
     diagnostic; an internal bug becomes INTERNAL_ERROR (re-raised if ctx.strict)."""
     mv, end = _view(buf, end)
+    own_budget = ctx.start_budget(end - offset)
     try:
         if not is_request:
             api_version = quirks.response_body_version(api_key, api_version, mv, offset, end)
@@ -562,6 +573,9 @@ def decode_body(
         # the type only: an exception's text may quote the bytes (a credential)
         node = _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
         return _guard(node, api_key, is_request)
+    finally:
+        if own_budget:
+            ctx.end_budget()
 
 
 def _guard(node: Node, api_key: int, is_request: bool) -> Node:

@@ -337,6 +337,7 @@ def decode_body_json(
     mark = len(walk.diagnostics)
     odd = walk.odd_float
     nbuf = len(ctx.buffers)
+    own_budget = ctx.start_budget(end - offset)
     try:
         mv = buf if isinstance(buf, memoryview) else memoryview(buf)
         end = min(end, len(mv))
@@ -351,6 +352,9 @@ def decode_body_json(
                 return value
     except Exception:  # noqa: BLE001 -- whatever it is, the reference path decides
         pass
+    finally:
+        if own_budget:
+            ctx.end_budget()
     del walk.diagnostics[mark:]
     walk.odd_float = odd
     del ctx.buffers[nbuf:]
