@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dissectors.context import DecodeContext
 from kanalyze.analysis.consumers import ConsumerAnalyzer
-from kanalyze.analysis.events import BodyDecoder, Event, ordered_events
+from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.groups import GroupAnalyzer
 from kanalyze.analysis.producers import ProducerAnalyzer
@@ -49,9 +49,8 @@ def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, tim
     stats = StatsAnalyzer()
     analyzers = (stats, replication, producers, transactions, consumers, groups)
     first_ts = last_ts = None
-    ctx = ctx or DecodeContext()
-    strict = ctx.strict  # tests: re-raise, as the dissectors do
-    for ev in ordered_events(exchanges, BodyDecoder(ctx)):
+    strict = bool(ctx and ctx.strict)  # tests: re-raise, as the dissectors do
+    for ev in ordered_events(exchanges, analysis_decoder(ctx)):
         if first_ts is None:
             first_ts = ev.ts_s
         last_ts = ev.ts_s

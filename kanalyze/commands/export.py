@@ -12,7 +12,7 @@ from kanalyze.commands.common import (
     engine_options,
     report_capture_problems,
 )
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.session import Session
 
 

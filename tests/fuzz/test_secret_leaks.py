@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kanalyze.cli import main as cli_main
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.bodies import BodyDecoder
 from kanalyze.session import Session
 from kanalyze.tui.widgets.decode_tree import hex_buffer
 from tests.support import adversarial as A
@@ -150,12 +150,12 @@ def outputs(path: Path, show: bool = False) -> str:
 
 
 def hex_panes(path: Path) -> bytes:
-    enc = ExchangeEncoder()
+    dec = BodyDecoder()
     out = []
     for ex in Session([str(path)]).exchanges():
         for msg, is_req in ((ex.request, True), (ex.response, False)):
             if msg is not None:
-                node, _ = enc.body(ex, msg, is_req)
+                node, _ = dec.node(ex, msg, is_req)
                 out.append(hex_buffer(ex, msg, is_req, node))
     return b"\n".join(out)
 
