@@ -278,33 +278,36 @@ def campaign(args: argparse.Namespace) -> int:
     findings: list[tuple[str, str, list[str], list]] = []
     stats = {"cases": 0, "seconds": 0.0, "max_case_s": 0.0, "rss_mb": 0, "worker_deaths": 0}
     t_start = time.monotonic()
-    chunks = [todo[i::args.jobs] for i in range(args.jobs)]
-    procs: list[tuple[subprocess.Popen, list[int], dict]] = []
+    # batches of cases, `jobs` workers at a time: a few MB of mutated captures on disk at once
+    batches = [todo[i:i + 200] for i in range(0, len(todo), 200)]
+    procs: list[tuple[subprocess.Popen, list[int], dict, Path]] = []
+    serial = iter(range(1 << 30))
 
     def start(chunk: list[int]) -> None:
+        """A worker for `chunk`: cases in a file on its stdin, results to a file (no pipes to
+        fill: the parent only polls)."""
         if not chunk:
             return
-        p = subprocess.Popen([sys.executable, __file__, "--worker", "--rss-mb", str(args.rss_mb),
-                              "--timeout", str(args.timeout)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
         meta: dict[int, tuple[str, str, list[str]]] = {}
-        for n in chunk:
-            name, data, done = build_case(caps, seed, n)
-            path = tmp / f"{n}.pcap"
-            path.write_bytes(data)
-            meta[n] = (name, str(path), done)
-        for n in chunk:
-            p.stdin.write(json.dumps({"id": n, "path": meta[n][1],
-                                      "secrets": meta[n][0] == "sasl_secrets.pcap"}) + "\n")
-        p.stdin.close()
-        procs.append((p, chunk, meta))
+        k = next(serial)
+        cases, results = tmp / f"w{k}.in", tmp / f"w{k}.out"
+        with cases.open("w") as f:
+            for n in chunk:
+                name, data, done = build_case(caps, seed, n)
+                path = tmp / f"{n}.pcap"
+                path.write_bytes(data)
+                meta[n] = (name, str(path), done)
+                f.write(json.dumps({"id": n, "path": str(path), "secrets": name == "sasl_secrets.pcap"}) + "\n")
+        with cases.open() as fin, results.open("w") as fout:
+            p = subprocess.Popen([sys.executable, __file__, "--worker", "--rss-mb", str(args.rss_mb),
+                                  "--timeout", str(args.timeout)], stdin=fin, stdout=fout,
+                                 stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+        cases.unlink()
+        procs.append((p, chunk, meta, results))
 
-    for c in chunks:
-        start(c)
-    while procs:
-        p, chunk, meta = procs.pop(0)
+    def collect(p: subprocess.Popen, chunk: list[int], meta: dict, results: Path) -> None:
         seen: set[int] = set()
-        for line in p.stdout:
+        for line in results.read_text().splitlines():
             r = json.loads(line)
             n = r["id"]
             seen.add(n)
@@ -322,7 +325,7 @@ def campaign(args: argparse.Namespace) -> int:
                 shutil.move(path, keep / f"{seed}-{n}-{name}")
             else:
                 Path(path).unlink(missing_ok=True)
-        p.wait()
+        results.unlink()
         rest = [n for n in chunk if n not in seen]
         if rest:  # the worker died on rest[0] (killed: memory or a crash in C)
             stats["worker_deaths"] += 1
@@ -339,9 +342,17 @@ def campaign(args: argparse.Namespace) -> int:
                 with contextlib.suppress(OSError):
                     Path(meta[m][1]).unlink()
             start(rest[1:])
-        if args.progress:
-            sys.stderr.write(f"{stats['cases']} cases, {len(findings)} failing, "
-                             f"{time.monotonic() - t_start:.0f} s\n")
+
+    while batches or procs:
+        while batches and len(procs) < args.jobs:
+            start(batches.pop(0))
+        time.sleep(0.2)
+        for entry in [e for e in procs if e[0].poll() is not None]:
+            procs.remove(entry)
+            collect(*entry)
+            if args.progress:
+                sys.stderr.write(f"{stats['cases']} cases, {len(findings)} failing, "
+                                 f"{time.monotonic() - t_start:.0f} s\n")
     with contextlib.suppress(OSError):
         tmp.rmdir()
     wall = time.monotonic() - t_start
