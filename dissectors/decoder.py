@@ -27,7 +27,7 @@ from dissectors.plan import (
 from dissectors.primitives import DecodeError
 from dissectors.readers import Reader, struct_reader
 from dissectors.registry import BODY_HOOKS
-from dissectors.secrets import SECRET_BODIES, withhold
+from dissectors.secrets import SECRET_BODIES, SecretBytes, withhold
 
 __all__ = [
     "api_definition",
@@ -57,8 +57,15 @@ def message_reader(name: str, version: int) -> Reader | None:
 # ------------------------------------------------------------------ entry points
 
 
+def _unattributed(buf, start: int, end: int) -> SecretBytes:
+    """Bytes no field accounts for (trailing bytes, a raw fallback, the rest after the decode
+    budget): a damaged length may have pulled the next frames in -- a SASL token, a delegation
+    token -- so they are redacted like a secret unless --show-secrets (docs/limits.md)."""
+    return SecretBytes(buf[start:end])
+
+
 def _raw(name: str, buf, offset: int, end: int, code: Code, message: str) -> Node:
-    node = Node(name, RAW, offset, max(end - offset, 0), bytes(buf[offset:end]))
+    node = Node(name, RAW, offset, max(end - offset, 0), _unattributed(buf, offset, end))
     node.diagnostics.append(Diagnostic(code, offset, message))
     return node
 
@@ -71,7 +78,7 @@ def _walk(reader: Reader, mv: memoryview, offset: int, end: int, ctx: DecodeCont
         node = out[0]
         if err.code is Code.DECODE_BUDGET:  # the rest of the frame stays raw
             node.children.append(Node("_undecoded", RAW, err.offset, end - err.offset,
-                                      bytes(mv[err.offset:end])))
+                                      _unattributed(mv, err.offset, end)))
             node.length = end - offset
         return node
     node = out[0]
@@ -79,7 +86,7 @@ def _walk(reader: Reader, mv: memoryview, offset: int, end: int, ctx: DecodeCont
         node.diagnostics.append(
             Diagnostic(Code.TRAILING_BYTES, pos, f"{end - pos} bytes after the body")
         )
-        node.children.append(Node("_trailing", RAW, pos, end - pos, bytes(mv[pos:end])))
+        node.children.append(Node("_trailing", RAW, pos, end - pos, _unattributed(mv, pos, end)))
         node.length = end - offset
     return node
 

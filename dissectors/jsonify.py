@@ -200,6 +200,8 @@ def _json(node: Node, ctx: DecodeContext, walk: JsonWalk | None) -> object:
     if kind == RAW:
         value = node.value
         if isinstance(value, bytes | bytearray | memoryview):
+            if is_secret(value) and not ctx.show_secrets:  # an object, like {"b64": ...}: a raw
+                return {"redacted": redacted(value)}  # body stays an object (exchange schema)
             return _prim(value if is_secret(value) else bytes(value), ctx)
         if walk is not None and not (value is None or type(value) in _PLAIN):
             walk.odd_float = True  # unknown content: let the caller use the reference encoder
