@@ -207,3 +207,15 @@ def test_damaged_frames_never_leak(name: str, which: int, ops: list[tuple[int, i
         path = Path(d) / "c.pcap"
         path.write_bytes(capture_of(frames))
         assert_no_leak(path, secret)
+
+
+def test_a_damaged_length_pulling_the_next_token_in(tmp_path: Path) -> None:
+    """Found by the mutation campaign: a SaslHandshake request whose length grew by the size of
+    the SaslAuthenticate request after it swallows it; its `_trailing` held the password."""
+    frames = _handshake(1, 1) + _auth(2, 0, b"\0alice\0" + SECRET)
+    hs = bytearray(frames[0][1])
+    struct.pack_into(">i", hs, 0, len(hs) - 4 + len(frames[2][1]))
+    path = tmp_path / "c.pcap"
+    path.write_bytes(capture_of([(True, bytes(hs)), frames[1], frames[2], frames[3]]))
+    assert_no_leak(path, SECRET)
+    assert any(f in outputs(path, show=True) for f in leak_forms(SECRET))  # it is in there
