@@ -77,8 +77,10 @@ def _walk(reader: Reader, mv: memoryview, offset: int, end: int, ctx: DecodeCont
     except DecodeError as err:
         node = out[0]
         if err.code is Code.DECODE_BUDGET:  # the rest of the frame stays raw
-            node.children.append(Node("_undecoded", RAW, err.offset, end - err.offset,
-                                      _unattributed(mv, err.offset, end)))
+            kids = node.children
+            assert kids is not None  # the body is a struct
+            kids.append(Node("_undecoded", RAW, err.offset, end - err.offset,
+                             _unattributed(mv, err.offset, end)))
             node.length = end - offset
         return node
     node = out[0]
@@ -86,7 +88,9 @@ def _walk(reader: Reader, mv: memoryview, offset: int, end: int, ctx: DecodeCont
         node.diagnostics.append(
             Diagnostic(Code.TRAILING_BYTES, pos, f"{end - pos} bytes after the body")
         )
-        node.children.append(Node("_trailing", RAW, pos, end - pos, _unattributed(mv, pos, end)))
+        kids = node.children
+        assert kids is not None  # the body is a struct
+        kids.append(Node("_trailing", RAW, pos, end - pos, _unattributed(mv, pos, end)))
         node.length = end - offset
     return node
 

@@ -10,8 +10,18 @@ import sys
 
 from kanalyze import __version__
 from kanalyze.capture import CaptureError
+from kanalyze.inputs import missing_input
 
-COMMANDS = ("export", "summary", "schemas", "report", "live", "tui", "spark")
+COMMANDS = (
+    "export", "summary", "schemas", "report", "stats", "metadata", "records",
+    "live", "tui", "spark",
+)
+
+EXAMPLES = """\
+examples:
+  kanalyze summary capture.pcap
+  kanalyze export capture.pcap -Y 'api == "Fetch" and latency > 100ms' -T fields -e time -e client_id -e latency
+"""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -19,6 +29,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kanalyze",
         description="Kafka wire-protocol analyzer: captures in, matched and decoded exchanges out.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"kanalyze {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -31,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
+    missing = missing_input(getattr(args, "files", None) or ())
+    if missing:
+        sys.stderr.write(f"kanalyze: error: {missing}\n")
+        return 2
     try:
         return int(args.run(args) or 0)
     except CaptureError as e:
