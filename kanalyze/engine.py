@@ -11,79 +11,23 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from dissectors import Code
 from kanalyze.capture import Packet
 from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
-from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, decode_segment, format_endpoint
-from kanalyze.framing import Framer, Pdu, plausible_request
-from kanalyze.reassembly import HalfStream, ReassemblyLimits
+from kanalyze.engine_types import DirectionTotals, EngineOptions, EngineStats
+from kanalyze.flows import ACK, FIN, RST, SYN, Segment, decode_segment, format_endpoint
+from kanalyze.framing import Framer, Pdu, StreamEvent
+from kanalyze.headers import plausible_request
+from kanalyze.reassembly import MASK as SEQ_MASK
+from kanalyze.reassembly import HalfStream
+
+__all__ = ["DirectionTotals", "Engine", "EngineOptions", "EngineStats"]
 
 WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})
-DETECTION_BUDGET = 64 * 1024  # client bytes searched for a first request before a flow is judged not Kafka
-
-
-@dataclass(slots=True)
-class EngineOptions:
-    ports: frozenset[int] = frozenset()  # --port: these are broker ports, always Kafka
-    max_frame: int = 256 * 1024 * 1024
-    max_pending: int = 10_000
-    order_window_ns: int = 60 * 1_000_000_000
-    pending_timeout_ns: int | None = None  # live mode: give up on requests older than this
-    reassembly: ReassemblyLimits = field(default_factory=ReassemblyLimits)
-    # bytes held across all connections (partial frames, unsynced search bytes, out-of-order
-    # data); over it the connections holding the most are evicted down to 3/4 of it
-    max_buffered: int = 1024 * 1024 * 1024
-    # connections open at once; over it the least recently active 1/8 are closed
-    max_connections: int = 100_000
-
-
-@dataclass(slots=True)
-class DirectionTotals:
-    """Byte accounting for one side of the Kafka connections: stream = frames + skipped + gaps."""
-
-    stream: int = 0
-    frames: int = 0
-    skipped: int = 0
-    gaps: int = 0
-    gap_count: int = 0
-    retransmitted: int = 0
-    overlap_conflicts: int = 0
-    pdus: int = 0
-    limit_gaps: int = 0  # holes given up at a reassembly bound (also counted in gaps)
-
-    def add(self, half: HalfStream, framer: Framer) -> None:
-        self.stream += half.next
-        self.frames += framer.pdu_bytes
-        self.skipped += framer.skipped
-        self.gaps += half.gap_bytes
-        self.gap_count += half.gaps
-        self.retransmitted += half.retransmitted
-        self.overlap_conflicts += half.overlap_conflicts
-        self.pdus += framer.frames
-        self.limit_gaps += half.limit_gaps
-
-
-@dataclass(slots=True)
-class EngineStats:
-    flows: FlowStats = field(default_factory=FlowStats)
-    connections: int = 0
-    kafka_connections: int = 0
-    non_kafka_connections: int = 0
-    non_kafka_bytes: int = 0
-    empty_connections: int = 0  # no payload at all (refused, probes, idle)
-    stray_packets: int = 0  # payload-less segments of connections not open (e.g. the last ACK)
-    client: DirectionTotals = field(default_factory=DirectionTotals)
-    broker: DirectionTotals = field(default_factory=DirectionTotals)
-    # stream events worth showing: (connection id, side, code, stream offset, packet, message)
-    events: list[tuple[int, str, str, int, int, str]] = field(default_factory=list)
-    max_events: int = 10_000
-    events_dropped: int = 0
-    event_counts: dict[str, int] = field(default_factory=dict)  # every stream event by code, kept or dropped
-    limit_hits: dict[str, int] = field(default_factory=dict)  # engine-wide bounds hit: option name -> times
-    buffered: int = 0  # bytes buffered right now across connections
-    buffered_peak: int = 0
-    open_peak: int = 0  # most connections open at once
+FlowKey = tuple[bytes, int, bytes, int]  # (source address, port, destination address, port)
+# client bytes searched for a first request before a flow is judged not Kafka
+DETECTION_BUDGET = 64 * 1024
 
 
 class Connection:
@@ -106,7 +50,9 @@ class Connection:
         "held",
     )
 
-    def __init__(self, engine: Engine, info: ConnInfo, client_key: tuple, forced: bool, syn_seen: bool) -> None:
+    def __init__(
+        self, engine: Engine, info: ConnInfo, client_key: FlowKey, forced: bool, syn_seen: bool
+    ) -> None:
         self.info = info
         self.client_key = client_key
         self.forced = forced
@@ -118,8 +64,10 @@ class Connection:
         self.held = 0  # bytes buffered (both framers, both reassembly heaps), as last counted
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
         mf = engine.opts.max_frame
-        self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
-        self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending)
+        self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen, None, info.id)
+        self.sf = Framer(
+            False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending, info.id
+        )
         self.c2s = HalfStream(self.cf, engine.opts.reassembly)
         self.s2c = HalfStream(self.sf, engine.opts.reassembly)
 
@@ -134,7 +82,14 @@ class Connection:
             self.kafka = True
         if not self.corr.request(pdu):
             self.cf.events.append(
-                ("bad_header", pdu.offset, pdu.last_pkt, "frame does not parse as a Kafka request header")
+                StreamEvent(
+                    self.info.id,
+                    "client",
+                    Code.BAD_HEADER,
+                    pdu.offset,
+                    pdu.last_pkt,
+                    "frame does not parse as a Kafka request header",
+                )
             )
 
     def _server_pdu(self, pdu: Pdu) -> None:
@@ -149,11 +104,13 @@ def _never(_corr: int) -> bool:
 class Engine:
     """Push packets in, get exchanges out through `on_exchange`, in start-time order."""
 
-    def __init__(self, on_exchange: Callable[[Exchange], None], opts: EngineOptions | None = None) -> None:
+    def __init__(
+        self, on_exchange: Callable[[Exchange], None], opts: EngineOptions | None = None
+    ) -> None:
         self.opts = opts or EngineOptions()
         self.on_exchange = on_exchange
         self.stats = EngineStats()
-        self.conns: dict[tuple, Connection] = {}
+        self.conns: dict[FlowKey, Connection] = {}  # both directions' keys
         self.order: dict[int, Connection] = {}  # open connections by id, in order of appearance
         self.next_id = 1
         self.done: list[tuple[int, int, Exchange]] = []  # completed exchanges by start time
@@ -187,18 +144,19 @@ class Engine:
         seg = decode_segment(pkt.linktype, pkt.data, self.stats.flows)
         if seg is None:
             return
-        if pkt.ts_ns > self.now:
-            self.now = pkt.ts_ns
-        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        ts = pkt.ts_ns
+        if ts > self.now:
+            self.now = ts
+        src, sport, dst, dport, seq, ack, flags, payload = seg  # one unpack: cheaper than 8 lookups
+        key = (src, sport, dst, dport)
         conn = self.conns.get(key)
-        flags = seg.flags
         if flags & SYN and not flags & ACK and conn is not None and not conn.ignored:
             base = conn.c2s.base
-            if key == conn.client_key and base is not None and base != (seg.seq + 1) & 0xFFFFFFFF:
+            if key == conn.client_key and base is not None and base != (seq + 1) & SEQ_MASK:
                 self._close(conn, pkt)  # port reuse: a new SYN on the same 4-tuple
                 conn = None
         if conn is None:
-            if not seg.payload and not flags & SYN:
+            if not payload and not flags & SYN:
                 # a pure ACK/FIN/RST of a connection already closed (or not yet seen carrying
                 # data): nothing to reassemble, and no reason to open a connection for it
                 self.stats.stray_packets += 1
@@ -207,24 +165,24 @@ class Engine:
                 self._close_least_recent(pkt)
             conn = self._open(seg, key, flags)
         if conn.ignored:
-            conn.last_seen = pkt.ts_ns
-            self.stats.non_kafka_bytes += len(seg.payload)
+            conn.last_seen = ts
+            self.stats.non_kafka_bytes += len(payload)
             if flags & (FIN | RST):
                 self._forget(conn)
             return
         conn.clock += 1
-        conn.last_seen = pkt.ts_ns
+        conn.last_seen = ts
         from_client = key == conn.client_key
         half, other = (conn.c2s, conn.s2c) if from_client else (conn.s2c, conn.c2s)
         if flags & SYN and half.base is None:
-            half.start(seg.seq, True)
+            half.start(seq, True)
             (conn.cf if from_client else conn.sf).synced = True
         held = conn.held
         if flags & ACK:
-            other.peer_ack(seg.ack)
+            other.peer_ack(ack)
             if other.heap:
-                other.check_hole(conn.clock, pkt.no, pkt.ts_ns, now=bool(seg.payload))
-        half.segment(seg.seq, seg.payload, bool(flags & FIN), pkt.no, pkt.ts_ns, conn.clock)
+                other.check_hole(conn.clock, pkt.no, ts, now=bool(payload))
+        half.segment(seq, payload, bool(flags & FIN), pkt.no, ts, conn.clock)
         now_held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
         if now_held != held:
             conn.held = now_held
@@ -234,20 +192,28 @@ class Engine:
                 if st.buffered > self.opts.max_buffered:
                     self._evict_buffers(pkt)
                 st.buffered_peak = max(st.buffered_peak, st.buffered)
-        if not conn.kafka and not conn.ignored and conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
+        if (
+            not conn.kafka
+            and not conn.ignored
+            and conn.cf.skipped > DETECTION_BUDGET
+            and not conn.forced
+        ):
             conn.ignored = True
         if conn.ignored:
             self.stats.non_kafka_connections += 1
             self.stats.non_kafka_bytes += conn.c2s.delivered + conn.s2c.delivered
             self._drop_state(conn)
         elif flags & RST or (
-            conn.c2s.fin_at is not None and conn.s2c.fin_at is not None and conn.c2s.finished and conn.s2c.finished
+            conn.c2s.fin_at is not None
+            and conn.s2c.fin_at is not None
+            and conn.c2s.finished
+            and conn.s2c.finished
         ):
             self._close(conn, pkt)
         if self.done:
             self._release()
 
-    def _open(self, seg, key: tuple, flags: int) -> Connection:  # noqa: ANN001
+    def _open(self, seg: Segment, key: FlowKey, flags: int) -> Connection:
         rkey = (seg.dst, seg.dport, seg.src, seg.sport)
         ports = self.opts.ports
         if flags & SYN:
@@ -279,10 +245,12 @@ class Engine:
         """Count an engine-wide bound being hit and report it as a stream event of `conn`."""
         st = self.stats
         st.limit_hits[limit] = st.limit_hits.get(limit, 0) + 1
-        code = "buffer_limit" if limit == "max_buffered" else "connection_limit"
+        code = Code.BUFFER_LIMIT if limit == "max_buffered" else Code.CONNECTION_LIMIT
         st.event_counts[code] = st.event_counts.get(code, 0) + 1
         if len(st.events) < st.max_events:
-            st.events.append((conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message))
+            st.events.append(
+                StreamEvent(conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message)
+            )
         else:
             st.events_dropped += 1
 
@@ -292,16 +260,26 @@ class Engine:
         at 3/4 of the bound; one sort per eviction round keeps a flood linear."""
         st = self.stats
         target = self.opts.max_buffered * 3 // 4
-        for conn in sorted((c for c in self.order.values() if c.held), key=lambda c: c.held, reverse=True):
+        for conn in sorted(
+            (c for c in self.order.values() if c.held), key=lambda c: c.held, reverse=True
+        ):
             if st.buffered <= target:
                 break
             dropped = conn.held
             for half, framer in ((conn.c2s, conn.cf), (conn.s2c, conn.sf)):
                 half.flush(pkt.no, pkt.ts_ns, "buffers evicted: --max-buffered")
                 framer.evict("buffers evicted: --max-buffered")
-            conn.held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+            conn.held = (
+                len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+            )
             st.buffered -= dropped - conn.held
-            self._hit("max_buffered", conn, pkt, f"{dropped} buffered bytes given up: {st.buffered + dropped} bytes buffered in total")
+            self._hit(
+                "max_buffered",
+                conn,
+                pkt,
+                f"{dropped} buffered bytes given up: "
+                f"{st.buffered + dropped} bytes buffered in total",
+            )
 
     def _close_least_recent(self, pkt: Packet) -> None:
         """At `max_connections`: close the least recently active 1/8 of the open connections
@@ -319,7 +297,8 @@ class Engine:
                 del self.conns[key]
 
     def _drop_state(self, conn: Connection) -> None:
-        """A connection judged not Kafka: free its buffers, keep a tombstone to ignore its packets."""
+        """A connection judged not Kafka: free its buffers, keep a tombstone to ignore its
+        packets."""
         conn.c2s.heap.clear()
         conn.s2c.heap.clear()
         conn.c2s.ooo_bytes = conn.s2c.ooo_bytes = 0
@@ -357,15 +336,34 @@ class Engine:
         st.client.add(conn.c2s, conn.cf)
         st.broker.add(conn.s2c, conn.sf)
         counts = st.event_counts
-        for side, fr in (("client", conn.cf), ("broker", conn.sf)):
+        for fr in (conn.cf, conn.sf):
             for code, n in fr.event_counts.items():
                 counts[code] = counts.get(code, 0) + n
             st.events_dropped += fr.events_dropped
-            for code, off, pk, msg in fr.events:
-                if len(st.events) < st.max_events:
-                    st.events.append((conn.info.id, side, code, off, pk, msg))
-                else:
-                    st.events_dropped += 1
+            room = max(st.max_events - len(st.events), 0)
+            st.events.extend(fr.events[:room])
+            st.events_dropped += max(len(fr.events) - room, 0)
+
+    # -- live mode -------------------------------------------------------------------------------
+    @property
+    def pending_count(self) -> int:
+        """Requests waiting for a response on the open connections (acks=0 Produce excluded)."""
+        return sum(c.corr.count for c in self.order.values())
+
+    @property
+    def open_count(self) -> int:
+        """Connections open right now."""
+        return len(self.order)
+
+    def settle_unanswered(self, older_than_ns: int) -> None:
+        """Settle acks=0 Produce requests sent before `older_than_ns` (status ok, no response,
+        as at the end of a capture). The correlator holds them until a later response proves
+        none is coming, which on a produce-only connection never happens; `expire` leaves them
+        alone, so live mode calls this with a short grace period."""
+        for conn in self.order.values():
+            if conn.corr.unanswered:
+                conn.corr.settle_unanswered(older_than_ns)
+        self._release()
 
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests pending since before `older_than_ns` (live mode)."""
