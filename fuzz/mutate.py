@@ -52,8 +52,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-MUTATIONS = ("bitflip", "byteset", "truncate_packet", "truncate_file", "drop", "duplicate", "reorder",
-             "length_field", "tcp_seq")
+MUTATIONS = (
+    "bitflip",
+    "byteset",
+    "truncate_packet",
+    "truncate_file",
+    "drop",
+    "duplicate",
+    "reorder",
+    "length_field",
+    "tcp_seq",
+)
 CHECKS = ("traceback", "exit_status", "hang", "memory", "schema", "accounting", "secret")
 
 
@@ -63,7 +72,7 @@ def read_pcap(data: bytes) -> tuple[bytes, list[list]]:
     head, pos, out = data[:24], 24, []
     while pos + 16 <= len(data):
         incl = struct.unpack_from("<I", data, pos + 8)[0]
-        out.append([bytearray(data[pos:pos + 16]), bytearray(data[pos + 16:pos + 16 + incl])])
+        out.append([bytearray(data[pos : pos + 16]), bytearray(data[pos + 16 : pos + 16 + incl])])
         pos += 16 + incl
     return head, out
 
@@ -102,7 +111,7 @@ def leak_forms(secret: bytes) -> list[str]:
     forms = [secret.decode("latin-1"), secret.hex(), secret.hex().upper()]
     for k in range(3):
         enc = base64.b64encode(b"\0" * k + secret).decode()
-        forms.append(enc[-(-8 * k // 6):(8 * (k + len(secret))) // 6])
+        forms.append(enc[-(-8 * k // 6) : (8 * (k + len(secret))) // 6])
     return forms
 
 
@@ -128,18 +137,22 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, list[str]]:
         pay = _payload_at(p)
         if kind == "bitflip" and p:
             for _ in range(rng.randint(1, 8)):
-                j = rng.randrange(pay, len(p)) if pay < len(p) and rng.random() < 0.8 else rng.randrange(len(p))
+                j = (
+                    rng.randrange(pay, len(p))
+                    if pay < len(p) and rng.random() < 0.8
+                    else rng.randrange(len(p))
+                )
                 p[j] ^= 1 << rng.randrange(8)
         elif kind == "byteset" and p:
             j = rng.randrange(len(p))
             p[j] = rng.choice((0, 0xFF, 0x7F, 0x80, rng.randrange(256)))
         elif kind == "truncate_packet" and p:
-            del p[rng.randrange(len(p)):]
+            del p[rng.randrange(len(p)) :]
         elif kind == "truncate_file":
             blob = write_pcap(head, pkts)
-            return blob[:rng.randrange(24, len(blob) + 1)], [*done, kind]
+            return blob[: rng.randrange(24, len(blob) + 1)], [*done, kind]
         elif kind == "drop":
-            del pkts[i:i + rng.choice((1, 1, 1, 2, 5))]
+            del pkts[i : i + rng.choice((1, 1, 1, 2, 5))]
         elif kind == "duplicate":
             pkts.insert(rng.randrange(len(pkts) + 1), [bytearray(rec), bytearray(p)])
         elif kind == "reorder" and len(pkts) > 1:
@@ -147,7 +160,9 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, list[str]]:
             pkts[i], pkts[j] = pkts[j], pkts[i]
         elif kind == "length_field" and pay and len(p) >= pay + 4:
             n = struct.unpack_from(">i", p, pay)[0]
-            new = rng.choice((0, -1, 1, 3, 4, 7, 2**31 - 1, 2**28, n + rng.randint(-8, 8), n * 2, n // 2))
+            new = rng.choice(
+                (0, -1, 1, 3, 4, 7, 2**31 - 1, 2**28, n + rng.randint(-8, 8), n * 2, n // 2)
+            )
             struct.pack_into(">i", p, pay, max(-(2**31), min(new, 2**31 - 1)))
         elif kind == "tcp_seq" and pay:
             tcp = 14 + (p[14] & 0x0F) * 4
@@ -165,8 +180,10 @@ def _validators():
     import jsonschema
 
     load = lambda name: json.loads((ROOT / "docs" / name).read_text())  # noqa: E731
-    return (jsonschema.Draft202012Validator(load("exchange.schema.json")),
-            jsonschema.Draft202012Validator(load("report.schema.json")))
+    return (
+        jsonschema.Draft202012Validator(load("exchange.schema.json")),
+        jsonschema.Draft202012Validator(load("report.schema.json")),
+    )
 
 
 def _cli(argv: list[str]) -> tuple[int, str, str]:
@@ -216,14 +233,21 @@ def run_case(path: str, secrets: list[str], validators, timeout: float) -> list[
             found.append(("traceback", f"{argv[0]}: {err[-1500:]}"))
         if rc != 0:
             continue
-        found.extend(("secret", f"{argv[0]}: {form!r}") for form in secrets if form in out or form in err)
+        found.extend(
+            ("secret", f"{argv[0]}: {form!r}") for form in secrets if form in out or form in err
+        )
         try:
             if argv[0] == "export":
                 for n, line in enumerate(out.splitlines(), 1):
                     errs = list(ex_v.iter_errors(json.loads(line)))
                     if errs:
                         e = errs[0]
-                        found.append(("schema", f"export line {n}: {list(e.absolute_path)}: {e.message[:200]}"))
+                        found.append(
+                            (
+                                "schema",
+                                f"export line {n}: {list(e.absolute_path)}: {e.message[:200]}",
+                            )
+                        )
                         break
             elif argv[0] == "report":
                 errs = list(rep_v.iter_errors(json.loads(out)))
@@ -233,7 +257,10 @@ def run_case(path: str, secrets: list[str], validators, timeout: float) -> list[
             else:
                 doc = json.loads(out)
                 for side, t in doc["bytes"].items():
-                    if isinstance(t, dict) and t["stream"] != t["decoded"] + t["skipped"] + t["gaps"]:
+                    if (
+                        isinstance(t, dict)
+                        and t["stream"] != t["decoded"] + t["skipped"] + t["gaps"]
+                    ):
                         found.append(("accounting", f"summary {side}: {t}"))
         except ValueError as e:
             found.append(("schema", f"{argv[0]}: not JSON: {e}"))
@@ -251,8 +278,12 @@ def worker(rss_mb: int, timeout: float) -> None:
         t0 = time.monotonic()
         found = run_case(case["path"], forms if case["secrets"] else [], validators, timeout)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-        sys.stdout.write(json.dumps({"id": case["id"], "found": found, "s": time.monotonic() - t0,
-                                     "rss_mb": rss}) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {"id": case["id"], "found": found, "s": time.monotonic() - t0, "rss_mb": rss}
+            )
+            + "\n"
+        )
         sys.stdout.flush()
 
 
@@ -268,8 +299,14 @@ def campaign(args: argparse.Namespace) -> int:
     caps = inputs()
     keep = Path(args.keep)
     keep.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="kmut-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-    ids = [int(args.replay.split(":")[1])] if args.replay else list(range(args.start, args.start + args.cases))
+    tmp = Path(
+        tempfile.mkdtemp(prefix="kmut-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    )
+    ids = (
+        [int(args.replay.split(":")[1])]
+        if args.replay
+        else list(range(args.start, args.start + args.cases))
+    )
     seed = int(args.replay.split(":")[0]) if args.replay else args.seed
     todo = list(ids)
     per_mut: Counter[str] = Counter()
@@ -279,7 +316,7 @@ def campaign(args: argparse.Namespace) -> int:
     stats = {"cases": 0, "seconds": 0.0, "max_case_s": 0.0, "rss_mb": 0, "worker_deaths": 0}
     t_start = time.monotonic()
     # batches of cases, `jobs` workers at a time: a few MB of mutated captures on disk at once
-    batches = [todo[i:i + 200] for i in range(0, len(todo), 200)]
+    batches = [todo[i : i + 200] for i in range(0, len(todo), 200)]
     procs: list[tuple[subprocess.Popen, list[int], dict, Path]] = []
     serial = iter(range(1 << 30))
 
@@ -297,11 +334,27 @@ def campaign(args: argparse.Namespace) -> int:
                 path = tmp / f"{n}.pcap"
                 path.write_bytes(data)
                 meta[n] = (name, str(path), done)
-                f.write(json.dumps({"id": n, "path": str(path), "secrets": name == "sasl_secrets.pcap"}) + "\n")
+                f.write(
+                    json.dumps({"id": n, "path": str(path), "secrets": name == "sasl_secrets.pcap"})
+                    + "\n"
+                )
         with cases.open() as fin, results.open("w") as fout:
-            p = subprocess.Popen([sys.executable, __file__, "--worker", "--rss-mb", str(args.rss_mb),
-                                  "--timeout", str(args.timeout)], stdin=fin, stdout=fout,
-                                 stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+            p = subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    "--rss-mb",
+                    str(args.rss_mb),
+                    "--timeout",
+                    str(args.timeout),
+                ],
+                stdin=fin,
+                stdout=fout,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                cwd=ROOT,
+            )
         cases.unlink()
         procs.append((p, chunk, meta, results))
 
@@ -335,7 +388,9 @@ def campaign(args: argparse.Namespace) -> int:
             per_cap[name] += 1
             per_mut.update(done)
             fails["memory"] += 1
-            findings.append((f"{seed}:{n}", name, done, [("memory", f"worker died: status {p.returncode}")]))
+            findings.append(
+                (f"{seed}:{n}", name, done, [("memory", f"worker died: status {p.returncode}")])
+            )
             with contextlib.suppress(OSError):
                 shutil.move(path, keep / f"{seed}-{n}-{name}")
             for m in rest[1:]:
@@ -351,17 +406,25 @@ def campaign(args: argparse.Namespace) -> int:
             procs.remove(entry)
             collect(*entry)
             if args.progress:
-                sys.stderr.write(f"{stats['cases']} cases, {len(findings)} failing, "
-                                 f"{time.monotonic() - t_start:.0f} s\n")
+                sys.stderr.write(
+                    f"{stats['cases']} cases, {len(findings)} failing, "
+                    f"{time.monotonic() - t_start:.0f} s\n"
+                )
     with contextlib.suppress(OSError):
         tmp.rmdir()
     wall = time.monotonic() - t_start
-    report = {"seed": seed, "cases": stats["cases"], "wall_s": round(wall, 1),
-              "case_s_mean": round(stats["seconds"] / max(stats["cases"], 1), 3),
-              "case_s_max": round(stats["max_case_s"], 2), "worker_rss_mb_max": stats["rss_mb"],
-              "worker_deaths": stats["worker_deaths"],
-              "failures": {c: fails.get(c, 0) for c in CHECKS},
-              "per_capture": dict(sorted(per_cap.items())), "per_mutation": dict(sorted(per_mut.items()))}
+    report = {
+        "seed": seed,
+        "cases": stats["cases"],
+        "wall_s": round(wall, 1),
+        "case_s_mean": round(stats["seconds"] / max(stats["cases"], 1), 3),
+        "case_s_max": round(stats["max_case_s"], 2),
+        "worker_rss_mb_max": stats["rss_mb"],
+        "worker_deaths": stats["worker_deaths"],
+        "failures": {c: fails.get(c, 0) for c in CHECKS},
+        "per_capture": dict(sorted(per_cap.items())),
+        "per_mutation": dict(sorted(per_mut.items())),
+    }
     sys.stdout.write(json.dumps(report, indent=1) + "\n")
     for cid, name, done, found in findings[:50]:
         sys.stderr.write(f"FAIL {cid} {name} {done}: {found[0][0]}: {found[0][1][:300]}\n")

@@ -23,19 +23,28 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 MB = 1024 * 1024
 AS_LIMIT = 3 * 1024 * MB  # a regression fails here instead of swapping the machine
-RUN = ("import resource, sys; from kanalyze.cli import main; rc = main(sys.argv[1:]); "
-       "sys.stderr.write('\\nRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)")
+RUN = (
+    "import resource, sys; from kanalyze.cli import main; rc = main(sys.argv[1:]); "
+    "sys.stderr.write('\\nRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)"
+)
 
 
 def peak_rss(argv: list[str], tmp: Path) -> int:
     """Peak RSS (bytes) of `kanalyze argv` in a fresh process; its output must be whole."""
+
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
 
     out = tmp / "out"
     with out.open("wb") as f:
-        r = subprocess.run([sys.executable, "-c", RUN, *argv], stdout=f, stderr=subprocess.PIPE,
-                           cwd=ROOT, timeout=600, preexec_fn=limit)
+        r = subprocess.run(
+            [sys.executable, "-c", RUN, *argv],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            timeout=600,
+            preexec_fn=limit,
+        )
     err = r.stderr.decode(errors="replace")
     assert r.returncode == 0 and "Traceback" not in err, err[-2000:]
     if argv[0] == "export":
@@ -49,8 +58,13 @@ def baseline() -> int:
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        return peak_rss(["summary", str(ROOT / "tests" / "data" / "bounded" / "produce_partial_second_batch.pcap")],
-                        Path(d))
+        return peak_rss(
+            [
+                "summary",
+                str(ROOT / "tests" / "data" / "bounded" / "produce_partial_second_batch.pcap"),
+            ],
+            Path(d),
+        )
 
 
 def _capture(tmp: Path, name: str, **kw: object) -> Path:

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kanalyze.cli import main as cli_main
 from kanalyze.bodies import BodyDecoder
+from kanalyze.cli import main as cli_main
 from kanalyze.session import Session
 from kanalyze.tui.widgets.decode_tree import hex_buffer
 from tests.support import adversarial as A
@@ -48,53 +48,149 @@ def leak_forms(secret: bytes) -> list[str]:
 
 
 def _handshake(corr: int, v: int) -> list[tuple[bool, bytes]]:
-    return [(True, P.request_frame(17, v, corr, "c", _s(b"PLAIN"))),
-            (False, P.response_frame(corr, struct.pack(">hi", 0, 1) + _s(b"PLAIN")))]
+    return [
+        (True, P.request_frame(17, v, corr, "c", _s(b"PLAIN"))),
+        (False, P.response_frame(corr, struct.pack(">hi", 0, 1) + _s(b"PLAIN"))),
+    ]
 
 
 def _auth(corr: int, v: int, token: bytes, reply: bytes = b"") -> list[tuple[bool, bytes]]:
     flex = v >= 2
-    body = (bytes([len(token) + 1]) + token + b"\0") if flex else struct.pack(">i", len(token)) + token
+    body = (
+        (bytes([len(token) + 1]) + token + b"\0") if flex else struct.pack(">i", len(token)) + token
+    )
     rbody = struct.pack(">hh", 0, -1)
     rbody += (bytes([len(reply) + 1]) + reply) if flex else struct.pack(">i", len(reply)) + reply
     rbody += struct.pack(">q", 0) if v >= 1 else b""
     rbody += b"\0" if flex else b""
-    return [(True, P.request_frame(36, v, corr, "c", body, flexible=flex)),
-            (False, P.response_frame(corr, rbody, flexible=flex))]
+    return [
+        (True, P.request_frame(36, v, corr, "c", body, flexible=flex)),
+        (False, P.response_frame(corr, rbody, flexible=flex)),
+    ]
 
 
-def _api(corr: int, api: int, v: int, req: dict, resp: dict, flex: bool = False) -> list[tuple[bool, bytes]]:
-    return [(True, P.request_frame(api, v, corr, "c", encode_api(api, v, True, req), flexible=flex)),
-            (False, P.response_frame(corr, encode_api(api, v, False, resp), flexible=flex))]
+def _api(
+    corr: int, api: int, v: int, req: dict, resp: dict, flex: bool = False
+) -> list[tuple[bool, bytes]]:
+    return [
+        (True, P.request_frame(api, v, corr, "c", encode_api(api, v, True, req), flexible=flex)),
+        (False, P.response_frame(corr, encode_api(api, v, False, resp), flexible=flex)),
+    ]
 
 
 def _token(hmac: bytes) -> dict:
-    return {"PrincipalType": "User", "PrincipalName": "alice", "IssueTimestamp": 1, "ExpiryTimestamp": 2,
-            "MaxTimestamp": 3, "TokenId": "tok-1", "Hmac": hmac, "Renewers": []}
+    return {
+        "PrincipalType": "User",
+        "PrincipalName": "alice",
+        "IssueTimestamp": 1,
+        "ExpiryTimestamp": 2,
+        "MaxTimestamp": 3,
+        "TokenId": "tok-1",
+        "Hmac": hmac,
+        "Renewers": [],
+    }
 
 
 SCENARIOS: dict[str, tuple[list[tuple[bool, bytes]], bytes]] = {
     "plain_v0": (_handshake(1, 1) + _auth(2, 0, b"\0alice\0" + SECRET), SECRET),
     "plain_v2": (_handshake(1, 1) + _auth(2, 2, b"\0alice\0" + SECRET), SECRET),
-    "scram_client_final": (_handshake(1, 1) + _auth(2, 1, b"c=biws,r=nonce123,p=" + SECRET), SECRET),
-    "scram_server_final": (_handshake(1, 1) + _auth(2, 1, b"c=biws,r=n,p=x", b"v=" + SECRET), SECRET),
-    "oauthbearer": (_handshake(1, 1) + _auth(2, 1, b"n,,\x01auth=Bearer " + TOKEN + b"\x01\x01"), TOKEN),
-    "raw_plain": (_handshake(1, 0) + [(True, struct.pack(">i", 7 + len(SECRET)) + b"\0alice\0" + SECRET),
-                                      (False, struct.pack(">i", 0))], SECRET),
-    "create_token": (_api(1, 38, 1, {"OwnerPrincipalType": None, "OwnerPrincipalName": None,
-                                     "Renewers": [], "MaxLifetimeMs": -1},
-                          {"ErrorCode": 0, "PrincipalType": "User", "PrincipalName": "alice",
-                           "IssueTimestampMs": 1, "ExpiryTimestampMs": 2, "MaxTimestampMs": 3,
-                           "TokenId": "tok-1", "Hmac": SECRET, "ThrottleTimeMs": 0}), SECRET),
-    "renew_token": (_api(1, 39, 1, {"Hmac": SECRET, "RenewPeriodMs": 1000},
-                         {"ErrorCode": 0, "ExpiryTimestampMs": 5, "ThrottleTimeMs": 0}), SECRET),
-    "expire_token": (_api(1, 40, 1, {"Hmac": SECRET, "ExpiryTimePeriodMs": 1000},
-                          {"ErrorCode": 0, "ExpiryTimestampMs": 5, "ThrottleTimeMs": 0}), SECRET),
-    "describe_tokens": (_api(1, 41, 1, {"Owners": None},
-                             {"ErrorCode": 0, "Tokens": [_token(SECRET)], "ThrottleTimeMs": 0}), SECRET),
-    "scram_upsert": (_api(1, 51, 0, {"Deletions": [], "Upsertions": [
-        {"Name": "alice", "Mechanism": 1, "Iterations": 4096, "Salt": b"salt-salt", "SaltedPassword": SECRET}]},
-        {"ThrottleTimeMs": 0, "Results": []}, flex=True), SECRET),
+    "scram_client_final": (
+        _handshake(1, 1) + _auth(2, 1, b"c=biws,r=nonce123,p=" + SECRET),
+        SECRET,
+    ),
+    "scram_server_final": (
+        _handshake(1, 1) + _auth(2, 1, b"c=biws,r=n,p=x", b"v=" + SECRET),
+        SECRET,
+    ),
+    "oauthbearer": (
+        _handshake(1, 1) + _auth(2, 1, b"n,,\x01auth=Bearer " + TOKEN + b"\x01\x01"),
+        TOKEN,
+    ),
+    "raw_plain": (
+        _handshake(1, 0)
+        + [
+            (True, struct.pack(">i", 7 + len(SECRET)) + b"\0alice\0" + SECRET),
+            (False, struct.pack(">i", 0)),
+        ],
+        SECRET,
+    ),
+    "create_token": (
+        _api(
+            1,
+            38,
+            1,
+            {
+                "OwnerPrincipalType": None,
+                "OwnerPrincipalName": None,
+                "Renewers": [],
+                "MaxLifetimeMs": -1,
+            },
+            {
+                "ErrorCode": 0,
+                "PrincipalType": "User",
+                "PrincipalName": "alice",
+                "IssueTimestampMs": 1,
+                "ExpiryTimestampMs": 2,
+                "MaxTimestampMs": 3,
+                "TokenId": "tok-1",
+                "Hmac": SECRET,
+                "ThrottleTimeMs": 0,
+            },
+        ),
+        SECRET,
+    ),
+    "renew_token": (
+        _api(
+            1,
+            39,
+            1,
+            {"Hmac": SECRET, "RenewPeriodMs": 1000},
+            {"ErrorCode": 0, "ExpiryTimestampMs": 5, "ThrottleTimeMs": 0},
+        ),
+        SECRET,
+    ),
+    "expire_token": (
+        _api(
+            1,
+            40,
+            1,
+            {"Hmac": SECRET, "ExpiryTimePeriodMs": 1000},
+            {"ErrorCode": 0, "ExpiryTimestampMs": 5, "ThrottleTimeMs": 0},
+        ),
+        SECRET,
+    ),
+    "describe_tokens": (
+        _api(
+            1,
+            41,
+            1,
+            {"Owners": None},
+            {"ErrorCode": 0, "Tokens": [_token(SECRET)], "ThrottleTimeMs": 0},
+        ),
+        SECRET,
+    ),
+    "scram_upsert": (
+        _api(
+            1,
+            51,
+            0,
+            {
+                "Deletions": [],
+                "Upsertions": [
+                    {
+                        "Name": "alice",
+                        "Mechanism": 1,
+                        "Iterations": 4096,
+                        "Salt": b"salt-salt",
+                        "SaltedPassword": SECRET,
+                    }
+                ],
+            },
+            {"ThrottleTimeMs": 0, "Results": []},
+            flex=True,
+        ),
+        SECRET,
+    ),
 }
 
 
@@ -116,17 +212,17 @@ def damage(frame: bytes, ops: list[tuple[int, int, int]], keep: tuple[int, int] 
         elif kind == 1:  # set one byte
             b[i] = val & 0xFF
         elif kind == 2:  # truncate (the length prefix still claims the full size)
-            del b[max(i, 1):]
+            del b[max(i, 1) :]
         elif kind == 3:  # insert bytes
             b[i:i] = bytes([val & 0xFF]) * (1 + val % 5)
         elif kind == 4:  # delete a range
-            del b[i:i + 1 + val % 8]
+            del b[i : i + 1 + val % 8]
         elif kind == 5:  # a length field (int16 or int32 or varint byte) off by a little
             width = (2, 4, 1)[val % 3]
             if i + width <= len(b):
-                n = int.from_bytes(b[i:i + width], "big", signed=True) + (val % 9) - 4
+                n = int.from_bytes(b[i : i + width], "big", signed=True) + (val % 9) - 4
                 with contextlib.suppress(OverflowError):
-                    b[i:i + width] = n.to_bytes(width, "big", signed=True)
+                    b[i : i + width] = n.to_bytes(width, "big", signed=True)
         elif kind == 6 and len(b) >= 4:  # fix the frame's length prefix to what is left
             struct.pack_into(">i", b, 0, len(b) - 4)
     return bytes(b)
@@ -140,7 +236,13 @@ def outputs(path: Path, show: bool = False) -> str:
     """Every CLI rendering of the capture, concatenated."""
     extra = ["--show-secrets"] if show else []
     out = []
-    for argv in (["export", *extra], ["report"], ["report", "--json"], ["summary"], ["summary", "--json"]):
+    for argv in (
+        ["export", *extra],
+        ["report"],
+        ["report", "--json"],
+        ["summary"],
+        ["summary", "--json"],
+    ):
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
             rc = cli_main([*argv, str(path)])
@@ -184,11 +286,20 @@ def test_short_auth_bytes_length_regression() -> None:
     assert_no_leak(path, A.PLAIN_SECRET)
 
 
-OPS = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1 << 16), st.integers(0, 255)), min_size=1, max_size=3)
+OPS = st.lists(
+    st.tuples(st.integers(0, 6), st.integers(0, 1 << 16), st.integers(0, 255)),
+    min_size=1,
+    max_size=3,
+)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(name=st.sampled_from(sorted(SCENARIOS)), which=st.integers(0, 7), ops=OPS)
 def test_damaged_frames_never_leak(name: str, which: int, ops: list[tuple[int, int, int]]) -> None:
     frames, secret = SCENARIOS[name]

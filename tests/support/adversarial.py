@@ -33,7 +33,9 @@ def varint(n: int) -> bytes:
 
 
 def record(delta: int, key: bytes, value: bytes) -> bytes:
-    body = b"\0" + varint(delta) + varint(delta) + varint(len(key)) + key + varint(len(value)) + value
+    body = (
+        b"\0" + varint(delta) + varint(delta) + varint(len(key)) + key + varint(len(value)) + value
+    )
     return varint(len(body + b"\0")) + body + b"\0"
 
 
@@ -87,7 +89,9 @@ def sasl_plain_short_length() -> bytes:
 
 
 # ---- (5) memory amplifiers (issue 20): built at test time, sizes as parameters ----
-def legacy_message(offset: int, attributes: int = 0, value: bytes | None = None, magic: int = 0) -> bytes:
+def legacy_message(
+    offset: int, attributes: int = 0, value: bytes | None = None, magic: int = 0
+) -> bytes:
     """A magic 0/1 message with a null key; 26 bytes with a null value (magic 0)."""
     body = struct.pack(">bb", magic, attributes) + (struct.pack(">q", TS) if magic == 1 else b"")
     body += struct.pack(">i", -1)
@@ -99,7 +103,13 @@ def legacy_message(offset: int, attributes: int = 0, value: bytes | None = None,
 def produce_v2(records: bytes, corr: int = 1) -> bytes:
     """A Produce v2 request (magic 0/1 message sets) with one partition holding `records`."""
     part = struct.pack(">i", 0) + struct.pack(">i", len(records)) + records
-    body = struct.pack(">hi", 1, 30000) + struct.pack(">i", 1) + string("t") + struct.pack(">i", 1) + part
+    body = (
+        struct.pack(">hi", 1, 30000)
+        + struct.pack(">i", 1)
+        + string("t")
+        + struct.pack(">i", 1)
+        + part
+    )
     return P.request_frame(0, 2, corr, "amp", body)
 
 
@@ -108,7 +118,7 @@ def big_capture(frames: list[tuple[bool, bytes]], mss: int = 65000) -> bytes:
     conv = P.Conversation()
     pkts = conv.handshake()
     for c, f in frames:
-        pkts += [conv.send(c, f[i:i + mss]) for i in range(0, len(f), mss)]
+        pkts += [conv.send(c, f[i : i + mss]) for i in range(0, len(f), mss)]
     return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
 
 
@@ -136,9 +146,11 @@ def legacy_nested(depth: int = 8, fan: int = 64, leaf: int = 4000) -> bytes:
 def metadata_tags(topics: int = 20_000, tags: int = 20) -> bytes:
     """A Metadata v12 request: `topics` topics, each with `tags` unknown (empty) tagged fields."""
     one_tags = bytes([tags]) + b"".join(bytes([100 + t, 0]) for t in range(tags))
+
     def topic(i: int) -> bytes:
         name = b"t%d" % i
         return b"\0" * 16 + bytes([len(name) + 1]) + name + one_tags
+
     n = topics + 1
     count = bytearray()
     while n >= 0x80:
@@ -157,7 +169,7 @@ def partial_frames(conns: int = 100, size: int = 240 * 1024) -> bytes:
         conv = P.Conversation(client=f"10.1.{c // 250}.{c % 250 + 1}", cport=40000 + c)
         pkts += conv.handshake()
         frame = struct.pack(">i", 256 * 1024) + head + b"x" * (size - 4 - len(head))
-        pkts += [conv.send(True, frame[i:i + 65000]) for i in range(0, len(frame), 65000)]
+        pkts += [conv.send(True, frame[i : i + 65000]) for i in range(0, len(frame), 65000)]
     return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
 
 
@@ -166,8 +178,9 @@ def syn_flood(n: int = 200_000, with_request: bool = False) -> bytes:
     pkts: list[bytes] = []
     req = P.request_frame(18, 0, 1, "amp", b"")
     for i in range(n):
-        conv = P.Conversation(client=f"10.{2 + i // 60000}.{i // 250 % 240}.{i % 250 + 1}",
-                              cport=1024 + i % 60000)
+        conv = P.Conversation(
+            client=f"10.{2 + i // 60000}.{i // 250 % 240}.{i % 250 + 1}", cport=1024 + i % 60000
+        )
         pkts.append(conv.handshake()[0])
         if with_request:
             pkts.append(conv.send(True, req))

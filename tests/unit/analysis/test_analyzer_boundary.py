@@ -21,14 +21,18 @@ from tests.support import adversarial
 ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "data" / "bounded"
 CRASH = DATA / "produce_partial_second_batch.pcap"
-VALIDATOR = jsonschema.Draft202012Validator(json.loads((ROOT / "docs" / "report.schema.json").read_text()))
+VALIDATOR = jsonschema.Draft202012Validator(
+    json.loads((ROOT / "docs" / "report.schema.json").read_text())
+)
 
 
 def test_committed_inputs_are_what_the_script_makes() -> None:
     fresh = adversarial.build_all()
     assert sorted(fresh) == sorted(p.name for p in DATA.iterdir())
     for name, data in fresh.items():
-        assert (DATA / name).read_bytes() == data, f"{name} is stale: python -m tests.support.adversarial"
+        assert (DATA / name).read_bytes() == data, (
+            f"{name} is stale: python -m tests.support.adversarial"
+        )
     assert len(fresh["produce_partial_second_batch.pcap"]) == 563  # the size the audit reported
 
 
@@ -48,8 +52,13 @@ def test_produce_with_partial_second_batch_acked_at_zero() -> None:
 
 
 def test_report_cli_on_the_crash_capture() -> None:
-    r = subprocess.run([sys.executable, "-m", "kanalyze.cli", "report", "--json", str(CRASH)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", "report", "--json", str(CRASH)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert not list(VALIDATOR.iter_errors(json.loads(r.stdout)))
 
@@ -72,7 +81,9 @@ def test_an_analyzer_bug_is_a_finding_not_a_crash(monkeypatch: pytest.MonkeyPatc
     doc = _report(ROOT / "captures" / "lib_idempotent.pcap", strict=False)
     errors = [f for f in doc["findings"] if f["kind"] == "analyzer_error"]
     assert errors and all(f["severity"] == "error" and f["analyzer"] == "_Boom" for f in errors)
-    assert all(f["error"] == "KeyError" and "test_analyzer_boundary.py:" in f["where"] for f in errors)
+    assert all(
+        f["error"] == "KeyError" and "test_analyzer_boundary.py:" in f["where"] for f in errors
+    )
     assert "secret-password" not in json.dumps(doc)  # the exception's text is never quoted
     assert doc["producers"]  # the other analyzers went on
     assert not list(VALIDATOR.iter_errors(doc))

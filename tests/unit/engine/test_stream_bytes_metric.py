@@ -20,9 +20,17 @@ def scrape(engine: Engine) -> dict[str, float]:
 
     from kanalyze.metrics import Metrics
 
-    session = SimpleNamespace(source=SimpleNamespace(counters=SimpleNamespace(
-        packets=0, bytes=0, truncated=0, kernel_packets=None, kernel_drops=None)),
-        engine=engine, stats=SimpleNamespace(exchanges=0), open_connections=len(engine.order), pending=0)
+    session = SimpleNamespace(
+        source=SimpleNamespace(
+            counters=SimpleNamespace(
+                packets=0, bytes=0, truncated=0, kernel_packets=None, kernel_drops=None
+            )
+        ),
+        engine=engine,
+        stats=SimpleNamespace(exchanges=0),
+        open_connections=len(engine.order),
+        pending=0,
+    )
     m = Metrics(CollectorRegistry())
     m.watch(session)
     out = {}

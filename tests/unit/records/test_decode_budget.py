@@ -41,7 +41,9 @@ def test_inner_messages_are_counted() -> None:
 
 def test_frame_budget_cuts_records_with_a_diagnostic() -> None:
     records = A.legacy_message(0) * 3 + A.batch(50)
-    body = A.produce_v2(records)[4 + 2 + 2 + 4 + 2 + 3:]  # the body after a header with client id "amp"
+    body = A.produce_v2(records)[
+        4 + 2 + 2 + 4 + 2 + 3 :
+    ]  # the body after a header with client id "amp"
     lim = Limits(decode_budget_ratio=0, decode_budget_base=RECORD_COST * 20)
     node = decode_body(0, 2, True, body, 0, len(body), DecodeContext(strict=True, limits=lim))
     j = node_to_json(node, DecodeContext())
@@ -54,7 +56,7 @@ def test_frame_budget_cuts_records_with_a_diagnostic() -> None:
 
 def test_frame_budget_keeps_the_rest_of_the_frame_raw() -> None:
     frame = A.metadata_tags(topics=50, tags=20)  # a pcap of one frame in one segment
-    body = frame[frame.index(b"amp") + 3 + 1:]  # after client id "amp" and the header's tags
+    body = frame[frame.index(b"amp") + 3 + 1 :]  # after client id "amp" and the header's tags
     n = len(body)
     lim = Limits(decode_budget_ratio=0, decode_budget_base=1024 * 100)
     node = decode_body(3, 12, True, body, 0, n, DecodeContext(strict=True, limits=lim))
