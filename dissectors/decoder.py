@@ -139,7 +139,8 @@ def decode_body(
         if ctx.strict:
             raise
         # the type only: an exception's text may quote the bytes (a credential)
-        node = _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
+        why = f"internal error: {type(exc).__name__}"
+        node = _raw("body", mv, offset, end, Code.INTERNAL_ERROR, why)
         return _guard(node, api_key, is_request)
     finally:
         if own_budget:
@@ -167,4 +168,5 @@ def decode_message(
     except Exception as exc:  # noqa: BLE001 -- the one exception boundary per structure
         if ctx.strict:
             raise
-        return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
+        why = f"internal error: {type(exc).__name__}"
+        return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, why)

@@ -94,8 +94,9 @@ def embed_versioned(
     problems = [d for n in sub.walk() for d in n.diagnostics]
     if sub.kind != STRUCT or problems:
         first = problems[0] if problems else None
-        return keep_raw(first.code if first else Code.BAD_LENGTH,
-                        f"v{version} does not decode ({first.message if first else 'not a structure'})")
+        why = first.message if first else "not a structure"
+        code = first.code if first else Code.BAD_LENGTH
+        return keep_raw(code, f"v{version} does not decode ({why})")
     node.kind = STRUCT
     node.value = None
     node.children = [Node("Version", PRIM, start, 2, version), *(sub.children or ())]
@@ -246,7 +247,8 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
             key, _, val = kv.partition(b"=")
             text = val.decode()
             nodes.append(
-                Node(key.decode(), PRIM, off, len(kv), _public(text) if key in _OAUTH_PUBLIC else SecretStr(text))
+                Node(key.decode(), PRIM, off, len(kv),
+                     _public(text) if key in _OAUTH_PUBLIC else SecretStr(text))
             )
         return "OAUTHBEARER", nodes
     if _SCRAM_START.match(raw) and b"\0" not in raw:
@@ -276,7 +278,8 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
             text = val.decode()
             name = _SCRAM_NAMES.get(k, k)
             nodes.append(
-                Node(name, PRIM, off, len(kv), _public(text) if k in _SCRAM_PUBLIC else SecretStr(text))
+                Node(name, PRIM, off, len(kv),
+                     _public(text) if k in _SCRAM_PUBLIC else SecretStr(text))
             )
         return "SCRAM", nodes
     return None

@@ -279,8 +279,8 @@ def _read_tagged(buf, pos, end, ctx, children, tagged, node):
         if entry is None:
             if ctx.budget is not None:  # an unknown tag costs ~1 KB from 2 wire bytes
                 if ctx.budget < TAG_COST:
-                    raise DecodeError(Code.DECODE_BUDGET, tag_at, "decode budget of this frame spent "
-                                      "(unknown tagged fields): the rest is kept raw")
+                    raise DecodeError(Code.DECODE_BUDGET, tag_at, "decode budget of this frame "
+                                      "spent (unknown tagged fields): the rest is kept raw")
                 ctx.budget -= TAG_COST
             raw = Node(f"_tag_{tag}", RAW, pos, size, bytes(buf[pos:fend]))
             raw.diagnostics.append(

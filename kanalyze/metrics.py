@@ -272,7 +272,8 @@ class _CaptureCollector(Collector):
         yield GaugeMetricFamily("kanalyze_open_connections", "connections the engine tracks", value=s.open_connections)  # type: ignore[attr-defined]
         yield GaugeMetricFamily("kanalyze_pending_requests", "requests waiting for a response", value=s.pending)  # type: ignore[attr-defined]
         client, broker = stream_bytes(eng)
-        fam = CounterMetricFamily("kanalyze_stream_bytes", "bytes of Kafka connections by direction (open ones as they flow)",
+        fam = CounterMetricFamily("kanalyze_stream_bytes",
+                                  "bytes of Kafka connections by direction (open ones as they flow)",
                                   labels=("direction",))
         fam.add_metric(("client",), client)
         fam.add_metric(("broker",), broker)

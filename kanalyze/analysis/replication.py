@@ -199,7 +199,8 @@ class ReplicationAnalyzer:
             seqs: list[tuple[int, int, int]] = []
             for b in bs:
                 n = batch_count(b)
-                pid, epoch, seq = (_int(b.get(k)) for k in ("producer_id", "producer_epoch", "base_sequence"))
+                pid, epoch, seq = (_int(b.get(k)) for k in ("producer_id", "producer_epoch",
+                                                              "base_sequence"))
                 if isinstance(pid, int) and pid >= 0 and (pid, epoch, seq) in st.acked_seq:
                     continue  # a resent batch the leader already has: deduplicated, not appended
                 count += n

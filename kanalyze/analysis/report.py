@@ -57,7 +57,7 @@ def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, tim
         for a in analyzers:
             try:
                 a.feed(ev)
-            except Exception as e:  # the exception boundary: an analyzer bug is one finding, not a crash
+            except Exception as e:  # the exception boundary: an analyzer bug is a finding
                 if strict:
                     raise
                 analyzer_error(findings, a, ev, e)
