@@ -225,6 +225,11 @@ _TOPIC_LISTS: tuple[str, ...] = ("topic_data", "responses", "topics")
 _NAME_KEYS = ("topic_name", "name", "topic")
 
 
+def _int(v: object) -> int:
+    """A batch header field, or -1 when the batch was cut before it (a partial batch has None)."""
+    return v if isinstance(v, int) else -1
+
+
 class ReplicationAnalyzer:
     """Feeds on Produce, Fetch and OffsetForLeaderEpoch events; one `PartitionState` each."""
 
@@ -332,7 +337,8 @@ class ReplicationAnalyzer:
             seqs: list[tuple[int, int, int]] = []
             for b in bs:
                 n = batch_count(b)
-                pid, epoch, seq = b.get("producer_id", -1), b.get("producer_epoch", -1), b.get("base_sequence", -1)
+                pid, epoch, seq = (_int(b.get(k)) for k in ("producer_id", "producer_epoch",
+                                                              "base_sequence"))
                 if isinstance(pid, int) and pid >= 0 and (pid, epoch, seq) in st.acked_seq:
                     continue  # a resent batch the leader already has: deduplicated, not appended
                 count += n

@@ -42,7 +42,9 @@ DATA_BODIES: frozenset[tuple[int, bool]] = frozenset(
     {(ApiKey.PRODUCE, True), (ApiKey.FETCH, False)}
 )
 
-_CTX_FIELDS = ("limits", "show_secrets", "decode_records", "strict", "buffers", "topic_names")
+_CTX_FIELDS = (
+    "limits", "show_secrets", "decode_records", "strict", "buffers", "topic_names", "budget"
+)
 # a DecodeContext of the known shape is copied field by field (dataclasses.replace is general
 # and slow); a subclass or a changed shape goes through replace
 _PLAIN_CTX = tuple(f.name for f in fields(DecodeContext)) == _CTX_FIELDS

@@ -106,7 +106,7 @@ def test_append_from_threads():
 
 def test_secret_bytes_masked_for_the_hex_view():
     from dissectors.secrets import is_secret
-    from kanalyze.tui.widgets.decode_tree import _mask_secrets
+    from kanalyze.tui.widgets.decode_tree import hex_buffer
 
     st = ExchangeStore()
     st.add(Session([str(CAPTURES / "sasl_scram_rejected.pcap")]).exchanges())
@@ -114,7 +114,7 @@ def test_secret_bytes_masked_for_the_hex_view():
     node, _ctx = st.bodies.node(ex, ex.request, True)
     proof = next(n for n in node.walk() if is_secret(n.value))
     data = ex.request.pdu.data
-    masked = _mask_secrets(data, node)
+    masked = hex_buffer(ex, ex.request, True, node)
     assert masked[proof.offset:proof.offset + proof.length] == b"*" * proof.length
     assert masked[:proof.offset] == data[:proof.offset] and len(masked) == len(data)
 

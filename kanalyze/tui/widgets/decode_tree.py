@@ -16,9 +16,9 @@ from dissectors.context import DecodeContext
 from dissectors.errors import error_name
 from dissectors.jsonify import json_key
 from dissectors.node import ARRAY, PRIM, RAW, RECORDS, Node
-from dissectors.secrets import is_secret, redacted
+from dissectors.secrets import SECRET_BODIES, is_secret, redacted, withheld_spans
 from kanalyze.bodies import BodyDecoder
-from kanalyze.correlation import Exchange, Message
+from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 from kanalyze.tui.messages import FieldHighlighted
 
 MAX_CHILDREN = 2000  # beyond this an expanded array shows a "… N more" line
@@ -130,10 +130,29 @@ def _struct_preview(node: Node) -> str:
     return ""
 
 
-def _mask_secrets(data: bytes, node: Node | None) -> bytes:
-    if node is None:
-        return data
-    spans = [(n.offset, n.length) for n in node.walk() if n.source == 0 and is_secret(n.value)]
+def hex_buffer(ex: Exchange, msg: Message, is_req: bool, node: Node | None) -> bytes:
+    """What the hex pane shows of one side's frame (secrets masked)."""
+    credentials = ex.api_key == SASL_RAW_API or (ex.api_key, is_req) in SECRET_BODIES
+    body_at = msg.body_offset
+    undecoded = node is None or node.kind == RAW
+    if msg.diagnostics and (credentials or undecoded):  # a broken header: anything after it
+        body_at = min(body_at, 8 if is_req and ex.api_key != SASL_RAW_API else 0)
+        node = None
+    return _mask_secrets(msg.pdu.data, node, body_at, credentials)
+
+
+def _mask_secrets(data: bytes, node: Node | None, body_at: int, credentials: bool) -> bytes:
+    """The frame with its secrets' bytes masked; a body that carries credentials and did not
+    decode cleanly, or any body not decoded at all, is masked whole: where a secret sits in it
+    is unknown."""
+    whole = [(body_at, len(data) - body_at)]
+    if node is None or node.kind == RAW:  # not decoded (unknown api, an unmatched response)
+        spans = whole
+    elif credentials:
+        found = withheld_spans(node)
+        spans = whole if found is None else found
+    else:
+        spans = [(n.offset, n.length) for n in node.walk() if n.source == 0 and is_secret(n.value)]
     if not spans:
         return data
     buf = bytearray(data)
@@ -190,8 +209,8 @@ class DecodeTree(Tree[Ref]):
                 continue
             node, ctx = bodies.node(ex, msg, is_req)
             show = bodies.template.show_secrets
-            side = Side(label, msg.pdu.data if show else _mask_secrets(msg.pdu.data, node), ctx,
-                        msg.pdu.last_pkt)
+            data = msg.pdu.data if show else hex_buffer(ex, msg, is_req, node)
+            side = Side(label, data, ctx, msg.pdu.last_pkt)
             top = self._message_node(ex, msg, is_req, side, node)
             first = first or top
         if first is not None:
