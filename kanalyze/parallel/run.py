@@ -37,10 +37,12 @@ def default_jobs(paths: Sequence[str], jobs: int | None) -> int:
 
 
 def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: DecodeContext,
-               header_only: bool, out: BinaryIO) -> tuple[CaptureStats, int, int] | None:
+               header_only: bool, out: BinaryIO,
+               processes: bool = True) -> tuple[CaptureStats, int, int] | None:
     """Write the export of `paths` to `out` with `jobs` processes; returns (capture stats,
     bytes skipped, bytes in gaps) for the closing notes, or None (nothing written) when the
-    shards were coupled."""
+    shards were coupled. `processes=False` runs the shards one after the other in this
+    process (the tests' way to check the merge with many shards cheaply)."""
     global last_fallback
     last_fallback = None
     plan = make_plan(scan_loads(paths), jobs)
@@ -50,10 +52,7 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
             for i in range(jobs)
         ]
         try:
-            with ProcessPoolExecutor(jobs - 1, mp_context=mp.get_context("spawn")) as pool:
-                futures = [pool.submit(run_shard, t) for t in tasks[1:]]
-                results: list[ShardResult] = [run_shard(tasks[0])]
-                results += [f.result() for f in futures]
+            results = _run(tasks) if processes else [run_shard(t) for t in tasks]
         except (BrokenProcessPool, OSError) as e:  # no workers here (a sandbox, an odd __main__)
             last_fallback = f"workers failed: {e}"
             return None
@@ -68,3 +67,10 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
         merge.write(out, results, [t.out_path for t in tasks], ids, sequence)
     capture = results[0].capture or CaptureStats()
     return capture, sum(r.skipped for r in results), sum(r.gaps for r in results)
+
+
+def _run(tasks: list[ShardTask]) -> list[ShardResult]:
+    """Shard 0 here, the others in spawned workers (spawn: safe whatever the caller's threads)."""
+    with ProcessPoolExecutor(len(tasks) - 1, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(run_shard, t) for t in tasks[1:]]
+        return [run_shard(tasks[0])] + [f.result() for f in futures]
