@@ -20,20 +20,27 @@ class Coupled(Exception):
 
 
 def global_ids(results: Sequence[ShardResult]) -> list[dict[int, int]]:
-    """Per shard, local connection id -> the id one engine would have given (order of the
-    packet that opened it; a packet belongs to one shard, so no two opens share one)."""
-    opens = sorted((pkt, r.index, lid) for r in results for pkt, lid in r.opens)
-    ids: list[dict[int, int]] = [{} for _ in results]
-    for gid, (_pkt, shard, lid) in enumerate(opens, 1):
-        ids[shard][lid] = gid
-    return ids
+    """Per shard, local connection id -> the id one engine would have given: the rank of the
+    packet that opened it (a packet opens at most one connection; the pieces of a split
+    connection open it at the same packet)."""
+    rank = {pkt: gid for gid, pkt in enumerate(sorted({p for r in results for p, _ in r.opens}), 1)}
+    return [{lid: rank[pkt] for pkt, lid in r.opens} for r in results]
 
 
-def check(results: Sequence[ShardResult], opts: EngineOptions) -> None:
-    """Raise `Coupled` when a shard saw a cross-shard effect or a global bound may have bitten."""
+def check(results: Sequence[ShardResult], opts: EngineOptions, clock: Sequence[int]) -> None:
+    """Raise `Coupled` when a shard saw a cross-shard effect or a global bound may have bitten,
+    or when a request was pending for longer than the order window (then one engine releases
+    by the clock of every connection's packets: `clock` is it, after each packet)."""
     for r in results:
         if r.coupled:
             raise Coupled(r.coupled[0])
+    window, last = opts.order_window_ns, len(clock)
+    for r in results:
+        marks = r.pending
+        for k, (_pkt, oldest) in enumerate(marks):
+            until = marks[k + 1][0] - 1 if k + 1 < len(marks) else last
+            if oldest is not None and until > 0 and clock[until - 1] - window > oldest:
+                raise Coupled("a request pending longer than the order window")
     if sum(r.open_peak for r in results) >= opts.max_connections:
         raise Coupled("the open connections may have reached --max-connections")
     if sum(r.buffered_peak for r in results) > opts.max_buffered:
@@ -47,9 +54,10 @@ def order(results: Sequence[ShardResult], ids: list[dict[int, int]]) -> Iterator
     events: list[tuple[int, int, int, int, int]] = []  # (packet, tie, shard, kind, index)
     for r in results:
         s = r.index
-        for i, (pkt, final, seq, _ts, _cid, _o, _n) in enumerate(r.done):
-            tie = ids[s][final] if pkt == FINAL else 0  # end of input: connections in id order
-            events.append((pkt, tie * (1 << 32) + seq, s, 0, i))
+        for i, (pkt, _final, rank, _ts, cid, _o, _n) in enumerate(r.done):
+            # within a packet (port reuse: the old connection closes, then the new one) and at
+            # the end of input, the connections' completions come in connection id order
+            events.append((pkt, ids[s][cid] * (1 << 32) + rank, s, 0, i))
         for i, (pkt, _first) in enumerate(r.pending):
             events.append((pkt, 1 << 62, s, 1, i))  # after the packet's completions
     events.sort()

@@ -24,13 +24,11 @@ for whole connections.
 
 from __future__ import annotations
 
-import heapq
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kanalyze.capture import CaptureStats, read_captures
-from kanalyze.flows import FlowStats, Segment, decode_segment
+from kanalyze.flows import Segment
 
 # a connection regardless of direction: the two (address, port) ends, smaller first
 ConnKey = tuple[tuple[bytes, int], tuple[bytes, int]]
@@ -60,16 +58,58 @@ class Range:
 
 
 @dataclass(slots=True)
+class Load:
+    """What the scan saw of one connection: TCP payload bytes and packets."""
+
+    bytes: int = 0
+    packets: int = 0
+    data_packets: int = 0  # packets carrying payload (about one exchange side each, small ones)
+
+
+# CPU cost model, in microseconds (measured on the benchmark capture, docs/performance.md):
+# the engine's header-level work per packet, and the body decoding and encoding per payload
+# byte and per packet carrying payload
+ENGINE_US_PER_PACKET = 16.0
+BODY_US_PER_BYTE = 0.0067
+BODY_US_PER_DATA_PACKET = 17.0
+
+
+def engine_cost(load: Load) -> float:
+    return load.packets * ENGINE_US_PER_PACKET
+
+
+def body_cost(load: Load) -> float:
+    return load.bytes * BODY_US_PER_BYTE + load.data_packets * BODY_US_PER_DATA_PACKET
+
+
+SLOTS = 1 << 16  # a split connection's bodies are shared out in 1/SLOTS steps
+BLOCK_BYTES = 64 * 1024  # ... by blocks of this many frame bytes, spread over the slots
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Part of a connection's work on one shard: the engine over the whole connection, and
+    the bodies of the exchanges whose block falls in slots [lo, hi)."""
+
+    shard: int
+    lo: int = 0
+    hi: int = SLOTS
+
+
+@dataclass(slots=True)
 class Plan:
-    """Shard count and the connections placed by the balancer (the rest: `stable_shard`)."""
+    """Where each connection's work goes. A connection is one piece on one shard or, when a
+    shard's share ends inside it, pieces on consecutive shards: each runs the connection's
+    engine (cheap, header level) and decodes the bodies of its slots (`piece_owns`).
+    Connections the plan does not list (the scan missed them) go whole to `stable_shard`."""
 
     shards: int
-    placed: dict[ConnKey, int] = field(default_factory=dict)
-    loads: list[int] = field(default_factory=list)  # planned bytes per shard
+    placed: dict[ConnKey, tuple[Piece, ...]] = field(default_factory=dict)
+    loads: list[float] = field(default_factory=list)  # planned CPU µs per shard
 
-    def shard_of(self, key: ConnKey) -> int:
-        s = self.placed.get(key)
-        return stable_shard(key, self.shards) if s is None else s
+    def pieces(self, key: ConnKey) -> tuple[Piece, ...]:
+        got = self.placed.get(key)
+        return (Piece(stable_shard(key, self.shards)),) if got is None else got
 
     def balance(self) -> float:
         """Largest planned shard over the mean: 1.0 is perfect, `shards` is one shard doing all."""
@@ -77,27 +117,73 @@ class Plan:
         return max(self.loads) * len(self.loads) / total if total else 1.0
 
 
-def scan_loads(paths: Iterable[str]) -> dict[ConnKey, int]:
-    """Payload bytes per connection (the planner's weights). Raises CaptureError like a run."""
-    loads: dict[ConnKey, int] = {}
-    flows = FlowStats()
-    get = loads.get
-    for pkt in read_captures(list(paths), CaptureStats(), views=True):
-        seg = decode_segment(pkt.linktype, pkt.data, flows)
-        if seg is not None:
-            k = conn_key(seg)
-            loads[k] = get(k, 0) + len(seg.payload) + 64  # + a packet's fixed cost
-    return loads
+def piece_owns(frame_bytes_before: int, piece: Piece) -> bool:
+    """Whether `piece` decodes the exchange that starts after this many frame bytes of its
+    connection (both directions, counted in completion order: the same on every piece)."""
+    if piece.lo == 0 and piece.hi == SLOTS:
+        return True
+    block = frame_bytes_before // BLOCK_BYTES
+    slot = ((block * 2654435761) & 0xFFFFFFFF) * SLOTS >> 32  # blocks spread evenly
+    return piece.lo <= slot < piece.hi
 
 
-def make_plan(loads: Mapping[ConnKey, int], shards: int) -> Plan:
-    """Longest processing time first: each connection, largest first, onto the lightest shard;
-    ties by key so every process computes the same plan."""
-    plan = Plan(shards, loads=[0] * shards)
-    heap = [(0, i) for i in range(shards)]
-    for key, size in sorted(loads.items(), key=lambda kv: (-kv[1], kv[0])):
-        load, i = heapq.heappop(heap)
-        plan.placed[key] = i
-        plan.loads[i] = load + size
-        heapq.heappush(heap, (load + size, i))
+WORKER_START_US = 200_000.0  # a spawned worker starts Python and imports the decoders first
+
+
+def make_plan(loads: Mapping[ConnKey, Load], shards: int, bodies: bool = True,
+              start: Sequence[float] = ()) -> Plan:
+    """Bodies: McNaughton's wrap-around rule (fill each shard to the mean, the connection that
+    crosses the line continues on the next shard), the mean raised until the last shard
+    fits, as every extra piece repeats its connection's engine work. Header level (nothing
+    to share out): largest first onto the lightest shard (LPT). Ties by key, so every
+    process computes the same plan. `start`: work each shard has before its first connection
+    (`--jobs`: the spawned workers' start-up; shard 0 is the calling process)."""
+    begin = [start[i] if i < len(start) else 0.0 for i in range(shards)]
+    costs = sorted(
+        ((engine_cost(v), body_cost(v) if bodies else 0.0, k) for k, v in loads.items()),
+        key=lambda c: (-(c[0] + c[1]), c[2]),
+    )
+    if not bodies or shards == 1:
+        return _lpt(costs, shards, begin)
+    target = (sum(e + b for e, b, _k in costs) + sum(begin)) / shards
+    for _ in range(8):
+        plan = _wrap(costs, shards, target, begin)
+        over = plan.loads[-1] - target
+        if over <= target * 0.01:
+            return plan
+        target += over / shards
+    return plan
+
+
+def _lpt(costs: list[tuple[float, float, ConnKey]], shards: int, begin: list[float]) -> Plan:
+    plan = Plan(shards, loads=list(begin))
+    for e, b, key in costs:
+        i = min(range(shards), key=lambda i: (plan.loads[i], i))
+        plan.placed[key] = (Piece(i),)
+        plan.loads[i] += e + b
+    return plan
+
+
+def _wrap(costs: list[tuple[float, float, ConnKey]], shards: int, target: float,
+          begin: list[float]) -> Plan:
+    plan = Plan(shards, loads=list(begin))
+    i = 0
+    for e, b, key in costs:
+        pieces: list[Piece] = []
+        lo = 0
+        while True:
+            room = target - plan.loads[i] - e
+            if i == shards - 1 or b * (SLOTS - lo) / SLOTS <= room:
+                plan.loads[i] += e + b * (SLOTS - lo) / SLOTS
+                pieces.append(Piece(i, lo, SLOTS))
+                break
+            take = int(SLOTS * room / b) if b and room > 0 else 0
+            if take > 0:
+                plan.loads[i] += e + b * take / SLOTS
+                pieces.append(Piece(i, lo, lo + take))
+                lo += take
+            i += 1
+        plan.placed[key] = tuple(pieces)
+        if plan.loads[i] >= target and i < shards - 1:
+            i += 1
     return plan

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -15,11 +16,14 @@ from dissectors.context import DecodeContext
 from kanalyze.capture import CaptureStats
 from kanalyze.engine import EngineOptions
 from kanalyze.parallel import merge
-from kanalyze.parallel.plan import make_plan, scan_loads
+from kanalyze.parallel.plan import WORKER_START_US, Plan, make_plan
+from kanalyze.parallel.scan import Scan, scan
 from kanalyze.parallel.worker import ShardResult, ShardTask, run_shard
 
 AUTO_MIN_BYTES = 16 * 1024 * 1024  # below this, the default --jobs runs in one process
 last_fallback: str | None = None  # why the last run was not merged (tests read it)
+# CPU seconds of the last run's phases: scan, shards (one each), merge (benchmarks read it)
+last_timings: dict[str, object] = {}
 
 
 def default_jobs(paths: Sequence[str], jobs: int | None) -> int:
@@ -45,19 +49,30 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
     process (the tests' way to check the merge with many shards cheaply)."""
     global last_fallback
     last_fallback = None
-    plan = make_plan(scan_loads(paths), jobs)
+    cpu = time.process_time()
+    sc = scan(paths)
+    start = [0.0] + [WORKER_START_US] * (jobs - 1) if processes else []
+    plan = make_plan(sc.loads, jobs, bodies=not header_only, start=start)
+    last_timings.clear()
+    last_timings["scan"] = time.process_time() - cpu
+    last_timings["balance"] = plan.balance()
     with tempfile.TemporaryDirectory(prefix="kanalyze-jobs-") as tmp:
         tasks = [
-            ShardTask(list(paths), opts, ctx, header_only, plan, i, os.path.join(tmp, f"{i}.ndjson"))
+            ShardTask(list(paths), opts, ctx, header_only, plan, i,
+                      os.path.join(tmp, f"{i}.ndjson"), sc.last_ts, sc.layout)
             for i in range(jobs)
         ]
+        if sc.layout is not None:
+            _assign(sc, plan, tasks)
         try:
             results = _run(tasks) if processes else [run_shard(t) for t in tasks]
         except (BrokenProcessPool, OSError) as e:  # no workers here (a sandbox, an odd __main__)
             last_fallback = f"workers failed: {e}"
             return None
+        last_timings["shards"] = [r.cpu_s for r in results]
+        cpu = time.process_time()
         try:
-            merge.check(results, opts)
+            merge.check(results, opts, sc.clock)
             ids = merge.global_ids(results)
             sequence = list(merge.order(results, ids))
             merge.check_names(results, sequence)
@@ -65,7 +80,8 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
             last_fallback = str(e)
             return None
         merge.write(out, results, [t.out_path for t in tasks], ids, sequence)
-    capture = results[0].capture or CaptureStats()
+        last_timings["merge"] = time.process_time() - cpu
+    capture = results[0].capture or _fast_capture(sc, paths)
     return capture, sum(r.skipped for r in results), sum(r.gaps for r in results)
 
 
@@ -74,3 +90,24 @@ def _run(tasks: list[ShardTask]) -> list[ShardResult]:
     with ProcessPoolExecutor(len(tasks) - 1, mp_context=mp.get_context("spawn")) as pool:
         futures = [pool.submit(run_shard, t) for t in tasks[1:]]
         return [run_shard(tasks[0])] + [f.result() for f in futures]
+
+
+def _assign(sc: Scan, plan: Plan, tasks: list[ShardTask]) -> None:
+    """Each shard's packets (numbers and file offsets): those of its connections' pieces, and
+    the packets that are not TCP segments for shard 0 (its engine counts them)."""
+    where = [plan.pieces(k) for k in sc.keys]
+    numbers = [t.numbers for t in tasks]
+    offsets = [t.offsets for t in tasks]
+    for no, (off, kid) in enumerate(zip(sc.offsets, sc.conns, strict=True), 1):
+        for s in {p.shard for p in where[kid]} if kid >= 0 else (0,):
+            numbers[s].append(no)
+            offsets[s].append(off)
+
+
+def _fast_capture(sc: Scan, paths: Sequence[str]) -> CaptureStats:
+    """What the capture readers would have counted for the one file the scan walked."""
+    stats = CaptureStats()
+    stats.files.append(paths[0])
+    stats.packets = len(sc.offsets)
+    stats.bytes = sc.captured
+    return stats

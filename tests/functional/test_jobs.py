@@ -14,7 +14,9 @@ import pytest
 
 from kanalyze.cli import main
 from kanalyze.commands import export as export_command
+from kanalyze.parallel import plan as plan_module
 from kanalyze.parallel import run as parallel_run
+from kanalyze.parallel.scan import scan
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = sorted(
@@ -23,11 +25,6 @@ CAPTURES = sorted(
     for p in ROOT.glob(pattern)
     if not p.name.startswith("bad_")
 )
-
-
-# names taught on one connection and read on another (topic ids) couple shards: redone in one
-# process (docs/performance.md); header-only runs decode no body, so never
-NAMES_ACROSS = {"captures/lib_transactions.pcap"}
 
 
 def cli(argv: list[str]) -> tuple[int, bytes, str]:
@@ -39,10 +36,23 @@ def cli(argv: list[str]) -> tuple[int, bytes, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def split_everything(loads, shards, bodies=True, start=()):  # noqa: ANN001, ANN201, ARG001
+    """The hardest plan: every connection in `shards` pieces, one per shard."""
+    plan = plan_module.Plan(shards, loads=[1.0] * shards)
+    cuts = [plan_module.SLOTS * i // shards for i in range(shards + 1)]
+    pieces = tuple(plan_module.Piece(i, cuts[i], cuts[i + 1]) for i in range(shards))
+    plan.placed = dict.fromkeys(loads, pieces)
+    return plan
+
+
 @pytest.fixture
 def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Shards run one after the other here: the plan and the merge, without spawning."""
+    """Shards run one after the other here (the plan and the merge, without spawning), every
+    connection split over every shard, its bodies shared out by 64-byte blocks (not 64 KiB)
+    so that the small captures' exchanges really are spread over the pieces."""
     monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(plan_module, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(parallel_run, "make_plan", split_everything)
     monkeypatch.setattr(
         export_command, "run_export", functools.partial(parallel_run.run_export, processes=False)
     )
@@ -54,11 +64,36 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_many_shards_same_output(capture: str, mode: list[str]) -> None:
     want = cli(["export", capture, *mode, "--jobs", "1"])
     got = cli(["export", capture, *mode, "--jobs", "7"])
-    if capture in NAMES_ACROSS and not mode:
-        assert parallel_run.last_fallback == "a topic name taught on another shard"
-    else:
-        assert parallel_run.last_fallback is None  # merged, not redone in one process
+    assert parallel_run.last_fallback is None  # merged, not redone in one process
     assert got == want
+
+
+@pytest.fixture
+def planned(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(export_command, "run_export",
+                        functools.partial(parallel_run.run_export, processes=False))
+
+
+@pytest.mark.usefixtures("planned")
+def test_planned_shards_same_output() -> None:
+    """The planner's own plan, a big connection cut in pieces by it, in process."""
+    capture = "captures/replication/textbook.pcap"
+    plan = plan_module.make_plan(scan([capture]).loads, 3)
+    assert max(len(p) for p in plan.placed.values()) >= 2
+    want = cli(["export", capture, "--jobs", "1"])
+    assert cli(["export", capture, "--jobs", "3"]) == want
+    assert parallel_run.last_fallback is None
+
+
+@pytest.mark.usefixtures("planned")
+def test_topic_names_taught_on_another_shard_fall_back() -> None:
+    """A Fetch naming topics by id on one shard, the Metadata that taught the names on another:
+    the merge sees the shard decoded without the name and the run is redone in one process."""
+    capture = "captures/lib_transactions.pcap"
+    want = cli(["export", capture, "--jobs", "1"])
+    assert cli(["export", capture, "--jobs", "7"]) == want
+    assert parallel_run.last_fallback == "a topic name taught on another shard"
 
 
 @pytest.mark.usefixtures("in_process")
@@ -76,7 +111,7 @@ def test_merged_files_same_output() -> None:
 @pytest.mark.parametrize(
     ("capture", "option", "reason"),
     [
-        ("captures/lib_group_rebalance.pcap", ["--max-connections", "2"], "max-connections"),
+        ("captures/lib_group_rebalance.pcap", ["--max-connections", "2"], "bound"),
         ("captures/crafted/large_frame_split.pcap", ["--max-buffered", "1"], "bound"),
     ],
 )
