@@ -3,8 +3,10 @@ shards turned out coupled, and the caller runs the one-process path instead."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Sequence
@@ -27,16 +29,18 @@ last_timings: dict[str, object] = {}
 
 
 def default_jobs(paths: Sequence[str], jobs: int | None) -> int:
-    """The job count to use: as asked; by default the cores, but 1 for small or piped inputs
-    (starting workers costs more than they would save)."""
-    if any(p == "-" for p in paths):
+    """The job count to use: as asked; by default the cores, but 1 for small inputs (starting
+    workers costs more than they would save); always 1 when an input is not a regular file
+    (stdin, a pipe: every shard reads the input, a pipe can be read once)."""
+    try:
+        sizes = [os.stat(p) for p in paths if p != "-"]
+    except OSError:
+        return 1
+    if len(sizes) < len(paths) or not all(stat.S_ISREG(st.st_mode) for st in sizes):
         return 1
     if jobs is not None:
         return jobs
-    try:
-        size = sum(os.path.getsize(p) for p in paths)
-    except OSError:
-        return 1
+    size = sum(st.st_size for st in sizes)
     return 1 if size < AUTO_MIN_BYTES else max(1, os.cpu_count() or 1)
 
 
@@ -50,13 +54,21 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
     global last_fallback
     last_fallback = None
     cpu = time.process_time()
-    sc = scan(paths)
-    start = [0.0] + [WORKER_START_US] * (jobs - 1) if processes else []
-    plan = make_plan(sc.loads, jobs, bodies=not header_only, start=start)
-    last_timings.clear()
-    last_timings["scan"] = time.process_time() - cpu
-    last_timings["balance"] = plan.balance()
-    with tempfile.TemporaryDirectory(prefix="kanalyze-jobs-") as tmp:
+    with contextlib.ExitStack() as stack:
+        pool = None
+        if processes and jobs > 1:
+            # the workers start (interpreter, imports) while this process scans
+            pool = stack.enter_context(
+                ProcessPoolExecutor(jobs - 1, mp_context=mp.get_context("spawn"))
+            )
+            warm = [pool.submit(_warm) for _ in range(jobs - 1)]
+        sc = scan(paths)
+        start = [0.0] + [WORKER_START_US] * (jobs - 1) if processes else []
+        plan = make_plan(sc.loads, jobs, bodies=not header_only, start=start)
+        last_timings.clear()
+        last_timings["scan"] = time.process_time() - cpu
+        last_timings["balance"] = plan.balance()
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="kanalyze-jobs-"))
         tasks = [
             ShardTask(list(paths), opts, ctx, header_only, plan, i,
                       os.path.join(tmp, f"{i}.ndjson"), sc.last_ts, sc.layout)
@@ -64,8 +76,15 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
         ]
         if sc.layout is not None:
             _assign(sc, plan, tasks)
+        results: list[ShardResult]
         try:
-            results = _run(tasks) if processes else [run_shard(t) for t in tasks]
+            if pool is None:
+                results = [run_shard(t) for t in tasks]
+            else:
+                for w in warm:
+                    w.result()
+                futures = [pool.submit(run_shard, t) for t in tasks[1:]]
+                results = [run_shard(tasks[0])] + [f.result() for f in futures]
         except (BrokenProcessPool, OSError) as e:  # no workers here (a sandbox, an odd __main__)
             last_fallback = f"workers failed: {e}"
             return None
@@ -85,11 +104,9 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
     return capture, sum(r.skipped for r in results), sum(r.gaps for r in results)
 
 
-def _run(tasks: list[ShardTask]) -> list[ShardResult]:
-    """Shard 0 here, the others in spawned workers (spawn: safe whatever the caller's threads)."""
-    with ProcessPoolExecutor(len(tasks) - 1, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(run_shard, t) for t in tasks[1:]]
-        return [run_shard(tasks[0])] + [f.result() for f in futures]
+
+def _warm() -> None:
+    """A spawned worker's first task: be started and have the decoders imported."""
 
 
 def _assign(sc: Scan, plan: Plan, tasks: list[ShardTask]) -> None:

@@ -153,3 +153,4 @@ def test_small_inputs_default_to_one_process() -> None:
     assert parallel_run.default_jobs(["captures/lib_codecs.pcap"], None) == 1
     assert parallel_run.default_jobs(["-"], 4) == 1
     assert parallel_run.default_jobs(["captures/lib_codecs.pcap"], 3) == 3
+    assert parallel_run.default_jobs(["/dev/null"], 3) == 1  # not a regular file: read once
