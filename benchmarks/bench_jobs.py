@@ -12,8 +12,8 @@ On one capture (by default the cached 250 MB benchmark capture of `bench_export.
 and prints the ratios. The machine is shared (the load average is printed before and after):
 wall time says little on a busy machine, CPU time says how much work was done, and the
 speed-up is also given as a *critical path* from CPU times measured per phase in process:
-start-up + scan + the slowest shard (a spawned worker: + its start-up) + merge, which is the
-wall time on idle cores. The same model, with the shards run one after the other in this
+start-up, then the scan and shard 0 in the calling process while each spawned worker starts
+(interpreter, imports) and then runs its shard, then the merge: the wall time on idle cores. The same model, with the shards run one after the other in this
 process and each timed, gives the scaling up to 16 jobs.
 
 Usage::
@@ -75,9 +75,11 @@ def phases(pcap: Path, jobs: int, header_only: bool, processes: bool) -> dict:
 
 
 def critical_path(t: dict, start: float, jobs: int) -> float:
-    shards = t["shards"]
-    slowest = max([shards[0]] + [s + start for s in shards[1:]]) if jobs > 1 else shards[0]
-    return start + t["scan"] + slowest + t["merge"]
+    """start-up, then shard 0 after the scan in this process, each other shard once both the
+    scan and its worker's own start-up (which runs meanwhile) are done; then the merge."""
+    shards, scan = t["shards"], t["scan"]
+    ends = [scan + shards[0]] + [max(scan, start) + s for s in shards[1:]]
+    return start + max(ends) + t["merge"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
 
     start = start_up_cpu()
     print(f"\nstart-up (interpreter + imports): {start:.2f} s CPU")
-    print("critical path = start-up + scan + slowest shard (+ start-up if spawned) + merge, "
-          "from per-phase CPU seconds (the wall time on idle cores)")
+    print("critical path = start-up + max(scan + shard 0, max(scan, worker start-up) + "
+          "shard i) + merge, from per-phase CPU seconds (the wall time on idle cores)")
     for mode, ho in (("full", False), ("header-only", True)):
         one = phases(pcap, 1, ho, False)
         t1 = critical_path(one, start, 1)
