@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 from bench_export import KANALYZE_ENV, compile_kanalyze, kanalyze_cmd, timed, tshark_base  # noqa: E402
 
-DEFAULT_PCAP = Path("/work/main/benchmarks/.data/bench-250mb-plain.pcap")
+DEFAULT_PCAP = HERE / ".data" / "bench-250mb-plain.pcap"  # bench_export.py builds it
 MB = 1_000_000
 
 

@@ -1,25 +1,24 @@
-"""The work planner: which connection goes to which shard, balanced by bytes.
+"""The work planner: which shard does which connection's work, balanced by estimated CPU.
 
-One planner for `--jobs N` and (later) the Spark pipeline, so both split the same way:
+One planner for `--jobs N` and, later, the Spark pipeline (issue 19), so both split alike.
+The interface:
 
-* `scan_loads(paths)` -> `{ConnKey: bytes}`: TCP payload bytes per connection (both
-  directions), from one light pass over the inputs. The loads only steer the balance; which
-  packet belongs to which shard is decided by `Plan.shard_of`, the same function in every
-  process, so a wrong estimate costs speed, never correctness.
-* `make_plan(loads, shards)` -> `Plan`: largest connection first onto the least loaded shard
-  (LPT); `Plan.shard_of(key)` for connections the scan did not see is a stable hash (crc32,
-  never Python's salted `hash`).
-* `Range`: the unit a long connection will be cut into (a stream-offset interval per
-  direction, starting at a Kafka frame boundary that the framer's resync finds), with the
-  stitch contract below. `make_plan` does not cut connections yet: the execution of ranges
-  waits for the engine to expose resync and state hand-over (docs/performance.md, "ranges").
+* input: `{ConnKey: Load}` (payload bytes, packets, packets with payload per connection:
+  `kanalyze.parallel.scan.scan` makes it in one light pass), a shard count, whether bodies
+  are decoded, and each shard's start-up cost;
+* `make_plan(...) -> Plan`; `Plan.pieces(key)` says which shards work on a connection, each
+  as a `Piece(shard, lo, hi)`: every piece runs the connection's engine over all of its
+  packets (framing and correlation are cheap next to bodies) and decodes the bodies of the
+  exchanges whose 64 KiB block of frame bytes hashes into slots [lo, hi) (`piece_owns`), so
+  the pieces of one connection partition its exchanges, without any hand-over between them;
+* connections missing from the loads go whole to `stable_shard` (crc32 of the key, the same
+  in every process, never Python's salted `hash`): a wrong estimate costs speed, never
+  correctness.
 
-Stitch contract for ranges (what a consumer of `Range` may rely on): a range's worker starts
-its framers searching at `start` and stops at `end`; requests still pending at `end` and the
-unmatched response frames at the next range's start are handed to the stitch step, which
-pairs them by correlation id in stream order and carries the connection state (roles, SASL
-mode, api versions seen) forward. The output order is then rebuilt by `merge.py` exactly as
-for whole connections.
+A piece repeats its connection's engine work, so a connection whose engine work alone
+exceeds a shard's share (many small exchanges, or every header-only run) still bounds the
+speed-up; cutting those needs byte ranges with a stitch step in the engine
+(docs/performance.md, "What limits the scaling").
 """
 
 from __future__ import annotations
@@ -43,18 +42,6 @@ def stable_shard(key: ConnKey, shards: int) -> int:
     """A shard for a connection the plan does not list: the same in every process and run."""
     (a, ap), (b, bp) = key
     return zlib.crc32(a + ap.to_bytes(2, "big") + b + bp.to_bytes(2, "big")) % shards
-
-
-@dataclass(frozen=True, slots=True)
-class Range:
-    """A piece of one connection: stream offsets [start, end) per direction (None: open end).
-    Starts at a Kafka frame boundary; see the stitch contract in the module docstring."""
-
-    key: ConnKey
-    client_start: int
-    client_end: int | None
-    broker_start: int
-    broker_end: int | None
 
 
 @dataclass(slots=True)
