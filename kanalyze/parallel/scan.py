@@ -114,7 +114,8 @@ def _walk(path: str, m: mmap.mmap) -> Scan | None:
             end = pos + 16 + incl
             if incl > MAX_RECORD or end > size:
                 return None
-            seg = decode_segment(linktype, mv[pos + 16 : end], flows)
+            # a view, as the pcap reader hands the engine (no copy)
+            seg = decode_segment(linktype, mv[pos + 16 : end], flows)  # type: ignore[arg-type]
             offsets.append(pos)
             out.captured += incl
             if seg is None:

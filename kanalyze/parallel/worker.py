@@ -68,7 +68,7 @@ class ShardResult:
     cpu_s: float = 0.0  # this shard's CPU time (benchmarks/bench_jobs.py reads it)
 
 
-class RecordingNames(dict):  # type: ignore[type-arg]
+class RecordingNames(dict[str, str]):
     """The topic-id registry, noting what one exchange's decode read and taught, so the merge
     can check that a shard saw the names the one-process run would have seen."""
 
@@ -166,7 +166,8 @@ def _own_packets(task: ShardTask, capture: CaptureStats) -> Iterator[Packet]:
     lt, mult = layout.linktype, layout.ns_mult
     for no, off in zip(task.numbers, task.offsets, strict=True):
         sec, frac, incl, _orig = unpack(m, off)
-        yield Packet(no, sec * 1_000_000_000 + frac * mult, lt, mv[off + 16 : off + 16 + incl], 0, no)
+        data = mv[off + 16 : off + 16 + incl]  # a view, as the pcap reader's (views=True)
+        yield Packet(no, sec * 1_000_000_000 + frac * mult, lt, data, 0, no)  # type: ignore[arg-type]
     # the map stays open: the engine may still hold views of it; it goes with the process
 
 
