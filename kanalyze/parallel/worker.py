@@ -77,10 +77,22 @@ class RecordingNames(dict[str, str]):
         self.reads: dict[str, str | None] = {}
         self.writes: dict[str, str] = {}
 
-    def get(self, key, default=None):  # noqa: ANN001, ANN201
+    def _read(self, key: str) -> None:
         if key not in self.reads and key not in self.writes:  # taught by this very exchange: same
             self.reads[key] = dict.get(self, key)
+
+    def get(self, key, default=None):  # noqa: ANN001, ANN201
+        self._read(key)
         return dict.get(self, key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self._read(key)
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self._read(key)
+        return dict.__contains__(self, key)
 
     def __setitem__(self, key: str, value: str) -> None:
         self.writes[key] = value
