@@ -87,11 +87,13 @@ def order(results: Sequence[ShardResult], ids: list[dict[int, int]]) -> Iterator
         yield e[3], e[4]
 
 
-def check_names(results: Sequence[ShardResult], sequence: list[tuple[int, int]]) -> None:
-    """Every topic-id name a shard's decode read must be the one the run had learned by then."""
+def check_names(results: Sequence[ShardResult], sequence: list[tuple[int, int]],
+                preloaded: dict[str, str]) -> None:
+    """Every topic-id name a shard's decode read must be the one the run had learned by then
+    (`preloaded`: the names the run started with, `--topic-ids`)."""
     if not any(r.names for r in results):
         return
-    known: dict[str, str] = {}
+    known = dict(preloaded)
     for s, i in sequence:
         got = results[s].names.get(i)
         if got is None:

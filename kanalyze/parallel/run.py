@@ -94,7 +94,7 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
             merge.check(results, opts, sc.clock)
             ids = merge.global_ids(results)
             sequence = list(merge.order(results, ids))
-            merge.check_names(results, sequence)
+            merge.check_names(results, sequence, ctx.topic_names)
         except merge.Coupled as e:
             last_fallback = str(e)
             return None

@@ -72,8 +72,8 @@ class RecordingNames(dict[str, str]):
     """The topic-id registry, noting what one exchange's decode read and taught, so the merge
     can check that a shard saw the names the one-process run would have seen."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, preloaded: dict[str, str]) -> None:
+        super().__init__(preloaded)  # --topic-ids
         self.reads: dict[str, str | None] = {}
         self.writes: dict[str, str] = {}
 
@@ -186,7 +186,7 @@ def _own_packets(task: ShardTask, capture: CaptureStats) -> Iterator[Packet]:
 def run_shard(task: ShardTask) -> ShardResult:
     cpu0 = time.process_time()
     res = ShardResult(task.index)
-    names = RecordingNames()
+    names = RecordingNames(task.ctx.topic_names)
     enc = ExchangeEncoder(replace(task.ctx, topic_names=names), decode=not task.header_only)
     line_of, learn = enc.line_bytes, enc.bodies.learn
     out = open(task.out_path, "wb")  # noqa: SIM115

@@ -154,3 +154,19 @@ def test_small_inputs_default_to_one_process() -> None:
     assert parallel_run.default_jobs(["-"], 4) == 1
     assert parallel_run.default_jobs(["captures/lib_codecs.pcap"], 3) == 3
     assert parallel_run.default_jobs(["/dev/null"], 3) == 1  # not a regular file: read once
+
+
+@pytest.mark.usefixtures("in_process")
+def test_preloaded_topic_ids_reach_every_shard(tmp_path: Path) -> None:
+    """--topic-ids names by-id topics from the first frame on, on every shard."""
+    import json
+
+    cap = "captures/replication/mixed_ids.pcap"
+    truth = json.loads((ROOT / cap).with_suffix(".truth.json").read_text())
+    ids = tmp_path / "ids.json"
+    ids.write_text(json.dumps({name: tid for tid, name in truth["topic_ids"].items()}))
+    want = cli(["export", "--topic-ids", str(ids), cap, "--jobs", "1"])
+    got = cli(["export", "--topic-ids", str(ids), cap, "--jobs", "4"])
+    assert parallel_run.last_fallback is None
+    assert got == want
+    assert want[1].count(b'"topic_name"') >= 8
