@@ -13,8 +13,9 @@ and prints the ratios. The machine is shared (the load average is printed before
 wall time says little on a busy machine, CPU time says how much work was done, and the
 speed-up is also given as a *critical path* from CPU times measured per phase in process:
 start-up, then the scan and shard 0 in the calling process while each spawned worker starts
-(interpreter, imports) and then runs its shard, then the merge: the wall time on idle cores. The same model, with the shards run one after the other in this
-process and each timed, gives the scaling up to 16 jobs.
+(interpreter, imports) and then runs its shard, then the merge: the wall time on idle cores.
+The same model, with the shards run one after the other in this process and each timed, gives
+the scaling up to 16 jobs.
 
 Usage::
 
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"after: {load()}\n")
     print(
-        f"{'run':32} {'CPU s':>7} {'wall s':>7} {'RSS MB':>7} {'MB/CPU s':>9} {'vs tshark fields':>17}"
+        f"{'run':32} {'CPU s':>7} {'wall s':>7} {'RSS MB':>7} {'MB/CPU s':>9} "
+        f"{'vs tshark fields':>17}"
     )
     for name, wall, cpu, rss in rows:
         print(f"{name:32} {cpu:7.2f} {wall:7.2f} {rss:7.0f} {size / cpu:9.0f} {tf / cpu:16.2f}x")

@@ -407,7 +407,8 @@ class Leader:
         seq: dict[tuple[str, int], int] | None = None,
         client: str = "",
     ) -> dict[str, Any]:
-        """Send a Produce of `count` records per partition; the leader appends (unless it rejects)."""
+        """Send a Produce of `count` records per partition; the leader appends (unless it
+        rejects)."""
         topics: dict[str, list[tuple[int, bytes]]] = {}
         results = {}
         for key, count in data.items():
@@ -468,7 +469,8 @@ class Leader:
         )
 
     def append(self, key: tuple[str, int], records: list[tuple[bytes | None, bytes]]) -> None:
-        """The leader writes records itself (the controller's metadata log, a coordinator's topic)."""
+        """The leader writes records itself (the controller's metadata log, a coordinator's
+        topic)."""
         p = self.parts[key]
         p.batches.append((p.leo, len(records), batch_bytes(p.leo, records)))  # type: ignore[arg-type]
         p.leo += len(records)
@@ -636,7 +638,8 @@ class Leader:
                 )
             if hw_override and key in hw_override:
                 p.hw = hw_override[key]
-            # what the wire shows: an in-sync follower below the HW the leader reports is out of the ISR
+            # what the wire shows: an in-sync follower below the HW the leader reports is out of
+            # the ISR
             for f in list(p.isr):
                 if f in p.remote and p.remote[f] < p.hw:
                     p.isr.discard(f)
@@ -712,7 +715,8 @@ class Leader:
     def epoch_end(
         self, conn: Conn, replica: int, key: tuple[str, int], current: int, epoch: int, end: int
     ) -> None:
-        """OffsetForLeaderEpoch v3: where `epoch` ends on the leader (the follower truncates there)."""
+        """OffsetForLeaderEpoch v3: where `epoch` ends on the leader (the follower truncates
+        there)."""
         req = OffsetForLeaderEpochRequest[3](
             replica_id=replica, topics=[(key[0], [(key[1], current, epoch)])]
         )

@@ -540,7 +540,8 @@ class ReplicationAnalyzer:
                     self.findings.add(
                         "warning",
                         "hw_regression",
-                        f"{tp(topic, partition)}: high watermark went back from {st.reported_hw} to {hw}",
+                        f"{tp(topic, partition)}: high watermark went back from "
+                        f"{st.reported_hw} to {hw}",
                         [x for x in (st.reported_hw_frame, ev.frame) if x is not None],
                         ev.ts_s,
                         topic=topic,
@@ -764,8 +765,8 @@ class ReplicationAnalyzer:
             self.findings.add(
                 "warning",
                 "hw_stalled",
-                f"{tp(st.topic, st.partition)}: HW stuck at {st.hw} for {(ev.ts - since) / 1e9:.1f}s "
-                f"while the LEO is {st.leo}",
+                f"{tp(st.topic, st.partition)}: HW stuck at {st.hw} "
+                f"for {(ev.ts - since) / 1e9:.1f}s while the LEO is {st.leo}",
                 [ev.frame],
                 ev.ts_s,
                 topic=st.topic,

@@ -152,8 +152,8 @@ class TransactionAnalyzer:
             self.findings.add(
                 "error",
                 "fenced_epoch",
-                f"transactional id {p.transactional_id}: {ev.ex.api} with epoch {epoch} after epoch "
-                f"{p.producer_epoch} was issued (zombie producer)",
+                f"transactional id {p.transactional_id}: {ev.ex.api} with epoch {epoch} "
+                f"after epoch {p.producer_epoch} was issued (zombie producer)",
                 [ev.frame],
                 ev.ts_s,
                 transactional_id=p.transactional_id,

@@ -30,7 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "files",
         nargs="+",
         metavar="PATH",
-        help="capture files, directories or globs (local, or URIs such as s3://, hdfs:// through pyarrow)",
+        help=(
+            "capture files, directories or globs (local, or URIs such as s3://, hdfs:// "
+            "through pyarrow)"
+        ),
     )
     p.add_argument(
         "--out",
@@ -170,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(
             f"{summary['files']} files in {summary['units']} units -> {res.out_dir} "
-            f"({', '.join(f'{k}: {v}' for k, v in res.counts.items())}) in {summary['seconds']['total']} s\n"
+            f"({', '.join(f'{k}: {v}' for k, v in res.counts.items())}) "
+            f"in {summary['seconds']['total']} s\n"
         )
     return 0
 

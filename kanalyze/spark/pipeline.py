@@ -3,7 +3,8 @@
     plan (driver)      list and rank files; cut big uncompressed files at verified sync points
     units              count the records of each candidate range (frame bases, verification)
     stage 1            spark.range(n, n).mapInArrow: TCP packets, one task per unit group
-    shuffle            repartition(n, capture_id, conn_key) + sortWithinPartitions(..., ts, file, frame)
+    shuffle            repartition(n, capture_id, conn_key)
+                       + sortWithinPartitions(..., ts, file, frame)
     stage 2            mapInArrow: one kanalyze Engine per connection (the offline code)
     tables             exchanges, partitions, connections, files, aggregates/* as Parquet under DIR
 
@@ -116,8 +117,9 @@ def _count_ranges_on_spark(
             if out:
                 cols = list(zip(*out, strict=True))
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array(cols[0], pa.int32()), pa.array(cols[1], pa.int32()), pa.array(cols[2], pa.int64()),
-                     pa.array(cols[3], pa.int64()), pa.array(cols[4], pa.bool_()), pa.array(cols[5], pa.string())],
+                    [pa.array(cols[0], pa.int32()), pa.array(cols[1], pa.int32()),
+                     pa.array(cols[2], pa.int64()), pa.array(cols[3], pa.int64()),
+                     pa.array(cols[4], pa.bool_()), pa.array(cols[5], pa.string())],
                     names=["rank", "idx", "count", "stop", "whole", "error"],
                 )  # fmt: skip
 
@@ -243,8 +245,9 @@ def run_pipeline(
         files = spark.read.parquet(f"{out}/files")
         res.counts["files"] = files.count()
         res.problems.extend(
-            f"{r['path']}: {r['error']}" for r in files.where(F.col("error") != "").collect() if r["path"]
-            and not any(r["path"] in p for p in res.problems)
+            f"{r['path']}: {r['error']}"
+            for r in files.where(F.col("error") != "").collect()
+            if r["path"] and not any(r["path"] in p for p in res.problems)
         )  # fmt: skip
     finally:
         decoded.unpersist()

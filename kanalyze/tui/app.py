@@ -211,7 +211,8 @@ class KanalyzeApp(App):
     @work(thread=True, exclusive=True, group="summaries")
     def _summarize(self) -> None:
         """Background pass once indexing is done: topics and error names of every row, so the
-        connections pane's error counts are complete (rows on screen are summarized first anyway)."""
+        connections pane's error counts are complete (rows on screen are summarized first
+        anyway)."""
         worker = get_current_worker()
         with contextlib.suppress(SpillClosed):  # the app is exiting
             self.store.summarize_all(lambda: worker.is_cancelled, lambda: time.sleep(0.002))

@@ -9,7 +9,8 @@ Terms compose with AND:
     status:no_response       exact status (ok, no_response, request_missing)
     errors                   non-ok status or any error code in the response (decodes bodies)
     lat>5  latency>5         latency above N ms
-    anything else            free text: substring of api, client id, addresses, correlation id, topics
+    anything else            free text: substring of api, client id, addresses, correlation id,
+                             topics
 """
 
 from __future__ import annotations

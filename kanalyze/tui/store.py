@@ -69,7 +69,8 @@ def summarize(ex: Exchange, bodies: BodyDecoder) -> Summary:
 
 
 def _api_ranks() -> dict[int, int]:
-    """Api key (NONE32 for None) -> rank of its name, so sorting by (name, version) compares ints."""
+    """Api key (NONE32 for None) -> rank of its name, so sorting by (name, version) compares
+    ints."""
     keys = [NONE32, SASL_RAW_API, *API_NAMES]
     names = sorted({api_name(None if k == NONE32 else k) or "" for k in keys})
     return {k: names.index(api_name(None if k == NONE32 else k) or "") for k in keys}

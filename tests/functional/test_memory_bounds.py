@@ -25,7 +25,8 @@ MB = 1024 * 1024
 AS_LIMIT = 3 * 1024 * MB  # a regression fails here instead of swapping the machine
 RUN = (
     "import resource, sys; from kanalyze.cli import main; rc = main(sys.argv[1:]); "
-    "sys.stderr.write('\\nRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)"
+    "sys.stderr.write('\\nRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); "
+    "sys.exit(rc)"
 )
 
 
@@ -83,7 +84,8 @@ def test_legacy_gzip_flood(tmp_path: Path, mode: str) -> None:
 
 
 def test_nested_legacy_wrappers_share_one_budget(tmp_path: Path) -> None:
-    """5 KB of gzip wrappers 8 deep, each 64 copies of the one below (was 24 GB with --max-nesting 8)."""
+    """5 KB of gzip wrappers 8 deep, each 64 copies of the one below (was 24 GB with
+    --max-nesting 8)."""
     cap = _capture(tmp_path, "legacy_nested")
     rss = peak_rss(["export", "--max-nesting", "8", str(cap)], tmp_path)
     assert rss < baseline() + 64 * MB

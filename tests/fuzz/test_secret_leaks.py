@@ -281,7 +281,8 @@ def test_undamaged_secret_only_with_show_secrets(name: str, tmp_path: Path) -> N
 
 
 def test_short_auth_bytes_length_regression() -> None:
-    """The audit's case: PLAIN password left over as `_trailing` (base64) after a too-short length."""
+    """The audit's case: PLAIN password left over as `_trailing` (base64) after a too-short
+    length."""
     path = Path(__file__).resolve().parents[1] / "data" / "bounded" / "sasl_plain_short_length.pcap"
     assert_no_leak(path, A.PLAIN_SECRET)
 

@@ -162,7 +162,8 @@ def metadata_tags(topics: int = 20_000, tags: int = 20) -> bytes:
 
 
 def partial_frames(conns: int = 100, size: int = 240 * 1024) -> bytes:
-    """`conns` connections, each sending `size` bytes of a frame that claims 256 KiB, then silent."""
+    """`conns` connections, each sending `size` bytes of a frame that claims 256 KiB, then
+    silent."""
     pkts: list[bytes] = []
     head = P.request_frame(18, 0, 1, "amp", b"")[4:]
     for c in range(conns):

@@ -330,7 +330,8 @@ async def test_million_rows_scroll():
 @aio
 async def test_spill_file_freed_when_the_app_exits_also_on_an_error():
     """Frames live in an anonymous temporary file while the app runs; it is closed when the app
-    exits, also when the session ends with an exception (and the system drops it with the process)."""
+    exits, also when the session ends with an exception (and the system drops it with the
+    process)."""
     app = KanalyzeApp([CODECS])
     with pytest.raises(RuntimeError, match="boom"):
         async with app.run_test(size=SIZE) as pilot:

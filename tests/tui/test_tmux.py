@@ -37,7 +37,8 @@ class Tmux:
         )
 
     def start(self, command: str, width: int = 160, height: int = 45) -> None:
-        # size the window first, then start the app in it (so it never starts at tmux's default size)
+        # size the window first, then start the app in it (so it never starts at tmux's default
+        # size)
         self.run(
             "-f",
             "/dev/null",

@@ -1,4 +1,5 @@
-"""Consumer groups: generations and rebalances, members and assignments, committed offsets and lag."""
+"""Consumer groups: generations and rebalances, members and assignments, committed offsets and
+lag."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+# a line ending in a backslash goes on in the next one: the screen shows them as one line
 HELP = """\
 [b]kanalyze tui[/b] — Kafka exchanges, decoded
 
@@ -18,9 +19,11 @@ HELP = """\
 [b]Exchanges view[/b]
   /          filter (Enter applies, Esc clears)       s / S   next sort column / reverse order
   ↑ ↓ PgUp PgDn Home End (or j k g G)  move in the table; click a header to sort by it
-  Enter      go to the decoded tree                   c / x / d   focus connections / exchanges / detail
+  Enter      go to the decoded tree                   c / x / d   focus connections / \
+exchanges / detail
   Tab        next pane                                e       export the listed exchanges to NDJSON
-  In the tree: ← → collapse / expand, ↑ ↓ move; the hex view marks the bytes of the field under the cursor
+  In the tree: ← → collapse / expand, ↑ ↓ move; the hex view marks the bytes of the field \
+under the cursor
   C / H      hide / show the connections / hex pane (they fold away on a narrow terminal)
   [ ]  { }   hex pane wider / narrower, connections pane narrower / wider
   Ctrl-G     go to a frame (57) or an exchange (#12)       f   follow: only this row's connection

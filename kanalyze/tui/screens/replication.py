@@ -94,9 +94,12 @@ class ReplicationScreen(ReportScreen):
         key = f"{p['topic']}-{p['partition']}"
         fin = p.get("final") or {}
         lines = [
-            f"[b]{key}[/]  leader epoch {v(p.get('leader_epoch'))}  sources: {', '.join(p.get('sources') or [])}",
-            f"leader LEO [b]{v(fin.get('leader_leo'))}[/]   HW [b]{v(fin.get('high_watermark'))}[/]   "
-            f"LSO {v(fin.get('last_stable_offset'))}   log start {v(fin.get('log_start_offset'))}   ISR {v(fin.get('isr'))}",
+            f"[b]{key}[/]  leader epoch {v(p.get('leader_epoch'))}  "
+            f"sources: {', '.join(p.get('sources') or [])}",
+            f"leader LEO [b]{v(fin.get('leader_leo'))}[/]   "
+            f"HW [b]{v(fin.get('high_watermark'))}[/]   "
+            f"LSO {v(fin.get('last_stable_offset'))}   "
+            f"log start {v(fin.get('log_start_offset'))}   ISR {v(fin.get('isr'))}",
         ]
         for fid, fs in (fin.get("followers") or {}).items():
             lag = fs.get("lag_records")

@@ -87,8 +87,8 @@ class StepChart(Widget):
         order = [k for k in SERIES_STYLE if k in self.series] + [
             k for k in self.series if k not in SERIES_STYLE
         ]
-        # distinct rows per series when equal: a thin offset is not possible in cells, so each series
-        # takes its own row band of the cell: LEO upper half, HW lower half, followers full
+        # distinct rows per series when equal: a thin offset is not possible in cells, so each
+        # series takes its own row band of the cell: LEO upper half, HW lower half, followers full
         for si, name in enumerate(order):
             glyph, style = self._style(name, si)
             data = self.series[name]

@@ -238,8 +238,8 @@ class DecodeTree(Tree[Ref]):
         pdu = msg.pdu
         title = Text.assemble(
             (side.label.upper(), "bold"),
-            f"  {ex.api or '?'} v{ex.api_version if ex.api_version is not None else '?'}  frame {pdu.last_pkt}"
-            f"  {pdu.size + 4} B",
+            f"  {ex.api or '?'} v{ex.api_version if ex.api_version is not None else '?'}"
+            f"  frame {pdu.last_pkt}  {pdu.size + 4} B",
         )
         if pdu.missing:
             title.append(f"  ({pdu.missing} bytes lost in a gap)", "bold red")

@@ -405,7 +405,8 @@ def test_aborted_batches_follow_their_marker() -> None:
 
 
 def test_events_come_out_in_wire_order() -> None:
-    # a fetch waits (frames 1 -> 6) while a produce is answered (2 -> 3): exchanges arrive in start order
+    # a fetch waits (frames 1 -> 6) while a produce is answered (2 -> 3): exchanges arrive in
+    # start order
     a = Exchange(ConnInfo(1, "a:1", "b:2"), 1, 4, 1, "f", "ok", msg(1, 10), msg(6, 60))
     b = Exchange(ConnInfo(2, "a:3", "b:2"), 0, 3, 1, "p", "ok", msg(2, 20), msg(3, 30))
     c = Exchange(ConnInfo(2, "a:3", "b:2"), 0, 3, 2, "p", "ok", msg(4, 40), None)

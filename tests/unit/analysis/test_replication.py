@@ -78,7 +78,8 @@ def test_textbook_case_step_by_step() -> None:
     t = truth("textbook")
     for row in t["textbook_rows"]:
         assert comparable(tl[row["step"]]) == comparable(t["steps"][row["step"]])
-    # the frames are the wire order: requests before their responses, the produce inside the fetch's wait
+    # the frames are the wire order: requests before their responses, the produce inside the
+    # fetch's wait
     frames = [e["frame"] for e in tl]
     assert frames == sorted(frames)
     doc = report("textbook")
