@@ -15,6 +15,7 @@ from kanalyze.commands.common import (
     report_capture_problems,
 )
 from kanalyze.export import ExchangeEncoder
+from kanalyze.export.formats import add_format_arguments
 from kanalyze.export.outputs import (
     add_output_arguments,
     check_output_arguments,
@@ -35,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_filter_arguments(p)
     add_output_arguments(p)
     add_jobs_argument(p)
+    add_format_arguments(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT", help="output file (default: stdout)")
     p.set_defaults(run=run)
 

@@ -1,5 +1,6 @@
-"""Outputs: NDJSON exchanges and JSON documents. Only encoders live here: bodies are decoded
-by `kanalyze.bodies`, JSON spelling is `kanalyze.jsontext`. Import from the package."""
+"""Outputs: NDJSON exchanges and JSON documents; the dashboard formats (events, OpenMetrics)
+and the HTML report (docs/dashboards.md). Only encoders live here: bodies are decoded by
+`kanalyze.bodies`, JSON spelling is `kanalyze.jsontext`. Import from the package."""
 
 from kanalyze.export.ndjson import SCHEMA_VERSION, ExchangeEncoder
 from kanalyze.jsontext import dumps, ts_seconds

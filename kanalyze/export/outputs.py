@@ -1,5 +1,6 @@
 """The export formats besides NDJSON: `-T fields -e ...` (TSV/CSV), `-T parquet -o FILE` (the
-Spark `exchanges` table's columns, without Spark) and `-w FILE` (a filtered pcap).
+Spark `exchanges` table's columns, without Spark), `-w FILE` (a filtered pcap), and the
+dashboard formats `-T events` and `-T openmetrics` (`kanalyze.export.formats`).
 
 `add_output_arguments` adds the options; `run_output` runs one of these formats and returns
 the exit status, or None when the command should write NDJSON as before.
@@ -12,7 +13,7 @@ import sys
 
 from dissectors.context import DecodeContext
 
-FORMATS = ("ndjson", "fields", "parquet")
+FORMATS = ("ndjson", "fields", "parquet", "events", "openmetrics")
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,7 +24,9 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
         choices=FORMATS,
         default="ndjson",
         help="ndjson (default); fields: the -e fields, tab-separated; "
-        "parquet: one typed row per exchange (needs -o FILE and pyarrow)",
+        "parquet: one typed row per exchange (needs -o FILE and pyarrow); "
+        "events: flat index-ready documents; openmetrics: Prometheus series with capture "
+        "timestamps, for a backfill (docs/dashboards.md)",
     )
     g.add_argument(
         "-e",
@@ -78,6 +81,11 @@ def _field_options(items: list[str]) -> dict[str, object]:
 def check_output_arguments(args: argparse.Namespace) -> list | None:
     """Validate the format options before any input is read (exit 2); the -e field specs."""
     fmt = args.format
+    from kanalyze.export.formats import check_format  # the dashboard formats' options
+
+    problem = check_format(args)
+    if problem is not None:
+        _fail(problem)
     if args.write_pcap is not None and fmt != "ndjson":
         _fail("-w writes a pcap; it does not combine with -T")
     if args.fields and fmt != "fields":
@@ -119,6 +127,11 @@ def run_output(
         return _fields(args, session, ctx, specs)
     if args.format == "parquet":
         return _parquet(args, session)
+    if args.format in ("events", "openmetrics"):
+        from kanalyze.export.formats import write_format
+
+        write_format(args, session, ctx)
+        return 0
     return None
 
 

@@ -31,6 +31,13 @@ CASES = [
     ("captures/replication/textbook.pcap", ("export",), "textbook.ndjson"),
     ("captures/replication/textbook.pcap", ("summary", "--json"), "textbook.summary.json"),
     ("captures/replication/textbook.pcap", ("report", "--json"), "textbook.report.json"),
+    # the dashboard formats (docs/dashboards.md): an index mapping and a backfill depend on them
+    ("captures/lib_codecs.pcap", ("export", "--format", "events"), "lib_codecs.events.ndjson"),
+    (
+        "captures/replication/textbook.pcap",
+        ("export", "--format", "openmetrics", "--step", "0.005"),
+        "textbook.openmetrics.txt",
+    ),
 ]
 
 
