@@ -91,6 +91,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "-o", "--output", default="-", metavar="OUT", help="NDJSON output file (default: stdout)"
     )
     p.add_argument(
+        "--format",
+        choices=("ndjson", "events"),
+        default="ndjson",
+        help="events: flat index-ready documents, as export --format events (docs/dashboards.md)",
+    )
+    p.add_argument(
         "--rotate-bytes",
         type=positive_int,
         default=None,
@@ -262,6 +268,10 @@ def _exchange_writer(
     # metrics need bodies; in header-only mode a second encoder decodes them (records skipped)
     menc = enc if decode else ExchangeEncoder(replace(ctx, decode_records=False), decode=True)
     metrics, out = outputs.metrics, outputs.ndjson
+    if args.format == "events":
+        from kanalyze.export.events import EventEncoder, TextLines
+
+        enc = TextLines(EventEncoder(ctx, decode=decode))  # type: ignore[assignment]
 
     def on_exchange(ex: Exchange) -> None:
         d = None
