@@ -25,7 +25,7 @@ the rest counted under `client_id="_other"`); what is not recorded is counted in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -90,6 +90,9 @@ class Metrics:
         self.hws: dict[tuple[str, int], int] = {}
         self.commits: dict[tuple[str, str, int], int] = {}
         self._by_tp: dict[tuple[str, int], set[str]] = {}
+        # called with (group, topic, partition, lag) whenever a consumer lag is set: the HTML
+        # report draws lag over time from it
+        self.on_lag: Callable[[str, str, int, int], None] | None = None
         self._dropped_family = _DroppedCollector(self)
         r.register(self._dropped_family)
 
@@ -231,7 +234,10 @@ class Metrics:
     def _lag(self, group: str, topic: str, part: int) -> None:
         hw, off = self.hws.get((topic, part)), self.commits.get((group, topic, part))
         if hw is not None and off is not None:
-            self.consumer_lag.labels(group, topic, str(part)).set(max(0, hw - off))
+            lag = max(0, hw - off)
+            self.consumer_lag.labels(group, topic, str(part)).set(lag)
+            if self.on_lag is not None:
+                self.on_lag(group, topic, part, lag)
 
     # -- capture health ---------------------------------------------------------------------------
     def watch(self, session: object) -> None:

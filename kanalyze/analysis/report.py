@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from dissectors.context import DecodeContext
@@ -33,8 +33,10 @@ def analyzer_error(findings: Findings, analyzer: object, ev: Event, e: Exception
 
 
 def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, timeline_cap: int = 5000,
-            stall_ms: float = 10_000.0) -> dict[str, object]:
-    """Run all analyzers over `exchanges` and return the report document (docs/report.schema.json)."""
+            stall_ms: float = 10_000.0, observers: Sequence[object] = ()) -> dict[str, object]:
+    """Run all analyzers over `exchanges` and return the report document (docs/report.schema.json);
+    `observers` (objects with `feed(event)`, e.g. the HTML report's chart series) see the same
+    wire-ordered events in the same pass."""
     findings = Findings()
     decoder = analysis_decoder(ctx)
     replication = ReplicationAnalyzer(findings, cap=timeline_cap, stall_ms=stall_ms,
@@ -49,7 +51,7 @@ def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, tim
     consumers = ConsumerAnalyzer(findings)
     groups = GroupAnalyzer(findings, hw_of=hw_of)
     stats = StatsAnalyzer()
-    analyzers = (stats, replication, producers, transactions, consumers, groups)
+    analyzers = (stats, replication, producers, transactions, consumers, groups, *observers)
     first_ts = last_ts = None
     strict = bool(ctx and ctx.strict)  # tests: re-raise, as the dissectors do
     for ev in ordered_events(exchanges, decoder):

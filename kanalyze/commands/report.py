@@ -33,12 +33,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="keep the newest N timeline entries per partition (default 5000)")
     p.add_argument("--stall-ms", type=positive_int, default=10_000, metavar="MS",
                    help="report an HW stalled this long while the LEO advances (default 10000)")
+    p.add_argument("--html", metavar="OUT", default=None,
+                   help="write the report with charts to OUT, one self-contained HTML file, "
+                        "instead of the text (the html extra; docs/dashboards.md)")
     p.set_defaults(run=run)
 
 
 def build(session: Session, timeline_cap: int = 5000, stall_ms: float = 10_000.0,
-          ctx: DecodeContext | None = None) -> dict[str, object]:
-    doc = analyze(session.exchanges(), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms)
+          ctx: DecodeContext | None = None, observers: tuple = ()) -> dict[str, object]:
+    doc = analyze(session.exchanges(), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms,
+                  observers=observers)
     doc["files"] = list(session.paths)
     return doc
 
@@ -47,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     base = Session(args.files, engine_options(args), progress=for_command(False))
     ctx = DecodeContext(topic_names=topic_names_of(args))
     session = selected_session(args, base, ctx)  # filters name topics with --topic-ids too
+    if args.html:
+        from kanalyze.export.html_report import run_html
+
+        return run_html(args, session, build, ctx)
     if args.json:
         doc = build(session, args.timeline_cap, args.stall_ms, ctx)
         json.dump(doc, sys.stdout, indent=1)
