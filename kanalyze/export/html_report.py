@@ -6,8 +6,9 @@ package. Charts: per-partition leader LEO / HW / LSO / follower LEOs over time (
 replication timelines), latency of every exchange per API, records produced and fetched per
 topic per second, consumer lag per group over time; then the report's tables (findings,
 APIs, errors, replication, producers, transactions, groups, lag, clients). Each chart is drawn
-only when the capture has data for it; the page says which were left out and why. A small script records JavaScript errors and how many charts rendered in
-`#kanalyze-status` (the browser test reads it).
+only when the capture has data for it; the page says which were left out and why. A small
+script records JavaScript errors and how many charts rendered in `#kanalyze-status` (the
+browser test reads it).
 """
 
 from __future__ import annotations
