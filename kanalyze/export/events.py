@@ -139,15 +139,6 @@ def _producer_id(req: dict | None, rsp: dict | None) -> int | None:
     return None
 
 
-def _topics(facts: ExchangeFacts) -> list[str]:
-    """Topic labels of the facts that are topics for sure: with partitions, or entries of the
-    per-topic lists (a bare `name` in another list is a protocol or config name, not a topic)."""
-    listed = set(facts.listed_topics)
-    listed.update(p.topic for p in facts.partitions if p.topic)
-    listed.update(p.topic_id for p in facts.partitions if p.topic_id)
-    return [t for t, parts in facts.topics if parts or t in listed]
-
-
 def _diagnostics(*msgs: Message | None) -> list[str]:
     out: dict[str, None] = {}
     for m in msgs:
@@ -220,7 +211,7 @@ class EventEncoder:
             "kafka.request_bytes": req_m.pdu.size + 4 if req_m is not None else None,
             "kafka.response_bytes": rsp_m.pdu.size + 4 if rsp_m is not None else None,
             "kafka.acks": ex.acks,
-            "kafka.topics": _topics(facts),
+            "kafka.topics": [t for t, _parts in facts.topics],
             "kafka.partitions": parts,
             "kafka.partition_count": len(parts),
             "kafka.error_codes": list(dict.fromkeys(errors)),
