@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, BinaryIO
 from dissectors.errors import error_name
 from kanalyze.bodies import Bodies, BodyDecoder, ExchangeFacts, Records, exchange_facts
 from kanalyze.correlation import OK, Exchange, Message
-from kanalyze.export.formats import DEFAULT_MAX_LINE
 from kanalyze.jsontext import dumps
 
 try:  # a dependency; json (same text, slower) where it is missing
@@ -32,6 +31,8 @@ if TYPE_CHECKING:
     from kanalyze.session import Session
 
 SCHEMA_VERSION = "kanalyze.event/1"
+# the line cap: below Loki's default line limit (256 KiB) with room for a shipper's own fields
+DEFAULT_MAX_LINE = 200_000
 
 # every field of an event, in line order, with its index type (the template's mapping):
 # keyword, long, date, ip, boolean, text (kafka.body: kept, not indexed); a `[]` suffix is a

@@ -17,12 +17,12 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
+from kanalyze.export.events import DEFAULT_MAX_LINE
+
 if TYPE_CHECKING:
     from dissectors.context import DecodeContext
     from kanalyze.session import Session
 
-# below Loki's default line limit (256 KiB) with room for a shipper's own fields
-DEFAULT_MAX_LINE = 200_000
 DEFAULT_STEP = 15.0  # Prometheus' default scrape interval
 
 

@@ -17,8 +17,7 @@ import pytest
 
 from kanalyze.capture import CaptureError
 from kanalyze.export import ExchangeEncoder
-from kanalyze.export.events import FIELDS, EventEncoder, index_template
-from kanalyze.export.formats import DEFAULT_MAX_LINE
+from kanalyze.export.events import DEFAULT_MAX_LINE, FIELDS, EventEncoder, index_template
 from kanalyze.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
