@@ -9,6 +9,7 @@ output back forever).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,9 +19,14 @@ from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
 from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, decode_segment, format_endpoint
 from kanalyze.framing import Framer, Pdu, plausible_request
 from kanalyze.reassembly import HalfStream, ReassemblyLimits
+from kanalyze.roles import judge
 
 WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})
 DETECTION_BUDGET = 64 * 1024  # client bytes searched for a first request before a flow is judged not Kafka
+# a connection seen without its SYN waits (packets held, copied) until its bytes tell which side
+# is the client: both sides spoke, or this much was held, or it ended
+ROLE_PACKETS = 32
+ROLE_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -146,6 +152,39 @@ def _never(_corr: int) -> bool:
     return False
 
 
+class Undecided:
+    """A connection seen without its SYN, before its bytes decided who is the client: its
+    packets are held (payload copied) and replayed once the roles are known."""
+
+    __slots__ = ("id", "key", "held", "data", "first_ts", "nbytes")
+
+    def __init__(self, conn_id: int, key: tuple, ts_ns: int) -> None:
+        self.id = conn_id
+        self.key = key  # the 4-tuple of the first packet seen
+        self.held: list[tuple[object, int, int]] = []  # (segment, packet no, ts)
+        self.data: dict[tuple, bytearray] = {}  # the first bytes each direction sent
+        self.first_ts = ts_ns
+        self.nbytes = 0
+
+    def add(self, seg, key: tuple, pkt_no: int, ts_ns: int) -> None:  # noqa: ANN001
+        payload = bytes(seg.payload)  # a copy: the payload may be a view into a capture block
+        self.held.append((dataclasses.replace(seg, payload=payload), pkt_no, ts_ns))
+        if payload:
+            self.nbytes += len(payload)
+            self.data.setdefault(key, bytearray()).extend(payload)
+
+    def ready(self) -> bool:
+        return len(self.data) == 2 or len(self.held) >= ROLE_PACKETS or self.nbytes >= ROLE_BYTES
+
+
+@dataclass(slots=True)
+class _At:
+    """The packet number and time a held segment came with (all the replay needs of a packet)."""
+
+    no: int
+    ts_ns: int
+
+
 class Engine:
     """Push packets in, get exchanges out through `on_exchange`, in start-time order."""
 
@@ -160,6 +199,7 @@ class Engine:
         self.waiting: list[tuple[int, int, Message]] = []  # pending requests by start time
         self.seq = 0
         self.now = 0
+        self.undecided: dict[tuple, Undecided] = {}  # both 4-tuples of each undecided connection
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:
@@ -178,6 +218,9 @@ class Engine:
             limit = None
         else:
             limit = max(waiting[0][0], self.now - self.opts.order_window_ns)
+        if self.undecided and not final:
+            held = min(u.first_ts for u in self.undecided.values())
+            limit = held if limit is None else min(limit, held)
         emit = self.on_exchange
         while done and (limit is None or done[0][0] <= limit):
             emit(heapq.heappop(done)[2])
@@ -190,7 +233,48 @@ class Engine:
         if pkt.ts_ns > self.now:
             self.now = pkt.ts_ns
         key = (seg.src, seg.sport, seg.dst, seg.dport)
+        flags = seg.flags
+        if self.undecided:
+            und = self.undecided.get(key)
+            if und is not None:
+                if not flags & SYN:
+                    und.add(seg, key, pkt.no, pkt.ts_ns)
+                    if und.ready():
+                        self._decide(und)
+                    return
+                self._decide(und)  # a new connection on the same 4-tuple: settle the old one
         conn = self.conns.get(key)
+        if conn is None and not flags & SYN and seg.payload and not self._port_decides(seg):
+            und = Undecided(self.next_id, key, pkt.ts_ns)
+            self.next_id += 1
+            self.undecided[key] = self.undecided[(seg.dst, seg.dport, seg.src, seg.sport)] = und
+            und.add(seg, key, pkt.no, pkt.ts_ns)
+            return
+        self._segment(seg, key, conn, pkt)
+
+    def _port_decides(self, seg) -> bool:  # noqa: ANN001
+        """`--port` names exactly one side of this segment's connection."""
+        ports = self.opts.ports
+        return bool(ports) and (seg.dport in ports) != (seg.sport in ports)
+
+    def _decide(self, und: Undecided) -> None:
+        """The roles of a held connection are known (or must be settled now): open it with the
+        client the bytes point to (the port only when they cannot tell) and replay its packets."""
+        k = und.key
+        rkey = (k[2], k[3], k[0], k[1])
+        for key in (k, rkey):
+            if self.undecided.get(key) is und:
+                del self.undecided[key]
+        empty = bytearray()
+        verdict = judge(und.data.get(k, empty), und.data.get(rkey, empty), self.opts.max_frame)
+        first = und.held[0][0]
+        self._open(first, k, first.flags, und.id, verdict)
+        for seg, no, ts in und.held:
+            key = (seg.src, seg.sport, seg.dst, seg.dport)
+            self._segment(seg, key, self.conns.get(key), _At(no, ts))
+
+    def _segment(self, seg, key: tuple, conn: Connection | None, pkt) -> None:  # noqa: ANN001
+        """One TCP segment of a connection whose roles are known (`conn` None: not open yet)."""
         flags = seg.flags
         if flags & SYN and not flags & ACK and conn is not None and not conn.ignored:
             base = conn.c2s.base
@@ -247,13 +331,19 @@ class Engine:
         if self.done:
             self._release()
 
-    def _open(self, seg, key: tuple, flags: int) -> Connection:  # noqa: ANN001
+    def _open(
+        self, seg, key: tuple, flags: int, conn_id: int | None = None, verdict: bool | None = None  # noqa: ANN001
+    ) -> Connection:
+        """Open a connection at `seg`; `verdict` (from the bytes) says whether its sender is the
+        client. Precedence: SYN, `--port`, the bytes, a well-known Kafka port, the lower port."""
         rkey = (seg.dst, seg.dport, seg.src, seg.sport)
         ports = self.opts.ports
         if flags & SYN:
             client_is_src = not flags & ACK
         elif ports and (seg.dport in ports) != (seg.sport in ports):
             client_is_src = seg.dport in ports
+        elif verdict is not None:
+            client_is_src = verdict
         elif (seg.dport in WELL_KNOWN_BROKER_PORTS) != (seg.sport in WELL_KNOWN_BROKER_PORTS):
             client_is_src = seg.dport in WELL_KNOWN_BROKER_PORTS
         else:
@@ -263,8 +353,10 @@ class Engine:
         else:
             ckey, client, broker = rkey, (seg.dst, seg.dport), (seg.src, seg.sport)
         forced = broker[1] in ports
-        info = ConnInfo(self.next_id, format_endpoint(*client), format_endpoint(*broker))
-        self.next_id += 1
+        if conn_id is None:
+            conn_id = self.next_id
+            self.next_id += 1
+        info = ConnInfo(conn_id, format_endpoint(*client), format_endpoint(*broker))
         conn = Connection(self, info, ckey, forced, bool(flags & SYN))
         self.conns[key] = conn
         self.conns[rkey] = conn
@@ -367,8 +459,15 @@ class Engine:
                 else:
                     st.events_dropped += 1
 
+    def _decide_all(self, older_than_ns: int | None = None) -> None:
+        """Settle held connections (all, or those first seen before `older_than_ns`)."""
+        for und in {id(u): u for u in self.undecided.values()}.values():
+            if older_than_ns is None or und.first_ts < older_than_ns:
+                self._decide(und)
+
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests pending since before `older_than_ns` (live mode)."""
+        self._decide_all(older_than_ns)
         for conn in list(self.order.values()):
             conn.corr.expire(older_than_ns)
         self._release()
@@ -376,6 +475,7 @@ class Engine:
     def expire_idle(self, older_than_ns: int) -> int:
         """Close connections with no packet since `older_than_ns` (live mode keeps memory flat).
         Returns how many were closed."""
+        self._decide_all(older_than_ns)
         idle = [c for c in self.order.values() if c.last_seen < older_than_ns]
         for conn in idle:
             self._close(conn, None)
@@ -387,6 +487,7 @@ class Engine:
 
     def close(self) -> None:
         """End of input: close every connection (in order of appearance) and flush the output."""
+        self._decide_all()
         for conn in list(self.order.values()):
             self._close(conn, None)
         self._release(final=True)
