@@ -90,6 +90,28 @@ class EngineStats:
     buffered: int = 0  # bytes buffered right now across connections
     buffered_peak: int = 0
     open_peak: int = 0  # most connections open at once
+    # connections judged not Kafka, for the "nothing analyzed" explanation: (client, broker, tls)
+    non_kafka_flows: list[tuple[str, str, bool]] = field(default_factory=list)
+    tls_connections: int = 0  # TLS records seen where Kafka was expected (a TLS listener)
+
+    def not_kafka(self, conn: Connection) -> None:
+        """Count a connection judged not Kafka (its flow named in the first 20)."""
+        self.non_kafka_connections += 1
+        self.tls_connections += conn.tls
+        if len(self.non_kafka_flows) < 20:
+            self.non_kafka_flows.append((conn.info.client, conn.info.broker, conn.tls))
+
+
+def looks_like_tls(payload: bytes) -> bool:
+    """A TLS record header: content type 20-23, version 3.0-3.4, length <= 2^14 + 2048. Never a
+    plausible Kafka frame at the default --max-frame (the size would be over 335 MB)."""
+    return (
+        len(payload) >= 5
+        and 20 <= payload[0] <= 23
+        and payload[1] == 3
+        and payload[2] <= 4
+        and int.from_bytes(payload[3:5], "big") <= 18432
+    )
 
 
 class Connection:
@@ -110,6 +132,7 @@ class Connection:
         "closed",
         "last_seen",
         "held",
+        "tls",
     )
 
     def __init__(self, engine: Engine, info: ConnInfo, client_key: tuple, forced: bool, syn_seen: bool) -> None:
@@ -122,6 +145,7 @@ class Connection:
         self.closed = False
         self.last_seen = 0  # ns timestamp of the connection's latest packet
         self.held = 0  # bytes buffered (both framers, both reassembly heaps), as last counted
+        self.tls = False  # TLS records where Kafka frames were expected
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
@@ -173,8 +197,14 @@ class Undecided:
             self.nbytes += len(payload)
             self.data.setdefault(key, bytearray()).extend(payload)
 
-    def ready(self) -> bool:
-        return len(self.data) == 2 or len(self.held) >= ROLE_PACKETS or self.nbytes >= ROLE_BYTES
+    def verdict(self, max_frame: int) -> bool | None:
+        """Whether the first packet's sender is the client, judged from both directions' bytes."""
+        k = self.key
+        empty = bytearray()
+        return judge(self.data.get(k, empty), self.data.get((k[2], k[3], k[0], k[1]), empty), max_frame)
+
+    def out_of_patience(self) -> bool:
+        return len(self.held) >= ROLE_PACKETS or self.nbytes >= ROLE_BYTES
 
 
 @dataclass(slots=True)
@@ -239,8 +269,10 @@ class Engine:
             if und is not None:
                 if not flags & SYN:
                     und.add(seg, key, pkt.no, pkt.ts_ns)
-                    if und.ready():
-                        self._decide(und)
+                    if seg.payload and len(und.data) == 2 or und.out_of_patience():
+                        verdict = und.verdict(self.opts.max_frame)
+                        if verdict is not None or und.out_of_patience():
+                            self._decide(und, verdict)
                     return
                 self._decide(und)  # a new connection on the same 4-tuple: settle the old one
         conn = self.conns.get(key)
@@ -257,17 +289,18 @@ class Engine:
         ports = self.opts.ports
         return bool(ports) and (seg.dport in ports) != (seg.sport in ports)
 
-    def _decide(self, und: Undecided) -> None:
+    def _decide(self, und: Undecided, verdict: bool | None = None) -> None:
         """The roles of a held connection are known (or must be settled now): open it with the
         client the bytes point to (the port only when they cannot tell) and replay its packets."""
         k = und.key
-        rkey = (k[2], k[3], k[0], k[1])
-        for key in (k, rkey):
+        for key in (k, (k[2], k[3], k[0], k[1])):
             if self.undecided.get(key) is und:
                 del self.undecided[key]
-        empty = bytearray()
-        verdict = judge(und.data.get(k, empty), und.data.get(rkey, empty), self.opts.max_frame)
-        first = und.held[0][0]
+        if verdict is None:
+            verdict = und.verdict(self.opts.max_frame)
+        first, no, ts = und.held[0]
+        if len(self.order) >= self.opts.max_connections:
+            self._close_least_recent(_At(no, ts))  # type: ignore[arg-type]
         self._open(first, k, first.flags, und.id, verdict)
         for seg, no, ts in und.held:
             key = (seg.src, seg.sport, seg.dst, seg.dport)
@@ -318,10 +351,13 @@ class Engine:
                 if st.buffered > self.opts.max_buffered:
                     self._evict_buffers(pkt)
                 st.buffered_peak = max(st.buffered_peak, st.buffered)
-        if not conn.kafka and not conn.ignored and conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
-            conn.ignored = True
+        if not conn.kafka and not conn.ignored:
+            if seg.payload and conn.cf.pdu_bytes + conn.sf.pdu_bytes == 0 and looks_like_tls(seg.payload):
+                conn.tls = conn.ignored = True
+            elif conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
+                conn.ignored = True
         if conn.ignored:
-            self.stats.non_kafka_connections += 1
+            self.stats.not_kafka(conn)
             self.stats.non_kafka_bytes += conn.c2s.delivered + conn.s2c.delivered
             self._drop_state(conn)
         elif flags & RST or (
@@ -439,7 +475,7 @@ class Engine:
         if not conn.kafka:
             carried = conn.c2s.delivered + conn.s2c.delivered
             if carried:
-                self.stats.non_kafka_connections += 1
+                self.stats.not_kafka(conn)
                 self.stats.non_kafka_bytes += carried
             else:
                 self.stats.empty_connections += 1

@@ -10,6 +10,7 @@ from kanalyze.commands.common import (
     add_input_arguments,
     decode_context,
     engine_options,
+    explain_nothing,
     report_capture_problems,
 )
 from kanalyze.export.ndjson import ExchangeEncoder
@@ -44,4 +45,4 @@ def run(args: argparse.Namespace) -> int:
         else:
             out.flush()
     report_capture_problems(session)
-    return 0
+    return explain_nothing(session)

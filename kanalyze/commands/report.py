@@ -8,7 +8,12 @@ import json
 import sys
 
 from kanalyze.analysis.report import analyze
-from kanalyze.commands.common import add_input_arguments, engine_options, positive_int
+from kanalyze.commands.common import (
+    add_input_arguments,
+    engine_options,
+    explain_nothing,
+    positive_int,
+)
 from kanalyze.session import Session
 
 
@@ -31,13 +36,14 @@ def build(session: Session, timeline_cap: int = 5000, stall_ms: float = 10_000.0
 
 
 def run(args: argparse.Namespace) -> int:
-    doc = build(Session(args.files, engine_options(args)), args.timeline_cap, args.stall_ms)
+    session = Session(args.files, engine_options(args))
+    doc = build(session, args.timeline_cap, args.stall_ms)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render(doc))
-    return 0
+    return explain_nothing(session)
 
 
 def _v(x: object) -> str:

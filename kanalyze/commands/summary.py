@@ -8,7 +8,7 @@ import sys
 
 from dissectors.context import DecodeContext
 from kanalyze.analysis.summary import Summary, error_codes
-from kanalyze.commands.common import add_input_arguments, engine_options
+from kanalyze.commands.common import add_input_arguments, engine_options, explain_nothing
 from kanalyze.export.ndjson import ExchangeEncoder
 from kanalyze.session import Session
 
@@ -38,13 +38,14 @@ def build(session: Session) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    doc = build(Session(args.files, engine_options(args)))
+    session = Session(args.files, engine_options(args))
+    doc = build(session)
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render(doc))
-    return 0
+    return explain_nothing(session)
 
 
 def _ms(v: object) -> str:
