@@ -360,8 +360,10 @@ class Correlator:
             if not q:
                 del self.pending[corr]
 
-    def close(self) -> None:
-        """Connection over: every request still waiting is `no_response` (acks=0 ones are `ok`)."""
+    def close(self, broker_gaps: tuple[int, ...] = ()) -> None:
+        """Connection over: every request still waiting is `no_response` (acks=0 ones are `ok`).
+        `broker_gaps`: packets where the broker's stream had a capture gap; a request sent
+        before one of them says its response may be in it."""
         while self.unanswered:
             req, acks = self.unanswered.popleft()
             req.done = True
@@ -372,6 +374,11 @@ class Correlator:
         self.count = 0
         for req, acks in waiting:
             req.done = True
+            after = [p for p in broker_gaps if p > req.pdu.last_pkt]
+            if after:
+                req.diagnostics.append(Diagnostic(
+                    Code.GAP, 0, f"no response seen: the broker's stream lost bytes in a capture gap after it (packet {after[0]})"
+                ))
             self.emit(self._exchange(req, None, NO_RESPONSE, acks))
         while self.raw_pending:
             req = self.raw_pending.popleft()

@@ -465,7 +465,7 @@ class Engine:
         conn.s2c.flush(pno, ts)
         conn.cf.close()
         conn.sf.close()
-        conn.corr.close()
+        conn.corr.close(tuple(pk for code, _o, pk, _m in conn.sf.events if code == "gap"))
         self.stats.buffered -= conn.held
         conn.held = 0
         self._forget(conn)

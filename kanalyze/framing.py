@@ -10,6 +10,7 @@ Accounting per direction: bytes delivered = bytes in frames + bytes skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -135,6 +136,7 @@ class Framer:
         "events",
         "events_dropped",
         "event_counts",
+        "cut",
     )
 
     def __init__(
@@ -168,6 +170,9 @@ class Framer:
         self.events: list[tuple[str, int, int, str]] = []  # (code, stream offset, pkt, message)
         self.events_dropped = 0
         self.event_counts: dict[str, int] = {}  # every event by code, kept or dropped
+        # a frame broken by a gap, held until its tail has been skipped: it is then dated by the
+        # packet carrying its last byte, as an unbroken frame is
+        self.cut: Pdu | None = None
 
     # -- StreamSink -------------------------------------------------------------------------
     def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None:
@@ -178,6 +183,8 @@ class Framer:
             k = min(self.skip, len(chunk))
             self.skip -= k
             self.skipped += k
+            if not self.skip:
+                self._release_cut(pkt_no, ts_ns)
             if k == len(chunk):
                 return
             chunk = chunk[k:]
@@ -208,6 +215,7 @@ class Framer:
             self.skip -= used
             if self.skip:
                 return
+            self._release_cut(None, 0)
             self._note(code, gap_start, pkt_no, why)
             self._lose_sync()
             return
@@ -223,10 +231,15 @@ class Framer:
                 self.frames += 1
                 missing = frame_end - gap_start
                 self.skip = frame_end - (gap_start + nbytes)
-                pdu = Pdu(have, size, self.buf_offset, fp, fts, pkt_no, ts_ns, missing)
+                # dated by the last packet that carried bytes of it, until its tail shows up
+                lp, lts = self.marks[-1][1], self.marks[-1][2]
+                pdu = Pdu(have, size, self.buf_offset, fp, fts, lp, lts, missing)
                 self.buf.clear()
                 self.marks.clear()
-                self.on_pdu(pdu)
+                if self.skip:
+                    self.cut = pdu
+                else:
+                    self.on_pdu(pdu)
                 return
         self.skipped += len(self.buf)
         self.buf.clear()
@@ -234,6 +247,15 @@ class Framer:
         self._lose_sync()
 
     # -- internals --------------------------------------------------------------------------
+    def _release_cut(self, pkt_no: int | None, ts_ns: int) -> None:
+        """The tail of a frame broken by a gap is over: emit it, dated by `pkt_no` (the packet
+        that carried its last byte) when given."""
+        pdu, self.cut = self.cut, None
+        if pdu is not None:
+            if pkt_no is not None:
+                pdu = dataclasses.replace(pdu, last_pkt=pkt_no, last_ts=ts_ns)
+            self.on_pdu(pdu)
+
     def _note(self, code: str, offset: int, pkt: int, message: str) -> None:
         self.event_counts[code] = self.event_counts.get(code, 0) + 1
         if len(self.events) < MAX_EVENTS:
@@ -442,6 +464,7 @@ class Framer:
 
     def close(self) -> None:
         """End of stream: a partial frame becomes a truncated PDU (if its header is there) or skipped bytes."""
+        self._release_cut(None, 0)
         if self.buf and self.synced and len(self.buf) >= 4 + MIN_REQUEST:
             size = int.from_bytes(self.buf[:4], "big")
             if size <= self.max_frame:

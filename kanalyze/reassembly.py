@@ -178,12 +178,15 @@ class HalfStream:
         if lo < hi and payload[lo - rel : hi - rel] != lc[lo - at : hi - at]:
             self.overlap_conflicts += 1
 
-    def _drain(self, pkt_no: int, ts_ns: int) -> None:
+    def _drain(self, pkt_no: int, ts_ns: int, own: bool = False) -> None:
         """Deliver waiting segments that now connect; they count as arriving with the current
-        packet (the one that completed them), as tshark reports reassembled data."""
+        packet (the one that completed them), as tshark reports reassembled data. After a gap
+        (`own`) nothing completed them: each keeps its own packet number and time."""
         heap = self.heap
         while heap and heap[0][0] <= self.next:
-            rel, _, payload, _pno, _ts = heapq.heappop(heap)
+            rel, _, payload, pno, ts = heapq.heappop(heap)
+            if own:
+                pkt_no, ts_ns = pno, ts
             self.ooo_bytes -= len(payload)
             nxt = self.next
             if rel + len(payload) <= nxt:
@@ -196,6 +199,11 @@ class HalfStream:
             self.hole_since = None
 
     def _gap_to(self, target: int, pkt_no: int, ts_ns: int, why: str = "") -> None:
+        """Give up on the bytes up to `target`. The gap is dated by the first packet after it
+        (the packet that showed it, not the one that made us give up, which may be none at the
+        end of input); the data waiting behind it keeps its own packets and times."""
+        if self.heap and self.heap[0][0] >= target:
+            pkt_no, ts_ns = self.heap[0][3], self.heap[0][4]
         if target > self.next:
             n = target - self.next
             self.gap_bytes += n
@@ -204,6 +212,6 @@ class HalfStream:
             self.last_chunk = b""
             self.sink.gap(n, pkt_no, ts_ns, why)
         self.hole_since = None
-        self._drain(pkt_no, ts_ns)
+        self._drain(pkt_no, ts_ns, own=True)
         if self.heap and self.hole_since is None:
             self.hole_since = self.clock  # a new hole: patience restarts
