@@ -45,6 +45,7 @@ class Code(StrEnum):
     BUFFER_LIMIT = "buffer_limit"
     CONNECTION_LIMIT = "connection_limit"
     # correlation
+    TIMESTAMP_ORDER = "timestamp_order"  # a response timestamped before its request
     DUPLICATE_CORRELATION_ID = "duplicate_correlation_id"
     PENDING_LIMIT = "pending_limit"
     # last resort: a bug became data instead of a traceback

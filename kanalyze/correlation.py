@@ -75,7 +75,9 @@ class Exchange:
     @property
     def latency_ns(self) -> int | None:
         if self.request and self.response:
-            return self.response.pdu.last_ts - self.request.pdu.last_ts
+            took = self.response.pdu.last_ts - self.request.pdu.last_ts
+            # timestamps out of order (merged interfaces, a clock step): no latency to report
+            return took if took >= 0 else None
         return None
 
     def messages(self) -> Iterator[tuple[Message, bool]]:
@@ -293,6 +295,10 @@ class Correlator:
         header, body_at, diags = parse_response_header(pdu.data, api, ver)  # type: ignore[arg-type]
         if pdu.missing:
             diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
+        if pdu.last_ts < req.pdu.last_ts:
+            diags.append(Diagnostic(
+                Code.TIMESTAMP_ORDER, 0, "captured with an earlier timestamp than its request: latency unknown"
+            ))
         resp = Message(pdu, header, body_at, diags)
         if api == API_SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
             self.sasl_raw = int.from_bytes(pdu.data[body_at : body_at + 2], "big", signed=True) == 0
