@@ -46,6 +46,7 @@ class Code(StrEnum):
     CONNECTION_LIMIT = "connection_limit"
     # correlation
     TIMESTAMP_ORDER = "timestamp_order"  # a response timestamped before its request
+    NOT_INFERRED = "not_inferred"  # a response without its request whose api could not be inferred
     DUPLICATE_CORRELATION_ID = "duplicate_correlation_id"
     PENDING_LIMIT = "pending_limit"
     # last resort: a bug became data instead of a traceback

@@ -22,11 +22,15 @@ from dissectors.quirks import (
     response_header_version,
 )
 from kanalyze.framing import Pdu
+from kanalyze.inference import infer
 
 SASL_RAW_API = -1  # api_key reported for raw (un-headered) SASL token exchanges
 SASL_RAW_NAME = "SaslRaw"
 
 OK, NO_RESPONSE, REQUEST_MISSING = "ok", "no_response", "request_missing"
+SETTLE_AFTER = 4  # requests seen after an orphan response before its api is inferred
+MAX_ORPHANS = 64  # orphans held per connection; over it the oldest is settled at once
+HISTORY = 64  # recent requests kept per connection as evidence for orphans
 
 
 @dataclass(slots=True)
@@ -60,6 +64,8 @@ class Exchange:
     request: Message | None
     response: Message | None
     acks: int | None = None  # Produce only
+    # request_missing responses whose api was inferred: {"from": ..., "confidence": ...}
+    inferred: dict[str, object] | None = None
 
     @property
     def start_ts(self) -> int:
@@ -197,7 +203,10 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
 class Correlator:
     """Pending requests of one connection; emits an `Exchange` per pair, orphan or timeout."""
 
-    __slots__ = ("conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending", "unanswered", "arrivals")
+    __slots__ = (
+        "conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending", "unanswered",
+        "arrivals", "history", "orphans", "peers", "client_id",
+    )
 
     def __init__(
         self,
@@ -205,8 +214,13 @@ class Correlator:
         emit: Callable[[Exchange], None],
         on_pending: Callable[[Message], None],
         max_pending: int = 10_000,
+        peers: dict[str | None, dict[tuple[int, int], None]] | None = None,
     ) -> None:
         self.conn = conn
+        # engine-wide: client id -> the (api, version) pairs it sent, for orphans whose own
+        # connection has no fitting request
+        self.peers = peers if peers is not None else {}
+        self.client_id: str | None = None
         self.emit = emit
         self.on_pending = on_pending
         self.pending: dict[int, deque[tuple[Message, int | None]]] = {}
@@ -216,6 +230,10 @@ class Correlator:
         self.raw_pending: deque[Message] = deque()
         self.unanswered: deque[tuple[Message, int | None]] = deque()  # acks=0 Produce requests
         self.arrivals: deque[tuple[int, Message]] = deque()  # pending requests in arrival order
+        self.history: deque[tuple[int, int, int]] = deque(maxlen=HISTORY)  # (corr, api, version)
+        # responses without a request, held until later requests tell what they answered:
+        # [message, correlation id, requests seen since]
+        self.orphans: deque[list] = deque()
 
     def expects(self, corr: int) -> bool:
         return corr in self.pending
@@ -233,6 +251,19 @@ class Correlator:
         self.sasl_raw = False
         header, body_at, diags = parsed
         msg = Message(pdu, header, body_at, diags)
+        api_ver = (header["request_api_key"], header["request_api_version"])
+        self.history.append((header["correlation_id"], *api_ver))  # type: ignore[arg-type]
+        self.client_id = header.get("client_id")  # type: ignore[assignment]
+        seen = self.peers.get(self.client_id)
+        if seen is None and len(self.peers) < 1024:
+            seen = self.peers[self.client_id] = {}
+        if seen is not None and api_ver not in seen and len(seen) < 64:
+            seen[api_ver] = None  # type: ignore[index]
+        if self.orphans:
+            for entry in self.orphans:
+                entry[2] += 1
+            while self.orphans and self.orphans[0][2] >= SETTLE_AFTER:
+                self._settle_orphan(self.orphans.popleft())
         if pdu.missing:
             diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
         api, ver, corr = header["request_api_key"], header["request_api_version"], header["correlation_id"]
@@ -282,7 +313,10 @@ class Correlator:
         if not queue:
             header: dict[str, object] = {"correlation_id": corr}
             resp = Message(pdu, header, 4)
-            self.emit(Exchange(self.conn, None, None, corr, None, REQUEST_MISSING, None, resp))
+            self.orphans.append([resp, corr, 0])
+            self.on_pending(resp)  # the output waits for it like for a pending request
+            if len(self.orphans) > MAX_ORPHANS:
+                self._settle_orphan(self.orphans.popleft())
             return
         req, acks = queue.popleft()
         if not queue:
@@ -303,6 +337,31 @@ class Correlator:
         if api == API_SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
             self.sasl_raw = int.from_bytes(pdu.data[body_at : body_at + 2], "big", signed=True) == 0
         self.emit(self._exchange(req, resp, OK, acks))
+
+    def _settle_orphan(self, entry: list) -> None:
+        """Emit a held orphan response: decoded as the api the connection's requests point to
+        when exactly one fits (kanalyze/inference.py), else undecoded with the reason."""
+        resp, corr = entry[0], entry[1]
+        resp.done = True
+        pdu = resp.pdu
+        found = None
+        if not pdu.missing:
+            elsewhere = list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
+            found = infer(pdu.data, corr, list(self.history), self.client_id, elsewhere)
+        if found is None or found.api is None:
+            why = found.reason if found is not None else "a capture gap cut it: not inferred"
+            diag = Diagnostic(Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}")
+            out = Message(pdu, resp.header, resp.body_offset, [*resp.diagnostics, diag])
+            self.emit(Exchange(self.conn, None, None, corr, None, REQUEST_MISSING, None, out))
+            return
+        out = Message(pdu, found.header or resp.header, found.body_offset, list(resp.diagnostics))
+        self.emit(Exchange(
+            self.conn, found.api, found.version, corr, None, REQUEST_MISSING, None, out, inferred=found.to_json()
+        ))
+
+    def _settle_orphans(self, before_ts: int | None = None) -> None:
+        while self.orphans and (before_ts is None or self.orphans[0][0].pdu.last_ts < before_ts):
+            self._settle_orphan(self.orphans.popleft())
 
     def _exchange(self, req: Message, resp: Message | None, status: str, acks: int | None) -> Exchange:
         h = req.header
@@ -354,6 +413,7 @@ class Correlator:
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests that began before `older_than_ns` (live mode / long captures);
         acks=0 Produce requests that old are settled as `ok` (no response is due)."""
+        self._settle_orphans(older_than_ns)
         if self.unanswered:
             self._settle_unanswered(older_than_ns)
         for corr in list(self.pending):
@@ -370,6 +430,7 @@ class Correlator:
         """Connection over: every request still waiting is `no_response` (acks=0 ones are `ok`).
         `broker_gaps`: packets where the broker's stream had a capture gap; a request sent
         before one of them says its response may be in it."""
+        self._settle_orphans()
         while self.unanswered:
             req, acks = self.unanswered.popleft()
             req.done = True

@@ -146,7 +146,7 @@ class Connection:
         self.last_seen = 0  # ns timestamp of the connection's latest packet
         self.held = 0  # bytes buffered (both framers, both reassembly heaps), as last counted
         self.tls = False  # TLS records where Kafka frames were expected
-        self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
+        self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending, engine.peers)
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
         self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending)
@@ -230,6 +230,7 @@ class Engine:
         self.seq = 0
         self.now = 0
         self.undecided: dict[tuple, Undecided] = {}  # both 4-tuples of each undecided connection
+        self.peers: dict[str | None, dict[tuple[int, int], None]] = {}  # client id -> (api, version)s sent
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:

@@ -196,6 +196,8 @@ class ExchangeEncoder:
         }
         if ex.acks is not None:
             out["acks"] = ex.acks
+        if ex.inferred is not None:
+            out["inferred"] = ex.inferred
         return out
 
     # -- one NDJSON line --------------------------------------------------------------------
@@ -247,6 +249,8 @@ class ExchangeEncoder:
             conn = self._conn_json[c.id] = dumps({"id": c.id, "client": c.client, "broker": c.broker})
         lat = ex.latency_ns
         acks = "" if ex.acks is None else f',"acks":{ex.acks}'
+        if ex.inferred is not None:
+            acks += f',"inferred":{dumps(ex.inferred)}'
         return (
             f'{{"schema":"{SCHEMA_VERSION}","connection":{conn},"api_key":{_num(ex.api_key)},'
             f'"api":{self._str(ex.api)},"api_version":{_num(ex.api_version)},'
