@@ -91,3 +91,14 @@ def test_no_hint_finds_what_tshark_finds(pcap: Path) -> None:
 def test_port_hint_changes_nothing(pcap: Path) -> None:
     """With the right `--port`, the result is the same as with none: the content decided."""
     assert kanalyze_view(pcap) == kanalyze_view(pcap, frozenset({broker_port(pcap)}))
+
+
+def test_ndpi_orphans_are_inferred() -> None:
+    """ndpi-kafka.pcapng has three responses whose requests were not captured (tshark: "Request
+    Missing", undecoded). Their own connections' requests (Metadata v2, correlation ids 130 and
+    142 around 131 and 141) and, for the ApiVersions answer, the same client id's ApiVersions v0
+    on other connections tell what they were; the bodies decode exactly."""
+    pcap = PUBLIC / "ndpi-kafka.pcapng"
+    orphans = [e for e in Session([str(pcap)]).exchanges() if e.status == "request_missing"]
+    got = [(e.correlation_id, e.api, e.api_version, (e.inferred or {}).get("confidence")) for e in orphans]
+    assert got == [(131, "Metadata", 2, "high"), (140, "ApiVersions", 0, "low"), (141, "Metadata", 2, "high")]
