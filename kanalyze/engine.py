@@ -57,6 +57,7 @@ class DirectionTotals:
     overlap_conflicts: int = 0
     pdus: int = 0
     limit_gaps: int = 0  # holes given up at a reassembly bound (also counted in gaps)
+    uncaptured: int = 0  # bytes cut by the capture's snaplen (also counted in gaps)
 
     def add(self, half: HalfStream, framer: Framer) -> None:
         self.stream += half.next
@@ -68,6 +69,7 @@ class DirectionTotals:
         self.overlap_conflicts += half.overlap_conflicts
         self.pdus += framer.frames
         self.limit_gaps += half.limit_gaps
+        self.uncaptured += half.uncaptured
 
 
 @dataclass(slots=True)
@@ -158,7 +160,10 @@ class Connection:
             return
         if not self.kafka:
             head = pdu.size.to_bytes(4, "big") + pdu.data[:1024]
-            if plausible_request(head, 0, self.cf.max_frame) != 1 and not self.forced:
+            verdict = plausible_request(head, 0, self.cf.max_frame)
+            if pdu.missing and verdict == -1:
+                verdict = 1  # cut short (snaplen, a gap) before the client id ended: plausible so far
+            if verdict != 1 and not self.forced:
                 self.ignored = True
                 return
             self.kafka = True
@@ -277,7 +282,7 @@ class Engine:
                     return
                 self._decide(und)  # a new connection on the same 4-tuple: settle the old one
         conn = self.conns.get(key)
-        if conn is None and not flags & SYN and seg.payload and not self._port_decides(seg):
+        if conn is None and not flags & SYN and (seg.payload or seg.cut) and not self._port_decides(seg):
             und = Undecided(self.next_id, key, pkt.ts_ns)
             self.next_id += 1
             self.undecided[key] = self.undecided[(seg.dst, seg.dport, seg.src, seg.sport)] = und
@@ -316,7 +321,7 @@ class Engine:
                 self._close(conn, pkt)  # port reuse: a new SYN on the same 4-tuple
                 conn = None
         if conn is None:
-            if not seg.payload and not flags & SYN:
+            if not seg.payload and not seg.cut and not flags & SYN:
                 # a pure ACK/FIN/RST of a connection already closed (or not yet seen carrying
                 # data): nothing to reassemble, and no reason to open a connection for it
                 self.stats.stray_packets += 1
@@ -341,8 +346,8 @@ class Engine:
         if flags & ACK:
             other.peer_ack(seg.ack)
             if other.heap:
-                other.check_hole(conn.clock, pkt.no, pkt.ts_ns, now=bool(seg.payload))
-        half.segment(seg.seq, seg.payload, bool(flags & FIN), pkt.no, pkt.ts_ns, conn.clock)
+                other.check_hole(conn.clock, pkt.no, pkt.ts_ns, now=bool(seg.payload or seg.cut))
+        half.segment(seg.seq, seg.payload, bool(flags & FIN), pkt.no, pkt.ts_ns, conn.clock, seg.cut)
         now_held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
         if now_held != held:
             conn.held = now_held

@@ -208,8 +208,11 @@ class Framer:
         gap_start = self.stream_offset
         self.stream_offset += nbytes
         self.last_pkt, self.last_ts = pkt_no, ts_ns
-        code = "buffer_limit" if why else "gap"
-        why = f"{nbytes} bytes given up ({why})" if why else f"{nbytes} bytes lost in a capture gap"
+        if why == "snaplen":  # bytes not captured (snaplen): counted, not listed one by one
+            code, why = "snaplen", ""
+        else:
+            code = "buffer_limit" if why else "gap"
+            why = f"{nbytes} bytes given up ({why})" if why else f"{nbytes} bytes lost in a capture gap"
         if self.skip:
             used = min(self.skip, nbytes)
             self.skip -= used
@@ -258,6 +261,8 @@ class Framer:
 
     def _note(self, code: str, offset: int, pkt: int, message: str) -> None:
         self.event_counts[code] = self.event_counts.get(code, 0) + 1
+        if not message:
+            return  # counted only (snaplen cuts: one per packet, summarized once)
         if len(self.events) < MAX_EVENTS:
             self.events.append((code, offset, pkt, message))
         else:

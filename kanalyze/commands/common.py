@@ -97,7 +97,9 @@ def report_capture_problems(session: Session) -> None:
         sys.stderr.write(f"kanalyze: {name}: offset {d.offset}: {d.message}\n")
     if session.engine is not None:
         skipped = session.engine.stats.client.skipped + session.engine.stats.broker.skipped
-        gaps = session.engine.stats.client.gaps + session.engine.stats.broker.gaps
+        st = session.engine.stats
+        # bytes a snaplen cut are said once by explain_nothing, not as capture losses
+        gaps = st.client.gaps + st.broker.gaps - st.client.uncaptured - st.broker.uncaptured
         if skipped or gaps:
             sys.stderr.write(
                 f"kanalyze: {skipped} bytes skipped while resynchronizing, {gaps} bytes lost in capture gaps "
@@ -148,12 +150,15 @@ def what_it_is(stats: EngineStats, packets: int) -> tuple[str | None, str | None
 
 
 def explain_nothing(session: Session) -> int:
-    """Say on stderr what the capture is when it is not (all) decodable Kafka; the exit status:
+    """Say on stderr what the capture is when it is not (all) decodable Kafka (and once, when
+    it was cut by a snaplen, which outputs are partial); the exit status:
     NOTHING_ANALYZED when not one Kafka connection was found, else 0."""
     if session.engine is None:
         return 0
+    from kanalyze.analysis.summary import snaplen_notice
+
     tls, nothing = what_it_is(session.engine.stats, session.capture.packets)
-    for line in (tls, nothing):
+    for line in (snaplen_notice(session.engine.stats), tls, nothing):
         if line:
             sys.stderr.write(f"kanalyze: {line}\n")
     return NOTHING_ANALYZED if nothing else 0

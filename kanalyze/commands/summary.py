@@ -90,4 +90,11 @@ def render(doc: dict) -> str:
         lines.append(f"stream events ({len(ev)}):")
         lines.extend(f"  conn {e['connection']} {e['side']} frame {e['frame']}: {e['code']}: {e['message']}" for e in ev[:20])
     lines.extend(f"capture: {d['file']}: offset {d['offset']}: {d['message']}" for d in doc["capture_diagnostics"])
+    snap = doc.get("snaplen")
+    if snap:
+        lines.append("")
+        lines.append(
+            f"capture truncated to {snap['bytes_per_packet']} bytes per packet (snaplen): {snap['packets_cut']} packets "
+            f"lost {snap['payload_bytes_not_captured']} payload bytes; partial: {snap['partial']}"
+        )
     return "\n".join(lines) + "\n"
