@@ -26,6 +26,7 @@ DETECTION_BUDGET = 64 * 1024  # client bytes searched for a first request before
 # a connection seen without its SYN waits (packets held, copied) until its bytes tell which side
 # is the client: both sides spoke, or this much was held, or it ended
 ROLE_PACKETS = 32
+EARLY_RESPONSES = 64  # broker frames kept while the client side has not yet confirmed Kafka
 ROLE_BYTES = 64 * 1024
 
 
@@ -135,6 +136,7 @@ class Connection:
         "last_seen",
         "held",
         "tls",
+        "early",
     )
 
     def __init__(self, engine: Engine, info: ConnInfo, client_key: tuple, forced: bool, syn_seen: bool) -> None:
@@ -148,6 +150,9 @@ class Connection:
         self.last_seen = 0  # ns timestamp of the connection's latest packet
         self.held = 0  # bytes buffered (both framers, both reassembly heaps), as last counted
         self.tls = False  # TLS records where Kafka frames were expected
+        # broker frames before the client's first request confirmed Kafka (a mid-stream start:
+        # answers to requests sent before the capture); handed on once it is confirmed
+        self.early: list[Pdu] = []
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending, engine.peers)
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
@@ -165,8 +170,12 @@ class Connection:
                 verdict = 1  # cut short (snaplen, a gap) before the client id ended: plausible so far
             if verdict != 1 and not self.forced:
                 self.ignored = True
+                self.early.clear()
                 return
             self.kafka = True
+            early, self.early = self.early, []
+            for p in early:
+                self.corr.response(p)
         if not self.corr.request(pdu):
             self.cf.events.append(
                 ("bad_header", pdu.offset, pdu.last_pkt, "frame does not parse as a Kafka request header")
@@ -175,6 +184,8 @@ class Connection:
     def _server_pdu(self, pdu: Pdu) -> None:
         if self.kafka and not self.ignored:
             self.corr.response(pdu)
+        elif not self.ignored and len(self.early) < EARLY_RESPONSES:
+            self.early.append(pdu)
 
 
 def _never(_corr: int) -> bool:
@@ -471,6 +482,13 @@ class Engine:
         conn.s2c.flush(pno, ts)
         conn.cf.close()
         conn.sf.close()
+        if not conn.kafka and not conn.ignored and conn.early and not conn.c2s.delivered:
+            # only the broker's side was captured, and it chains as Kafka responses: they are
+            # orphans of requests sent before the capture (the client side never contradicted)
+            conn.kafka = True
+            for p in conn.early:
+                conn.corr.response(p)
+            conn.early.clear()
         conn.corr.close(tuple(pk for code, _o, pk, _m in conn.sf.events if code == "gap"))
         self.stats.buffered -= conn.held
         conn.held = 0

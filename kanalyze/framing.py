@@ -432,15 +432,26 @@ class Framer:
         (reported as request_missing) instead of skipping them."""
         n = len(buf)
         q = p
-        for _ in range(hops):
+        # at the very start of a mid-stream capture the first responses answer requests sent
+        # before it: frames that chain from the first byte exactly to the end of what arrived
+        # (or 3 in a row) with sane correlation ids are accepted as responses (orphans)
+        start = p == 0 and self.buf_offset == 0 and not self.resyncs
+        for hop in range(hops):
+            if start and q == n and hop:
+                return 1
             if n - q < 8:
                 return -1
             size = int.from_bytes(buf[q : q + 4], "big")
             if size < MIN_RESPONSE or size > self.max_frame:
                 return 0
-            if self.expects(int.from_bytes(buf[q + 4 : q + 8], "big", signed=True)):
+            corr = int.from_bytes(buf[q + 4 : q + 8], "big", signed=True)
+            if self.expects(corr):
                 return 1
+            if start and corr < 0:
+                start = False
             q += 4 + size
+            if start and hop >= 2 and q <= n:
+                return 1
         return 0
 
     def _skip_bytes(self, k: int, why: str) -> None:

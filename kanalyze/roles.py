@@ -9,7 +9,9 @@ is wrong as often as it is right. The bytes decide instead:
   client;
 * a direction whose frames carry correlation ids that the other direction's requests announced
   is the broker (a response can look like a request when its correlation id is small, so this
-  test comes first).
+  test comes first);
+* when only one direction has spoken, its first frame must also name a client (non-empty
+  client id): a response's body often reads as an empty one.
 
 `judge` returns None when the bytes cannot tell; the engine then falls back to the port.
 """
@@ -80,5 +82,16 @@ def judge(a: bytes, b: bytes, max_frame: int) -> bool | None:
     if a_answered != b_answered:
         return a_answered
     if bool(ra) != bool(rb):
+        # one direction alone: a response's body often reads as an empty client id (a 0
+        # throttle time), so a lone "request" must name its client to count
+        if not (a and b) and not _names_client(a if ra else b, max_frame):
+            return None
         return bool(ra)
     return None
+
+
+def _names_client(data: bytes, max_frame: int) -> bool:
+    """Whether a plausible request at the start of `data` carries a non-empty client id."""
+    if plausible_request(data, 0, max_frame) != 1 or len(data) < 14:
+        return False
+    return int.from_bytes(data[12:14], "big", signed=True) > 0
