@@ -1,4 +1,85 @@
 """Kafka protocol dissectors: generated schemas, the generic decoder, records, codecs.
 
+This package's public entry: import what you need from `dissectors` itself
+(`from dissectors import decode_body, DecodeContext, ApiKey`). The submodules
+are the implementation; their layout may change, these names will not.
+
 Headless: nothing here imports textual, pyspark or scapy.
 """
+
+from __future__ import annotations
+
+from dissectors.apis import (
+    API_NAMES,
+    REQUEST_FLEXIBLE_FROM,
+    REQUEST_VERSIONS,
+    RESPONSE_FLEXIBLE_FROM,
+    RESPONSE_VERSIONS,
+    ApiKey,
+)
+from dissectors.context import DecodeContext, Limits
+from dissectors.decoder import (
+    body_reader,
+    decode_body,
+    decode_message,
+    message_reader,
+    schema_module,
+)
+from dissectors.diagnostics import Code, Diagnostic
+from dissectors.embedded import decode_raw_sasl
+from dissectors.errors import ERROR_NAMES, ErrorCode, error_name
+from dissectors.fastjson import FALLBACK, decode_body_json
+from dissectors.jsonify import JsonWalk, node_to_json, node_to_json_collect
+from dissectors.node import ARRAY, PRIM, RAW, RECORDS, STRUCT, Node
+from dissectors.primitives import DecodeError, read_uvarint, read_varint
+from dissectors.quirks import (
+    API_PRODUCE,
+    API_SASL_HANDSHAKE,
+    request_header_version,
+    response_header_version,
+)
+from dissectors.records import decode_records
+from dissectors.secrets import is_secret, redacted
+
+__all__ = [
+    "API_NAMES",
+    "API_PRODUCE",
+    "API_SASL_HANDSHAKE",
+    "ARRAY",
+    "ERROR_NAMES",
+    "FALLBACK",
+    "PRIM",
+    "RAW",
+    "RECORDS",
+    "REQUEST_FLEXIBLE_FROM",
+    "REQUEST_VERSIONS",
+    "RESPONSE_FLEXIBLE_FROM",
+    "RESPONSE_VERSIONS",
+    "STRUCT",
+    "ApiKey",
+    "Code",
+    "DecodeContext",
+    "DecodeError",
+    "Diagnostic",
+    "ErrorCode",
+    "JsonWalk",
+    "Limits",
+    "Node",
+    "body_reader",
+    "decode_body",
+    "decode_body_json",
+    "decode_message",
+    "decode_raw_sasl",
+    "decode_records",
+    "error_name",
+    "is_secret",
+    "message_reader",
+    "node_to_json",
+    "node_to_json_collect",
+    "read_uvarint",
+    "read_varint",
+    "redacted",
+    "request_header_version",
+    "response_header_version",
+    "schema_module",
+]

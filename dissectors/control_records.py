@@ -11,8 +11,7 @@ value is a flexible-version message starting with its own int16 `Version`:
     5 KRAFT_VERSION    KRaftVersionRecord
     6 KRAFT_VOTERS     VotersRecord
 
-KRaft values are decoded by the schema decoder (`dissectors.decoder`), imported
-lazily; when it is missing the value stays raw (base64) with a diagnostic.
+KRaft values are decoded by the schema decoder (`dissectors.decoder`).
 """
 
 from __future__ import annotations
@@ -21,7 +20,9 @@ import base64
 import struct
 
 from dissectors.context import DecodeContext
+from dissectors.decoder import decode_message
 from dissectors.diagnostics import Code, Diagnostic
+from dissectors.jsonify import node_to_json
 
 _KEY = struct.Struct(">hh")
 _MARKER = struct.Struct(">hi")
@@ -99,18 +100,6 @@ def _decode_kraft(
         diags.append(Diagnostic(Code.BAD_RECORD, off, f"{name} value of {length} bytes"))
         return raw
     (version,) = _I16.unpack_from(buf, off)  # the message's own Version field is its schema version
-    try:
-        from dissectors.decoder import decode_message
-        from dissectors.jsonify import node_to_json
-    except ImportError as exc:
-        diags.append(
-            Diagnostic(
-                Code.UNSUPPORTED_VERSION,
-                off,
-                f"{name} kept raw: schema decoder unavailable ({exc})",
-            )
-        )
-        return raw
     node = decode_message(name, version, buf, off, off + length, ctx)
     for n in node.walk():
         diags.extend(n.diagnostics)

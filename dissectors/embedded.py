@@ -19,11 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from dissectors import decoder, quirks
+from dissectors import quirks, schemas
 from dissectors.context import DecodeContext
+from dissectors.decoder import decode_body, decode_message, message_reader
 from dissectors.diagnostics import Code
 from dissectors.node import ARRAY, PRIM, STRUCT, Node
-from dissectors.primitives import INT16
+from dissectors.plan import schema_module
+from dissectors.primitives import INT16, DecodeError
+from dissectors.registry import register_body_hook
 from dissectors.secrets import SecretBytes, SecretStr
 
 NULL_UUID = "00000000-0000-0000-0000-000000000000"
@@ -60,9 +63,7 @@ def _data_span(node: Node) -> tuple[int, int]:
 
 
 def _max_version(name: str) -> int:
-    from dissectors import schemas
-
-    mod = decoder._module(schemas.MESSAGE_MODULES[name])
+    mod = schema_module(schemas.MESSAGE_MODULES[name])
     return mod.MESSAGE[-1]["valid"][1]
 
 
@@ -79,7 +80,7 @@ def embed_versioned(
     if version < 0:
         return False
     newer = version > _max_version(message)
-    sub = decoder.decode_message(
+    sub = decode_message(
         message, min(version, _max_version(message)), buf, start + 2, end, ctx
     )
     if sub.kind != STRUCT:
@@ -158,7 +159,7 @@ def decode_request(buf: bytes | memoryview, start: int, end: int, ctx: DecodeCon
     api_version = INT16.unpack_from(buf, start + 2)[0]
     if api_key == quirks.API_ENVELOPE:
         return None
-    reader = decoder.message_reader(
+    reader = message_reader(
         "RequestHeader", quirks.request_header_version(api_key, api_version)
     )
     if reader is None:
@@ -166,9 +167,9 @@ def decode_request(buf: bytes | memoryview, start: int, end: int, ctx: DecodeCon
     out: list[Node] = []
     try:
         pos = reader(buf, start, end, ctx, out, "header")
-    except decoder.DecodeError:
+    except DecodeError:
         return out
-    return [out[0], decoder.decode_body(api_key, api_version, True, buf, pos, end, ctx)]
+    return [out[0], decode_body(api_key, api_version, True, buf, pos, end, ctx)]
 
 
 # ------------------------------------------------------------------ topic ids
@@ -307,5 +308,7 @@ HOOKS = {
     (58, True): _envelope_request,
     (75, False): _learn_topics,
 }
+for (_api_key, _is_request), _hook in HOOKS.items():
+    register_body_hook(_api_key, _is_request, _hook)
 
 __all__ = ["HOOKS", "decode_raw_sasl", "decode_request", "embed_versioned", "parse_sasl"]

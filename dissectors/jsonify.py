@@ -57,7 +57,7 @@ def _is_error_key(key: str) -> bool:
 _KEYS: dict[str, tuple[str, bool]] = {}  # spec name -> (snake_case key, is an error-code key)
 
 
-def _key(name: str) -> tuple[str, bool]:
+def json_key(name: str) -> tuple[str, bool]:
     out = _KEYS.get(name)
     if out is None:
         key = snake_case(name)
@@ -124,7 +124,7 @@ def _subtree_diags(node: Node, walk: JsonWalk) -> None:
                 _diags(c, walk)
 
 
-def _float(value: float, walk: JsonWalk | None) -> object:
+def json_float(value: float, walk: JsonWalk | None) -> object:
     if not math.isfinite(value):
         return str(value)
     if walk is not None and value and not 1e-4 <= abs(value) < 1e16:
@@ -149,7 +149,7 @@ def _json(node: Node, ctx: DecodeContext, walk: JsonWalk | None) -> object:
         if t is int or t is str or value is None or t is bool:
             return value
         if t is float:
-            return _float(value, walk)
+            return json_float(value, walk)
         return _prim(value, ctx)
     if kind == STRUCT:
         children = node.children
@@ -164,7 +164,7 @@ def _json(node: Node, ctx: DecodeContext, walk: JsonWalk | None) -> object:
                 value = child.value
                 t = type(value)
                 if t is float:
-                    value = _float(value, walk)
+                    value = json_float(value, walk)
                 elif not (t is int or t is str or value is None or t is bool):
                     value = _prim(value, ctx)
             else:
@@ -177,7 +177,7 @@ def _json(node: Node, ctx: DecodeContext, walk: JsonWalk | None) -> object:
                         tags[m.group(1)] = _prim(child.value, ctx)  # type: ignore[index]
                         continue
                 value = _json(child, ctx, walk)
-            key, is_error = _KEYS.get(child.name) or _key(child.name)
+            key, is_error = _KEYS.get(child.name) or json_key(child.name)
             out[key] = value
             if is_error and isinstance(value, int):
                 out[f"{key}_name"] = error_name(value)

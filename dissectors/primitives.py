@@ -52,15 +52,12 @@ def short(pos: int, need: int, end: int, what: str) -> DecodeError:
     return DecodeError(Code.TRUNCATED, pos, f"{what}: need {need} bytes, {max(end - pos, 0)} left")
 
 
-def read_fixed(st: struct.Struct, buf, pos: int, end: int, what: str = "value"):
-    nxt = pos + st.size
-    if nxt > end:
-        raise short(pos, st.size, end, what)
-    return st.unpack_from(buf, pos)[0], nxt
-
-
 def read_uvarint(buf, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
-    """Unsigned LEB128 (Kafka's unsigned varint); at most `max_bytes` bytes."""
+    """Unsigned LEB128 (Kafka's unsigned varint); at most `max_bytes` bytes.
+
+    The one varint reader of the package (hot loops inline the one- and two-byte cases and
+    call it for the rest). A varint cut by `end` is TRUNCATED, one longer than
+    `max_bytes` BAD_VARINT; the error's offset is where the varint starts."""
     value = 0
     shift = 0
     start = pos
@@ -77,15 +74,9 @@ def read_uvarint(buf, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]
             raise DecodeError(Code.BAD_VARINT, start, f"varint longer than {max_bytes} bytes")
 
 
-def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
-    """Zig-zag signed 32-bit varint."""
-    u, pos = read_uvarint(buf, pos, end, 5)
-    return (u >> 1) ^ -(u & 1), pos
-
-
-def read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
-    """Zig-zag signed 64-bit varint."""
-    u, pos = read_uvarint(buf, pos, end, 10)
+def read_varint(buf, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
+    """Zig-zag signed varint: 32-bit (`max_bytes` 5) or 64-bit (10, Kafka's varlong)."""
+    u, pos = read_uvarint(buf, pos, end, max_bytes)
     return (u >> 1) ^ -(u & 1), pos
 
 
@@ -108,16 +99,3 @@ def read_length(buf, pos: int, end: int, compact: bool, wide: bool) -> tuple[int
     if n < -1:
         raise DecodeError(Code.BAD_LENGTH, pos, f"negative length {n}")
     return n, nxt
-
-
-def encode_uvarint(value: int) -> bytes:
-    """Unsigned varint encoding (used for tagged-field framing in tests and tools)."""
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)

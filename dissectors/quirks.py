@@ -16,8 +16,8 @@ API_API_VERSIONS = 18
 API_SASL_AUTHENTICATE = 36
 
 # ClientId in the request header is a classic (int16-length) string even in
-# header v2: the spec marks the field "flexibleVersions": "none".
-CLIENT_ID_NEVER_COMPACT = True
+# header v2: the spec marks the field "flexibleVersions": "none", which the
+# generated RequestHeader schema carries (a field-level "flexible" range).
 
 # Group APIs whose member metadata / assignment bytes embed the consumer
 # protocol when the protocol type is "consumer".

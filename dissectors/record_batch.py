@@ -1,58 +1,32 @@
 """Record batches, magic 2 (Kafka >= 0.11): header, CRC32C, codec, varint records.
 
-Layout (61-byte header, big-endian), then the records, compressed as a whole
-when the codec bits are set:
-
-    base_offset int64 | batch_length int32 | partition_leader_epoch int32 |
-    magic int8 | crc uint32 | attributes int16 | last_offset_delta int32 |
-    base_timestamp int64 | max_timestamp int64 | producer_id int64 |
-    producer_epoch int16 | base_sequence int32 | record_count int32
-
-CRC32C covers attributes..end of batch. Attributes: bits 0-2 codec, bit 3
-timestamp type (log append), bit 4 transactional, bit 5 control, bit 6 delete
-horizon (base_timestamp is then the delete horizon). Header timestamps are
-kept as the raw millisecond ints; records carry ISO-8601 timestamps.
-
-Record: length varint | attributes int8 | timestamp_delta varlong |
-offset_delta varint | key_len varint | key | value_len varint | value |
-header_count varint | headers (key_len varint, key, value_len varint, value).
-A bad record is reported and skipped to its declared end.
+The 61-byte header is read by `batch_header`, the records (compressed as a
+whole when the codec bits are set) by `record_reader`. This module puts them
+together into one batch node: the header fields as its JSON value, the record
+nodes as its children (built on demand), every problem as a diagnostic. Records
+carry ISO-8601 timestamps; the header keeps the raw millisecond ints.
 """
 
 from __future__ import annotations
 
-import struct
-
-import crc32c
-
+from dissectors.batch_header import (
+    ATTRIBUTES_AT,
+    CRC_AT,
+    HEADER_SIZE,
+    MIN_BATCH_LENGTH,
+    RECORD_COUNT_AT,
+    BatchHeader,
+    bad_length,
+    crc_matches,
+    read_header,
+    short_batch,
+)
 from dissectors.compression import CODEC_NAMES, decompress, output_cap
 from dissectors.context import DecodeContext
-from dissectors.control_records import decode_control
 from dissectors.diagnostics import Code, Diagnostic
-from dissectors.node import RAW, STRUCT, LazyNode, Node
-from dissectors.record_values import (
-    VarintError,
-    iso_timestamp,
-    read_varint,
-    render_bytes,
-    render_raw,
-)
-
-RECORD_COUNT_SLACK = 16  # records decoded past a batch's declared count before giving up
-HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = HEADER.size  # 61
-LENGTH_BEFORE = 12  # base_offset + batch_length precede the counted bytes
-MIN_BATCH_LENGTH = HEADER_SIZE - LENGTH_BEFORE  # 49
-_CRC_START = 21  # attributes
-
-
-class RecordError(ValueError):
-    """A record field is inconsistent; `offset` locates it."""
-
-    def __init__(self, offset: int, message: str, code: Code = Code.BAD_RECORD) -> None:
-        super().__init__(message)
-        self.offset = offset
-        self.code = code
+from dissectors.node import STRUCT, LazyNode, Node
+from dissectors.record_reader import RecordArgs, RecordNodes, read_records
+from dissectors.record_values import render_raw
 
 
 def decode_batch_v2(
@@ -66,497 +40,123 @@ def decode_batch_v2(
     diags: list[Diagnostic] = []
     avail = end - pos
     if avail < HEADER_SIZE:
-        return _short_batch(buf, pos, end, source, diags)
-    (
-        base_offset,
-        batch_length,
-        leader_epoch,
-        magic,
-        crc,
-        attributes,
-        last_offset_delta,
-        base_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        record_count,
-    ) = HEADER.unpack_from(buf, pos)
-    codec = attributes & 0x07
-    ts_type = "log_append" if attributes & 0x08 else "create"
-    is_control = (attributes & 0x20) != 0
-    batch: dict[str, object] = {
-        "base_offset": base_offset,
-        "batch_length": batch_length,
-        "partition_leader_epoch": leader_epoch,
-        "magic": magic,
-        "crc": crc,
-        "crc_ok": None,
-        "attributes": attributes,
-        "codec": CODEC_NAMES.get(codec) or f"unknown({codec})",
-        "timestamp_type": ts_type,
-        "is_transactional": (attributes & 0x10) != 0,
-        "is_control": is_control,
-        "has_delete_horizon": (attributes & 0x40) != 0,
-        "last_offset_delta": last_offset_delta,
-        "base_timestamp": base_ts,
-        "max_timestamp": max_ts,
-        "producer_id": producer_id,
-        "producer_epoch": producer_epoch,
-        "base_sequence": base_sequence,
-        "record_count": record_count,
-        "partial": False,
-        "records": [],
-        "diagnostics": [],
-    }
+        return short_batch(buf, pos, end, source, diags)
+    header = read_header(buf, pos)
+    batch = header.to_json(None, False, [])
     node = LazyNode("batch", STRUCT, pos, 0, batch, [], source, diags)
-    if batch_length < MIN_BATCH_LENGTH:
-        diags.append(
-            Diagnostic(
-                Code.BAD_LENGTH,
-                pos + 8,
-                f"batch_length {batch_length} is below the {MIN_BATCH_LENGTH}-byte header",
-            )
-        )
+    if header.batch_length < MIN_BATCH_LENGTH:
+        diags.append(bad_length(pos, header.batch_length))
         node.length = avail
         batch["diagnostics"] = [d.to_json() for d in diags]
         return node, None
-    size = LENGTH_BEFORE + batch_length
-    partial = size > avail
-    batch_end = end if partial else pos + size
+    batch_end, partial = header.span(pos, end)
     node.length = batch_end - pos
     batch["partial"] = partial
     if not partial:
-        ok = crc32c.crc32c(buf[pos + _CRC_START : batch_end]) == crc
+        ok = crc_matches(buf, pos, batch_end, header.crc)
         batch["crc_ok"] = ok
         if not ok:
             diags.append(
-                Diagnostic(Code.CRC_MISMATCH, pos + 17, f"CRC32C mismatch (stored {crc:#010x})")
+                Diagnostic(
+                    Code.CRC_MISMATCH, pos + CRC_AT, f"CRC32C mismatch (stored {header.crc:#010x})"
+                )
             )
-    rec_start = pos + HEADER_SIZE
-    if rec_start <= batch_end:
-        log_append = max_ts if ts_type == "log_append" else None
-        lim = ctx.limits
-        # records beyond the declared count (plus slack) or the limits are not materialized:
-        # a tiny compressed batch must not become millions of nodes
-        limit = min(lim.max_array_count, lim.max_records_per_batch, max(record_count, 0) + RECORD_COUNT_SLACK)
-        args = (base_offset, base_ts, log_append, ts_type, is_control, ctx, limit)
-        if codec == 0:
-            records, spans, extra = _records(buf, rec_start, batch_end, args, diags, cut=partial)
-            nodes = _RecordNodes(spans, records[:], extra, source)
-            if not partial and len(nodes.spans) - 1 != record_count:
-                _check_count(record_count, len(nodes), partial, pos + 57, diags)
-        elif codec not in CODEC_NAMES:
-            diags.append(
-                Diagnostic(Code.UNKNOWN_CODEC, pos + 21, f"unknown codec id {codec} in attributes")
-            )
-            batch["raw_records"] = render_raw(buf[rec_start:batch_end], ctx.limits.max_value_bytes)
-            records, nodes = [], []
-        elif partial:  # a cut compressed batch: nothing to inflate reliably
-            records, nodes = [], []
-        else:
-            records, nodes = _compressed(buf, rec_start, batch_end, codec, args, diags, ctx)
-            if not any(
-                d.code is Code.DECOMPRESSION_LIMIT or d.code is Code.DECOMPRESSION_FAILED
-                for d in diags
-            ):
-                _check_count(record_count, len(nodes), False, pos + 57, diags)
-        batch["records"] = records
-        if type(nodes) is _RecordNodes and len(nodes.spans) > 1:
-            node.pending = nodes  # the record nodes are built when someone asks for them
-        else:
-            node.children = []
+    if pos + HEADER_SIZE <= batch_end:
+        _add_records(node, batch, header, buf, pos, batch_end, partial, ctx)
     if diags:
         batch["diagnostics"] = [d.to_json() for d in diags]
     return node, batch_end
 
 
-_FIELDS = (
-    "base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
-    "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
-    "base_sequence", "record_count",
-)  # fmt: skip
-_FIELD_ENDS = (8, 12, 16, 17, 21, 23, 27, 35, 43, 51, 53, 57, 61)
+def record_args(header: BatchHeader, ctx: DecodeContext) -> RecordArgs:
+    """What the record loop needs from the header (see `record_reader.read_records`)."""
+    return (
+        header.base_offset,
+        header.base_timestamp,
+        header.log_append_time(),
+        header.timestamp_type,
+        header.is_control,
+        ctx,
+        header.record_limit(ctx.limits),
+    )
 
 
-def _short_batch(
-    buf: memoryview, pos: int, end: int, source: int, diags: list[Diagnostic]
-) -> tuple[Node, int | None]:
-    """A batch cut inside its 61-byte header: the fields present, None for the rest."""
-    values = HEADER.unpack_from(bytes(buf[pos:end]).ljust(HEADER_SIZE, b"\0"))
-    batch: dict[str, object] = {
-        name: (v if pos + e <= end else None)
-        for name, v, e in zip(_FIELDS, values, _FIELD_ENDS, strict=True)
-    }
-    node = Node("batch", STRUCT, pos, end - pos, batch, [], source, diags)
-    length = batch["batch_length"]
-    if isinstance(length, int) and length < MIN_BATCH_LENGTH:
+def _add_records(
+    node: LazyNode,
+    batch: dict[str, object],
+    header: BatchHeader,
+    buf: memoryview,
+    pos: int,
+    batch_end: int,
+    partial: bool,
+    ctx: DecodeContext,
+) -> None:
+    """The batch's records into its JSON value, their nodes (on demand) into `node`."""
+    diags = node.diagnostics
+    rec_start = pos + HEADER_SIZE
+    codec = header.codec
+    args = record_args(header, ctx)
+    nodes: RecordNodes | None = None
+    if codec == 0:
+        records, spans, extra = read_records(buf, rec_start, batch_end, args, diags, cut=partial)
+        nodes = RecordNodes(spans, records[:], extra, node.source)
+        if not partial:
+            _check_count(header.record_count, len(nodes), pos, diags)
+    elif codec not in CODEC_NAMES:
         diags.append(
             Diagnostic(
-                Code.BAD_LENGTH,
-                pos + 8,
-                f"batch_length {length} is below the {MIN_BATCH_LENGTH}-byte header",
+                Code.UNKNOWN_CODEC, pos + ATTRIBUTES_AT, f"unknown codec id {codec} in attributes"
             )
         )
-        partial = False
+        batch["raw_records"] = render_raw(buf[rec_start:batch_end], ctx.limits.max_value_bytes)
+        records = []
+    elif partial:  # a cut compressed batch: nothing to inflate reliably
+        records = []
     else:
-        partial = True
-    attributes = batch["attributes"]
-    batch.update(
-        crc_ok=None,
-        codec=None
-        if attributes is None
-        else CODEC_NAMES.get(attributes & 7, f"unknown({attributes & 7})"),
-        is_transactional=None if attributes is None else bool(attributes & 0x10),
-        is_control=None if attributes is None else bool(attributes & 0x20),
-        partial=partial,
-        records=[],
-        diagnostics=[d.to_json() for d in diags],
-    )
-    return node, (end if partial else None)
+        records, nodes = _compressed(buf, rec_start, batch_end, codec, args, diags, ctx)
+        if not any(
+            d.code is Code.DECOMPRESSION_LIMIT or d.code is Code.DECOMPRESSION_FAILED
+            for d in diags
+        ):
+            _check_count(header.record_count, 0 if nodes is None else len(nodes), pos, diags)
+    batch["records"] = records
+    if nodes is not None and len(nodes.spans) > 1:
+        node.pending = nodes  # the record nodes are built when someone asks for them
+    else:
+        node.children = []
 
 
-def _check_count(
-    declared: int, found: int, partial: bool, off: int, diags: list[Diagnostic]
-) -> None:
-    if not partial and declared != found:
+def _check_count(declared: int, found: int, pos: int, diags: list[Diagnostic]) -> None:
+    if declared != found:
         diags.append(
-            Diagnostic(Code.BAD_RECORD, off, f"record_count says {declared}, found {found} records")
+            Diagnostic(
+                Code.BAD_RECORD,
+                pos + RECORD_COUNT_AT,
+                f"record_count says {declared}, found {found} records",
+            )
         )
 
 
-def _compressed(buf, start, end, codec, args, diags, ctx):
+def _compressed(
+    buf: memoryview,
+    start: int,
+    end: int,
+    codec: int,
+    args: RecordArgs,
+    diags: list[Diagnostic],
+    ctx: DecodeContext,
+) -> tuple[list[dict], RecordNodes | None]:
+    """The records of a compressed batch, decoded from its decompressed buffer."""
     limits = ctx.limits
     cap = output_cap(end - start, limits.max_decompressed_bytes, limits.max_decompression_ratio)
     res = decompress(codec, buf[start:end], cap)
     if res.error is not None:
         diags.append(Diagnostic(res.error, start, res.message))
     if not res.data:
-        return [], []
+        return [], None
     source = ctx.add_buffer(res.data)
     cut = res.error is not None
-    records, spans, extra = _records(
+    records, spans, extra = read_records(
         memoryview(res.data), 0, len(res.data), args, diags, cut=cut, where=" (decompressed)"
     )
-    return records, _RecordNodes(spans, records[:], extra, source)
-
-
-def _records(buf, pos, end, args, diags, *, cut, where=""):
-    """Decode varint records in buf[pos:end] (bytes or a memoryview); `cut` = the bytes stop
-    early (partial or capped).
-
-    Returns the records (JSON-ready dicts), where the first record starts then where each
-    ends, and {index: (record or None, diagnostics)} for the records with diagnostics (see
-    `_RecordNodes`).
-
-    Hot path: the record loop is written out in one function, one- and two-byte varints (the
-    common cases) are decoded inline and the common value renderings (UTF-8 text, no limit)
-    are done in place; `read_varint`/`render_bytes` handle everything else, with the same
-    results and errors.
-    """
-    base_offset, base_ts, log_append, ts_type, is_control, ctx, limit = args
-    max_value = ctx.limits.max_value_bytes
-    records: list[dict] = []
-    spans: list[int] = [pos]  # where the first record starts, then where each record ends
-    extra: dict[int, tuple[dict | None, list[Diagnostic]]] = {}  # bad / diagnosed records
-    append_record = records.append
-    append_span = spans.append
-    iso_get = _ISO.get
-    zz = _ZIGZAG
-    idx = 0
-    # index and slice the bytes object itself when the view covers all of it (the frame, a
-    # decompressed buffer): about twice as fast as going through the memoryview
-    obj = buf if type(buf) is bytes else getattr(buf, "obj", None)
-    if obj is buf or type(obj) is bytes and buf.format == "B" and buf.nbytes == len(obj):
-        data, text = obj, bytes.decode
-    else:
-        data, text = buf, _utf8
-    while pos < end:
-        if idx >= limit:
-            diags.append(
-                Diagnostic(
-                    Code.ARRAY_TOO_LARGE,
-                    pos,
-                    f"more than {limit} records{where}; the remaining {end - pos} bytes are not decoded",
-                )
-            )
-            break
-        start = pos
-        b = data[pos]
-        if b < 0x80:
-            length = zz[b]
-            pos += 1
-        else:
-            b2 = data[pos + 1] if pos + 1 < end else 0x80
-            if b2 < 0x80:
-                u = (b & 0x7F) | (b2 << 7)
-                length = (u >> 1) ^ -(u & 1)
-                pos += 2
-            else:
-                try:
-                    length, pos = read_varint(data, pos, end)
-                except VarintError as exc:
-                    if not cut:
-                        diags.append(
-                            Diagnostic(Code.BAD_VARINT, exc.offset, f"record length{where}: {exc}")
-                        )
-                    break
-        rec_end = pos + length
-        if length <= 0 or rec_end > end:
-            if not (cut and rec_end > end):
-                diags.append(
-                    Diagnostic(
-                        Code.BAD_RECORD,
-                        start,
-                        f"record length {length}{where} does not fit in the batch",
-                    )
-                )
-            break
-        rdiags: list[Diagnostic] | None = None
-        rec: dict | None
-        try:
-            # -- one record: attributes, timestamp delta, offset delta, key, value, headers
-            attributes = data[pos]
-            # the common case: the three varints after the attributes are one byte each (a
-            # record has at least 6 bytes, so they are inside it); else one by one
-            if length >= 6:
-                ts_delta, offset_delta, key_len = zz[data[pos + 1]], zz[data[pos + 2]], zz[data[pos + 3]]
-            else:
-                ts_delta = None
-            if ts_delta is not None and offset_delta is not None and key_len is not None:
-                pos += 4
-            else:
-                pos += 1
-                b = data[pos] if pos < rec_end else 0x80
-                if b < 0x80:
-                    ts_delta = (b >> 1) ^ -(b & 1)
-                    pos += 1
-                else:
-                    ts_delta, pos = read_varint(data, pos, rec_end, 10)
-                b = data[pos] if pos < rec_end else 0x80
-                if b < 0x80:
-                    offset_delta = (b >> 1) ^ -(b & 1)
-                    pos += 1
-                else:
-                    offset_delta, pos = read_varint(data, pos, rec_end)
-                b = data[pos] if pos < rec_end else 0x80
-                if b < 0x80:
-                    key_len = (b >> 1) ^ -(b & 1)
-                    pos += 1
-                else:
-                    key_len, pos = read_varint(data, pos, rec_end)
-            key_off = pos
-            if key_len > 0:
-                pos += key_len
-                if pos > rec_end:
-                    raise RecordError(key_off, f"key length {key_len} does not fit in the record")
-            elif key_len < -1:
-                raise RecordError(key_off, f"key length {key_len} is invalid")
-            b = data[pos] if pos < rec_end else 0x80
-            if b < 0x80:
-                value_len = zz[b]
-                pos += 1
-            else:
-                b2 = data[pos + 1] if pos + 1 < rec_end else 0x80
-                if b2 < 0x80:
-                    u = (b & 0x7F) | (b2 << 7)
-                    value_len = (u >> 1) ^ -(u & 1)
-                    pos += 2
-                else:
-                    value_len, pos = read_varint(data, pos, rec_end)
-            value_off = pos
-            if value_len > 0:
-                pos += value_len
-                if pos > rec_end:
-                    raise RecordError(
-                        value_off, f"value length {value_len} does not fit in the record"
-                    )
-            elif value_len < -1:
-                raise RecordError(value_off, f"value length {value_len} is invalid")
-            b = data[pos] if pos < rec_end else 0x80
-            if b < 0x80:
-                count = zz[b]
-                pos += 1
-            else:
-                count, pos = read_varint(data, pos, rec_end)
-            headers = []
-            if count:
-                pos = _headers(data, text, pos, rec_end, count, max_value, headers)
-            ts = log_append if log_append is not None else base_ts + ts_delta
-            iso = iso_get(ts)
-            if iso is None:
-                iso = iso_timestamp(ts)
-                if len(_ISO) >= 65536:
-                    _ISO.clear()
-                _ISO[ts] = iso
-            if key_len < 0:
-                key = None
-            elif max_value is None:
-                try:
-                    key = text(data[key_off : key_off + key_len])
-                except UnicodeDecodeError:
-                    key = render_bytes(data[key_off : key_off + key_len])
-            else:
-                key = render_bytes(data[key_off : key_off + key_len], max_value)
-            if value_len < 0:
-                value = None
-            elif max_value is None:
-                try:
-                    value = text(data[value_off : value_off + value_len])
-                except UnicodeDecodeError:
-                    value = render_bytes(data[value_off : value_off + value_len])
-            else:
-                value = render_bytes(data[value_off : value_off + value_len], max_value)
-            rec = {
-                "offset": base_offset + offset_delta,
-                "offset_delta": offset_delta,
-                "timestamp": iso,
-                "timestamp_ms": ts,
-                "timestamp_type": ts_type,
-                "attributes": attributes,
-                "key": key,
-                "value": value,
-                "headers": headers,
-            }
-        except VarintError as exc:
-            rdiags = [Diagnostic(Code.BAD_VARINT, exc.offset, f"record{where}: {exc}")]
-            rec = None
-        except RecordError as exc:
-            rdiags = [Diagnostic(exc.code, exc.offset, f"record{where}: {exc}")]
-            rec = None
-        if rec is not None:
-            if pos != rec_end:
-                rdiags = [
-                    Diagnostic(
-                        Code.BAD_RECORD,
-                        pos,
-                        f"{rec_end - pos} bytes left over in the record{where}",
-                    )
-                ]
-            if is_control:
-                if rdiags is None:
-                    rdiags = []
-                rec["control"] = decode_control(
-                    buf, key_off, key_len, value_off, value_len, ctx, rdiags
-                )
-            append_record(rec)
-        # a record skipped as bad keeps a RAW node: the hex view shows it with its diagnostics
-        append_span(rec_end)
-        if rdiags is not None:
-            extra[idx] = (rec, rdiags)
-            diags.extend(rdiags)
-        idx += 1
-        pos = rec_end
-    return records, spans, extra
-
-
-class _RecordNodes:
-    """The record nodes of one batch, built on demand (see `LazyNode`): one STRUCT node per
-    record (RAW for a record skipped as bad), named by index, located in `source`.
-
-    `spans` is where the first record starts, then where each record ends: a record starts
-    where the one before it ends."""
-
-    __slots__ = ("spans", "records", "extra", "source")
-
-    def __init__(self, spans: list[int], records: list[dict], extra: dict, source: int) -> None:
-        self.spans = spans
-        self.records = records
-        self.extra = extra
-        self.source = source
-
-    def __len__(self) -> int:
-        return len(self.spans) - 1
-
-    def __call__(self) -> list[Node]:
-        spans, extra, source = self.spans, self.extra, self.source
-        good = iter(self.records)
-        out: list[Node] = []
-        for i in range(len(spans) - 1):
-            start = spans[i]
-            length = spans[i + 1] - start
-            e = extra.get(i)
-            if e is None:
-                out.append(Node(_name(i), STRUCT, start, length, next(good), None, source, []))
-            else:
-                rec, rdiags = e
-                if rec is not None:
-                    next(good)
-                kind = STRUCT if rec is not None else RAW
-                out.append(Node(_name(i), kind, start, length, rec, None, source, rdiags))
-        return out
-
-    def child_diagnostics(self) -> list[tuple[int, list[Diagnostic]]]:
-        """(source, diagnostics) of the records that have some, in order, without building."""
-        extra = self.extra
-        if not extra:
-            return _NONE
-        return [(self.source, rdiags) for _, rdiags in extra.values() if rdiags]
-
-
-_NONE: list = []  # shared, never modified
-
-
-# one-byte zigzag varints by byte value (None: the varint goes on)
-_ZIGZAG = tuple((b >> 1) ^ -(b & 1) if b < 0x80 else None for b in range(256))
-
-# record timestamp (ms) -> ISO text, bounded; a produced record is usually fetched too
-_ISO: dict[int, str | None] = {}
-
-_NAMES = tuple(str(i) for i in range(4096))  # record node names, shared
-
-
-def _name(i: int) -> str:
-    return _NAMES[i] if i < 4096 else str(i)
-
-
-def _utf8(view: memoryview) -> str:
-    return str(view, "utf-8")
-
-
-def _headers(buf, text, pos: int, end: int, count: int, max_value, headers: list) -> int:
-    """The record headers (`count` of them) at pos, appended to `headers`; returns the end."""
-    if count < 0 or count > (end - pos) // 2:
-        raise RecordError(pos, f"header count {count} does not fit in the record")
-    for _ in range(count):
-        b = buf[pos] if pos < end else 0x80
-        if b < 0x80:
-            hk_len = _ZIGZAG[b]
-            pos += 1
-        else:
-            hk_len, pos = read_varint(buf, pos, end)
-        if hk_len < 0:
-            raise RecordError(pos, f"header key length {hk_len}")
-        hk = pos
-        pos += hk_len
-        if pos > end:
-            raise RecordError(hk, f"header key length {hk_len} does not fit in the record")
-        b = buf[pos] if pos < end else 0x80
-        if b < 0x80:
-            hv_len = _ZIGZAG[b]
-            pos += 1
-        else:
-            hv_len, pos = read_varint(buf, pos, end)
-        hv = pos
-        if hv_len > 0:  # inline, not a call: this runs for every header
-            pos += hv_len
-            if pos > end:
-                raise RecordError(hv, f"header value length {hv_len} does not fit in the record")
-        elif hv_len < -1:
-            raise RecordError(hv, f"header value length {hv_len} does not fit in the record")
-        try:
-            key = text(buf[hk : hk + hk_len])
-        except UnicodeDecodeError:
-            key = render_bytes(buf[hk : hk + hk_len])
-        if hv_len < 0:
-            value = None
-        elif max_value is None:
-            try:
-                value = text(buf[hv : hv + hv_len])
-            except UnicodeDecodeError:
-                value = render_bytes(buf[hv : hv + hv_len])
-        else:
-            value = render_bytes(buf[hv : hv + hv_len], max_value)
-        headers.append({"key": key, "value": value})
-    return pos
-
+    return records, RecordNodes(spans, records[:], extra, source)

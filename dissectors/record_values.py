@@ -1,4 +1,4 @@
-"""Small pieces shared by the record decoders: varints, timestamps, byte values.
+"""Small pieces shared by the record decoders: timestamps and byte values.
 
 Byte values (keys, values, header values) become JSON-ready values:
 
@@ -19,39 +19,6 @@ import base64
 from datetime import UTC, datetime, timedelta
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class VarintError(ValueError):
-    """A varint ran past its end or over its maximum width; `offset` is where it started."""
-
-    def __init__(self, offset: int, message: str) -> None:
-        super().__init__(message)
-        self.offset = offset
-
-
-def read_varint(buf: memoryview, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
-    """Zigzag varint (varlong with max_bytes=10) at `pos`; returns (value, next pos).
-
-    Raises VarintError when the varint is cut by `end` or longer than `max_bytes`.
-    """
-    if pos < end:
-        b = buf[pos]
-        if b < 0x80:  # fast path: one byte
-            return (b >> 1) ^ -(b & 1), pos + 1
-    start = pos
-    result = 0
-    shift = 0
-    limit = min(end, pos + max_bytes)
-    while pos < limit:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-    if pos >= end and pos - start < max_bytes:
-        raise VarintError(start, "varint runs past the end of the record")
-    raise VarintError(start, f"varint longer than {max_bytes} bytes")
 
 
 _SECONDS: dict[int, str | None] = {}  # "YYYY-MM-DDTHH:MM:SS" per epoch second, bounded

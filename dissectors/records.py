@@ -32,6 +32,7 @@ from dissectors.diagnostics import Code, Diagnostic
 from dissectors.message_set import decode_message_set_entry
 from dissectors.node import RECORDS, STRUCT, Node
 from dissectors.record_batch import decode_batch_v2
+from dissectors.registry import register_records_decoder
 
 MAGIC_OFFSET = 16
 _NAMES = tuple(str(i) for i in range(256))  # batch node names, shared
@@ -61,7 +62,7 @@ def decode_records(
         while pos is not None and pos < end:
             magic = view[pos + MAGIC_OFFSET] if pos + MAGIC_OFFSET < end else None
             if magic is None:  # cut before the magic byte: a partial entry of unknown format
-                child, pos = _unknown_partial(view, pos, end, source), None
+                child, pos = unknown_partial(view, pos, end, source), None
             elif magic == 2:
                 child, pos = decode_batch_v2(view, pos, end, source, ctx)
             elif magic in (0, 1):
@@ -85,7 +86,7 @@ def decode_records(
     return node
 
 
-def _unknown_partial(view: memoryview, pos: int, end: int, source: int) -> Node:
+def unknown_partial(view: memoryview, pos: int, end: int, source: int) -> Node:
     """Fewer than 17 bytes left (a Fetch cut at max_bytes): partial, format unknown."""
     avail = end - pos
     batch = dict.fromkeys(_BATCH_KEYS)
@@ -134,3 +135,6 @@ def _bad_magic(
         "diagnostics": [diag.to_json()],
     }
     return Node("batch", STRUCT, pos, (nxt or end) - pos, batch, [], source, [diag]), nxt
+
+
+register_records_decoder(decode_records)

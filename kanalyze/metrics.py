@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from dissectors import ApiKey
 from kanalyze.analysis.wire import (
     batch_end,
     batches,
@@ -39,32 +40,11 @@ from kanalyze.analysis.wire import (
     fetch_responses,
     topic_of,
 )
+from kanalyze.bodies import error_codes
 from kanalyze.correlation import Exchange
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-API_FETCH, API_OFFSET_COMMIT, API_OFFSET_FETCH = 1, 8, 9
 OTHER = "_other"
-
-
-def is_error_key(key: str) -> bool:
-    return key == "error_code" or key.endswith("_error_code")
-
-
-def response_error_codes(body: object) -> list[int]:
-    """Every non-zero error code in a decoded (JSON) body, like `analysis.summary.error_codes`."""
-    out: list[int] = []
-    stack = [body]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            for k, x in v.items():
-                if isinstance(x, dict | list):
-                    stack.append(x)
-                elif is_error_key(k) and isinstance(x, int) and not isinstance(x, bool) and x:
-                    out.append(x)
-        elif isinstance(v, list):
-            stack.extend(x for x in v if isinstance(x, dict | list))
-    return out
 
 
 def _body(d: dict, side: str) -> dict | None:
@@ -151,15 +131,15 @@ class Metrics:
             self.rsp_bytes.labels(api).inc(rsp["size"])
         rbody = _body(d, "response")
         if rbody is not None:
-            for code in response_error_codes(rbody):
+            for code in error_codes(rbody):
                 name = self._error_name(code)
                 if self._admit("errors", (api, name)):
                     self.errors.labels(api, name).inc()
-        if ex.api_key == API_FETCH and rbody is not None:
+        if ex.api_key == ApiKey.FETCH and rbody is not None:
             self._fetch(_body(d, "request"), rbody)
-        elif ex.api_key == API_OFFSET_COMMIT:
+        elif ex.api_key == ApiKey.OFFSET_COMMIT:
             self._offset_commit(_body(d, "request"), rbody)
-        elif ex.api_key == API_OFFSET_FETCH and rbody is not None:
+        elif ex.api_key == ApiKey.OFFSET_FETCH and rbody is not None:
             self._offset_fetch(_body(d, "request"), rbody)
 
     def _fetch(self, req: dict | None, rsp: dict) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from kanalyze.analysis.events import Event
+from dissectors import ApiKey
+from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.wire import (
     batch_end,
@@ -23,8 +24,6 @@ from kanalyze.analysis.wire import (
     topic_of,
     tp,
 )
-
-FETCH, OFFSET_COMMIT = 1, 8
 
 
 @dataclass
@@ -67,11 +66,7 @@ class ConsumerAnalyzer:
         return c
 
     def feed(self, ev: Event) -> None:
-        api = ev.ex.api_key
-        if api == FETCH:
-            self._fetch_request(ev) if ev.is_request else self._fetch_response(ev)
-        elif api == OFFSET_COMMIT and ev.is_request:
-            self._commit(ev)
+        self.HANDLERS.dispatch(self, ev)
 
     def _client(self, ev: Event) -> str:
         return ev.ex.client_id or ev.ex.conn.client
@@ -94,7 +89,7 @@ class ConsumerAnalyzer:
                 c.position_frames[key] = ev.frame
 
     def _fetch_response(self, ev: Event) -> None:
-        req = ev.item.req if ev.ex.request is not None else None
+        req = ev.bodies.request if ev.ex.request is not None else None
         if req is None or fetch_replica(req) >= 0:
             return
         c = self.consumers.get(self._client(ev))
@@ -152,6 +147,12 @@ class ConsumerAnalyzer:
 
     def to_json(self) -> list[dict[str, object]]:
         return [c.to_json() for c in self.consumers.values()]
+
+    HANDLERS = Handlers(
+        requests={ApiKey.FETCH: _fetch_request, ApiKey.OFFSET_COMMIT: _commit},
+        responses={ApiKey.FETCH: _fetch_response},
+        body_required=False,
+    )
 
 
 def _markers(bs: list[dict]) -> dict[object, list[tuple[int, str]]]:

@@ -13,13 +13,11 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from dissectors.errors import error_name
-from kanalyze.analysis.events import Event, dispatch
+from dissectors import ApiKey, error_name
+from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.wire import topic_of, tp
 
-JOIN, SYNC, HEARTBEAT, LEAVE, OFFSET_COMMIT, OFFSET_FETCH, CG_HEARTBEAT = 11, 14, 12, 13, 8, 9, 68
-APIS = frozenset({JOIN, SYNC, HEARTBEAT, LEAVE, OFFSET_COMMIT, OFFSET_FETCH, CG_HEARTBEAT})
 BENIGN_HEARTBEAT = frozenset({27})  # REBALANCE_IN_PROGRESS: the normal signal to rejoin
 
 
@@ -130,10 +128,10 @@ class GroupAnalyzer:
 
     def feed(self, ev: Event) -> None:
         self.last_ts = ev.ts_s
-        dispatch(self, ev, APIS)
+        self.HANDLERS.dispatch(self, ev)
 
     # JoinGroup
-    def _api11_req(self, ev: Event, body: dict) -> None:
+    def _join_group_request(self, ev: Event, body: dict) -> None:
         g = self.group(body.get("group_id") or "")
         if g is None:
             return
@@ -141,8 +139,8 @@ class GroupAnalyzer:
         if g.joining_since is None:
             g.joining_since = (ev.ts_s, ev.frame)
 
-    def _api11_rsp(self, ev: Event, body: dict) -> None:
-        req = ev.item.req or {}
+    def _join_group_response(self, ev: Event, body: dict) -> None:
+        req = ev.bodies.request or {}
         g = self.group(req.get("group_id") or "")
         if g is None or body.get("error_code", 0):
             return
@@ -168,7 +166,7 @@ class GroupAnalyzer:
             me.generations.append(gen_id)
 
     # SyncGroup
-    def _api14_req(self, ev: Event, body: dict) -> None:
+    def _sync_group_request(self, ev: Event, body: dict) -> None:
         g = self.group(body.get("group_id") or "")
         gen = g.generations.get(body.get("generation_id")) if g else None
         if gen is None:
@@ -176,8 +174,8 @@ class GroupAnalyzer:
         for a in body.get("assignments") or []:
             gen.assignments[a.get("member_id") or ""] = _assigned(a.get("assignment"))
 
-    def _api14_rsp(self, ev: Event, body: dict) -> None:
-        req = ev.item.req or {}
+    def _sync_group_response(self, ev: Event, body: dict) -> None:
+        req = ev.bodies.request or {}
         g = self.group(req.get("group_id") or "")
         if g is None or body.get("error_code", 0):
             return
@@ -195,9 +193,9 @@ class GroupAnalyzer:
         g.joining_since = None
 
     # Heartbeat
-    def _api12_rsp(self, ev: Event, body: dict) -> None:
+    def _heartbeat_response(self, ev: Event, body: dict) -> None:
         err = body.get("error_code", 0)
-        req = ev.item.req or {}
+        req = ev.bodies.request or {}
         g = self.group(req.get("group_id") or "")
         if not err or g is None:
             return
@@ -209,7 +207,7 @@ class GroupAnalyzer:
                               f"{error_name(err)}", [ev.frame], ev.ts_s, group_id=g.group_id, member_id=m.member_id)
 
     # LeaveGroup
-    def _api13_req(self, ev: Event, body: dict) -> None:
+    def _leave_group_request(self, ev: Event, body: dict) -> None:
         g = self.group(body.get("group_id") or "")
         if g is None:
             return
@@ -221,7 +219,7 @@ class GroupAnalyzer:
                 m.client_id = m.client_id or ev.ex.client_id
 
     # OffsetCommit
-    def _api8_req(self, ev: Event, body: dict) -> None:
+    def _offset_commit_request(self, ev: Event, body: dict) -> None:
         g = self.group(body.get("group_id") or "")
         if g is None:
             return
@@ -243,8 +241,8 @@ class GroupAnalyzer:
                 g.committed[key] = off
 
     # OffsetFetch: offsets committed before the capture started
-    def _api9_rsp(self, ev: Event, body: dict) -> None:
-        req = ev.item.req or {}
+    def _offset_fetch_response(self, ev: Event, body: dict) -> None:
+        req = ev.bodies.request or {}
         groups = body.get("groups")
         if groups is None:
             groups = [{"group_id": req.get("group_id"), "topics": body.get("topics") or []}]
@@ -259,8 +257,8 @@ class GroupAnalyzer:
                         g.fetched_committed[tp(topic_of(t), p.get("partition_index", -1))] = off
 
     # ConsumerGroupHeartbeat (KIP-848)
-    def _api68_rsp(self, ev: Event, body: dict) -> None:
-        req = ev.item.req or {}
+    def _consumer_group_heartbeat_response(self, ev: Event, body: dict) -> None:
+        req = ev.bodies.request or {}
         g = self.group(req.get("group_id") or "")
         if g is None:
             return
@@ -342,6 +340,21 @@ class GroupAnalyzer:
             })
         return out
 
+    HANDLERS = Handlers(
+        requests={
+            ApiKey.JOIN_GROUP: _join_group_request,
+            ApiKey.SYNC_GROUP: _sync_group_request,
+            ApiKey.LEAVE_GROUP: _leave_group_request,
+            ApiKey.OFFSET_COMMIT: _offset_commit_request,
+        },
+        responses={
+            ApiKey.JOIN_GROUP: _join_group_response,
+            ApiKey.SYNC_GROUP: _sync_group_response,
+            ApiKey.HEARTBEAT: _heartbeat_response,
+            ApiKey.OFFSET_FETCH: _offset_fetch_response,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: _consumer_group_heartbeat_response,
+        },
+    )
 
 def _assigned(assignment: object) -> list[str]:
     """Partitions of a decoded consumer-protocol assignment, as sorted "topic-partition" strings."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from dissectors.errors import error_name
-from kanalyze.analysis.events import Event
+from dissectors import ApiKey, error_name
+from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.wire import batch_count, produce_partitions, produce_results, tp
 
@@ -99,12 +99,7 @@ class ProducerAnalyzer:
         return p
 
     def feed(self, ev: Event) -> None:
-        if ev.ex.api_key != 0:
-            return
-        if ev.is_request:
-            self._request(ev)
-        else:
-            self._response(ev)
+        self.HANDLERS.dispatch(self, ev)
 
     def _request(self, ev: Event) -> None:
         ex, body = ev.ex, ev.body or {}
@@ -155,7 +150,7 @@ class ProducerAnalyzer:
                                               f"requests in flight on connection {conn}: batches may be reordered",
                                               [ev.frame], ev.ts_s, client_id=prod.client_id)
                     ps.recent.append(ident)
-        self.by_request[id(ev.item)] = touched
+        self.by_request[id(ev.bodies)] = touched
 
     def _sequence(self, ev: Event, prod: Producer, key: str, ps: PartitionSeq, seq: int, n: int) -> None:
         last = seq + max(n, 1) - 1
@@ -197,7 +192,7 @@ class ProducerAnalyzer:
         ex = ev.ex
         if ex.request is not None and ex.acks not in (0, None) and self.in_flight[ex.conn.id] > 0:
             self.in_flight[ex.conn.id] -= 1
-        touched = self.by_request.pop(id(ev.item), [])
+        touched = self.by_request.pop(id(ev.bodies), [])
         results = {tp(t, p): r for t, p, r in produce_results(ev.body)}
         producers = {id(p): p for p, _k, _s in touched}
         for prod, key, seq in touched:
@@ -222,3 +217,9 @@ class ProducerAnalyzer:
 
     def to_json(self) -> list[dict[str, object]]:
         return [p.to_json() for p in sorted(self.producers.values(), key=lambda p: (p.first_frame or 0))]
+
+    HANDLERS = Handlers(
+        requests={ApiKey.PRODUCE: _request},
+        responses={ApiKey.PRODUCE: _response},
+        body_required=False,
+    )

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kanalyze.analysis.events import Event
+from dissectors import ApiKey
+from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.summary import percentile
 from kanalyze.analysis.wire import (
@@ -40,8 +41,6 @@ from kanalyze.analysis.wire import (
     topic_of,
     tp,
 )
-
-API_PRODUCE, API_FETCH, API_OFFSET_FOR_LEADER_EPOCH = 0, 1, 23
 
 
 @dataclass(slots=True)
@@ -169,14 +168,11 @@ def _stats(values: list[float]) -> dict[str, object]:
 class ReplicationAnalyzer:
     """Feeds on Produce, Fetch and OffsetForLeaderEpoch events; one `PartitionState` each."""
 
-    APIS = frozenset({API_PRODUCE, API_FETCH, API_OFFSET_FOR_LEADER_EPOCH})
-
     def __init__(self, findings: Findings, cap: int = 5000, stall_ms: float = 10_000.0) -> None:
         self.findings = findings
         self.cap = cap
         self.stall_ns = int(stall_ms * 1e6)
         self.parts: dict[tuple[str, int], PartitionState] = {}
-        self.fetch_ctx: dict[int, tuple[int, dict[tuple[str, int], int]]] = {}
 
     def part(self, topic: str, partition: int) -> PartitionState:
         key = (topic, partition)
@@ -186,15 +182,7 @@ class ReplicationAnalyzer:
         return st
 
     def feed(self, ev: Event) -> None:
-        api = ev.ex.api_key
-        if api not in self.APIS:
-            return
-        if api == API_PRODUCE:
-            self._produce_request(ev) if ev.is_request else self._produce_response(ev)
-        elif api == API_FETCH:
-            self._fetch_request(ev) if ev.is_request else self._fetch_response(ev)
-        elif not ev.is_request:
-            self._epoch_response(ev)
+        self.HANDLERS.dispatch(self, ev)
 
     # ------------------------------------------------------------------ produce
     def _produce_request(self, ev: Event) -> None:
@@ -214,7 +202,7 @@ class ReplicationAnalyzer:
             before = st.leo
             if st.leo is not None and count:
                 st.set_leo(st.leo + count, ev.ts)
-            st.tentative[id(ev.item)] = (count, before, seqs)
+            st.tentative[id(ev.bodies)] = (count, before, seqs)
             if count:
                 st.pending.append(Pending(before, None if before is None else before + count, count, ev.ts, ev.frame, acks))
             st.maybe_advance_hw(ev.ts, ev.frame)
@@ -225,7 +213,7 @@ class ReplicationAnalyzer:
         for topic, partition, r in produce_results(ev.body):
             st = self.part(topic, partition)
             st.sources.add("produce_acks")
-            count, before, seqs = st.tentative.pop(id(ev.item), (0, None, []))
+            count, before, seqs = st.tentative.pop(id(ev.bodies), (0, None, []))
             err, base = r.get("error_code", 0), r.get("base_offset", -1)
             if before is not None and count and (err or (isinstance(base, int) and base >= 0 and base + count <= before)):
                 st.leo = (st.leo or 0) - count  # rejected or deduplicated: the leader did not append
@@ -311,7 +299,7 @@ class ReplicationAnalyzer:
             st.entry(ev, "follower_fetch", replica=replica)
 
     def _fetch_response(self, ev: Event) -> None:
-        replica = fetch_replica(ev.item.req) if ev.ex.request is not None else -1
+        replica = fetch_replica(ev.bodies.request) if ev.ex.request is not None else -1
         for topic, partition, p in fetch_responses(ev.body):
             if p.get("error_code", 0):
                 continue
@@ -358,7 +346,7 @@ class ReplicationAnalyzer:
                      **({"replica": replica} if replica >= 0 else {}))
 
     def _epoch_response(self, ev: Event) -> None:
-        replica = (ev.item.req or {}).get("replica_id", -1) if ev.ex.request is not None else -1
+        replica = (ev.bodies.request or {}).get("replica_id", -1) if ev.ex.request is not None else -1
         for t in (ev.body or {}).get("topics") or []:
             topic = topic_of(t)
             for p in t.get("partitions") or []:
@@ -389,9 +377,6 @@ class ReplicationAnalyzer:
                               partition=st.partition, high_watermark=st.hw, leader_leo=st.leo)
 
     # ------------------------------------------------------------------ output
-    def final_hw(self) -> dict[tuple[str, int], int | None]:
-        return {k: st.hw for k, st in self.parts.items()}
-
     def to_json(self) -> list[dict[str, object]]:
         out = []
         for (topic, partition), st in sorted(self.parts.items()):
@@ -415,3 +400,13 @@ class ReplicationAnalyzer:
                 },
             })
         return out
+
+    HANDLERS = Handlers(
+        requests={ApiKey.PRODUCE: _produce_request, ApiKey.FETCH: _fetch_request},
+        responses={
+            ApiKey.PRODUCE: _produce_response,
+            ApiKey.FETCH: _fetch_response,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: _epoch_response,
+        },
+        body_required=False,
+    )

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from dissectors.context import DecodeContext
 from kanalyze.analysis.consumers import ConsumerAnalyzer
-from kanalyze.analysis.events import BodyDecoder, ordered_events
+from kanalyze.analysis.events import analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.groups import GroupAnalyzer
 from kanalyze.analysis.producers import ProducerAnalyzer
@@ -35,7 +35,7 @@ def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, tim
     stats = StatsAnalyzer()
     analyzers = (stats, replication, producers, transactions, consumers, groups)
     first_ts = last_ts = None
-    for ev in ordered_events(exchanges, BodyDecoder(ctx or DecodeContext())):
+    for ev in ordered_events(exchanges, analysis_decoder(ctx)):
         if first_ts is None:
             first_ts = ev.ts_s
         last_ts = ev.ts_s

@@ -7,24 +7,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from dissectors.errors import error_name
+from dissectors import ApiKey, error_name
 from kanalyze.analysis.events import Event
 from kanalyze.analysis.summary import percentile
+from kanalyze.bodies import error_codes
 
-API_VERSIONS = 18
 MAX_LATENCIES = 100_000  # per api/version; beyond it a reservoir keeps every n-th sample
-
-
-def _error_codes(value: object, out: list[int]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if isinstance(v, int) and v and (k == "error_code" or k.endswith("_error_code")):
-                out.append(v)
-            elif isinstance(v, dict | list):
-                _error_codes(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _error_codes(v, out)
 
 
 @dataclass
@@ -90,7 +78,7 @@ class StatsAnalyzer:
                 c.requests += 1
                 c.addresses.add(ex.conn.client.rpartition(":")[0])
                 c.connections.add(ex.conn.id)
-                if ex.api_key == API_VERSIONS and ev.is_request and ev.body:
+                if ex.api_key == ApiKey.API_VERSIONS and ev.is_request and ev.body:
                     c.software_name = ev.body.get("client_software_name") or c.software_name
                     c.software_version = ev.body.get("client_software_version") or c.software_version
         if ev.is_request:
@@ -104,9 +92,7 @@ class StatsAnalyzer:
         body = ev.body
         if body is None:
             return
-        codes: list[int] = []
-        _error_codes(body, codes)
-        for c in codes:
+        for c in error_codes(body):
             self.errors[(ex.api, c)] += 1
         thr = body.get("throttle_time_ms")
         if isinstance(thr, int) and thr > 0:

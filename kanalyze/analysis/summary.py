@@ -11,7 +11,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dissectors.node import PRIM, Node
 from kanalyze.capture import CaptureStats
 from kanalyze.correlation import Exchange
 from kanalyze.engine import DirectionTotals, EngineStats
@@ -23,22 +22,6 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
         return None
     k = max(0, math.ceil(q / 100 * len(sorted_values)) - 1)
     return sorted_values[k]
-
-
-# decoded nodes carry Apache Kafka's field names (ErrorCode, ...); snake_case forms for safety
-ERROR_FIELD_SUFFIXES = ("ErrorCode", "error_code")
-
-
-def error_codes(node: Node) -> list[int]:
-    """Every non-zero error code anywhere in a decoded body."""
-    return [
-        n.value
-        for n in node.walk()
-        if n.kind == PRIM
-        and isinstance(n.value, int)
-        and n.value
-        and n.name.endswith(ERROR_FIELD_SUFFIXES)
-    ]
 
 
 @dataclass

@@ -11,15 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dissectors.errors import error_name
-from kanalyze.analysis.events import Event, dispatch
+from dissectors import ApiKey, error_name
+from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.wire import batches, fetch_responses, produce_partitions, topic_of, tp
 
-FIND_COORDINATOR, PRODUCE, FETCH, INIT_PID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, WRITE_MARKERS, TXN_COMMIT = (
-    10, 0, 1, 22, 24, 25, 26, 27, 28)
-APIS = frozenset({FIND_COORDINATOR, PRODUCE, FETCH, INIT_PID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, WRITE_MARKERS,
-                  TXN_COMMIT})
 FENCED = frozenset({47, 90})  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 
@@ -123,11 +119,11 @@ class TransactionAnalyzer:
                               transactional_id=p.transactional_id)
 
     def feed(self, ev: Event) -> None:
-        dispatch(self, ev, APIS)
+        self.HANDLERS.dispatch(self, ev)
 
     # FindCoordinator
-    def _api10_rsp(self, ev: Event, body: dict) -> None:
-        req = ev.item.req or {}
+    def _find_coordinator_response(self, ev: Event, body: dict) -> None:
+        req = ev.bodies.request or {}
         if req.get("key_type") != 1:
             return
         keys = req.get("coordinator_keys") or ([req["key"]] if req.get("key") else [])
@@ -135,8 +131,8 @@ class TransactionAnalyzer:
             self._prod(k).coordinator = f"{body.get('host')}:{body.get('port')}"
 
     # InitProducerId
-    def _api22_rsp(self, ev: Event, body: dict) -> None:
-        tid = (ev.item.req or {}).get("transactional_id")
+    def _init_producer_id_response(self, ev: Event, body: dict) -> None:
+        tid = (ev.bodies.request or {}).get("transactional_id")
         if not tid:
             return
         p = self._prod(tid)
@@ -151,7 +147,7 @@ class TransactionAnalyzer:
             self.by_pid[p.producer_id] = tid
 
     # AddPartitionsToTxn
-    def _api24_req(self, ev: Event, body: dict) -> None:
+    def _add_partitions_to_txn_request(self, ev: Event, body: dict) -> None:
         items = []
         if body.get("v3_and_below_transactional_id"):
             items.append((body["v3_and_below_transactional_id"], body.get("v3_and_below_producer_epoch"),
@@ -168,7 +164,7 @@ class TransactionAnalyzer:
                 for part in topic.get("partitions") or []:
                     t.partitions.add(tp(topic_of(topic), part))
 
-    def _api24_rsp(self, ev: Event, body: dict) -> None:
+    def _add_partitions_to_txn_response(self, ev: Event, body: dict) -> None:
         errs = set()
         for r in body.get("results_by_topic_v3_and_below") or []:
             errs.update(x.get("partition_error_code", 0) for x in r.get("results_by_partition") or [])
@@ -176,12 +172,12 @@ class TransactionAnalyzer:
             for r in tr.get("topic_results") or []:
                 errs.update(x.get("partition_error_code", 0) for x in r.get("results_by_partition") or [])
         errs.add(body.get("error_code", 0))
-        tid = (ev.item.req or {}).get("v3_and_below_transactional_id") or ""
+        tid = (ev.bodies.request or {}).get("v3_and_below_transactional_id") or ""
         for e in errs - {0}:
             self._fenced(ev, tid, e)
 
     # Produce
-    def _api0_req(self, ev: Event, body: dict) -> None:
+    def _produce_request(self, ev: Event, body: dict) -> None:
         tid = body.get("transactional_id")
         for topic, partition, bs in produce_partitions(body):
             if not any(b.get("is_transactional") for b in bs):
@@ -203,18 +199,18 @@ class TransactionAnalyzer:
                                   transactional_id=name, partition_key=key)
 
     # AddOffsetsToTxn
-    def _api25_req(self, ev: Event, body: dict) -> None:
+    def _add_offsets_to_txn_request(self, ev: Event, body: dict) -> None:
         tid = body.get("transactional_id")
         if tid:
             p = self._prod(tid)
             self._check_epoch(ev, p, body.get("producer_epoch"))
             self._txn(p, ev, "Ongoing").groups.add(body.get("group_id") or "")
 
-    def _api25_rsp(self, ev: Event, body: dict) -> None:
-        self._fenced(ev, (ev.item.req or {}).get("transactional_id") or "", body.get("error_code", 0))
+    def _add_offsets_to_txn_response(self, ev: Event, body: dict) -> None:
+        self._fenced(ev, (ev.bodies.request or {}).get("transactional_id") or "", body.get("error_code", 0))
 
     # TxnOffsetCommit
-    def _api28_req(self, ev: Event, body: dict) -> None:
+    def _txn_offset_commit_request(self, ev: Event, body: dict) -> None:
         tid = body.get("transactional_id")
         if not tid:
             return
@@ -226,7 +222,7 @@ class TransactionAnalyzer:
                 t.offsets[tp(topic_of(topic), part.get("partition_index", -1))] = part.get("committed_offset")
 
     # EndTxn
-    def _api26_req(self, ev: Event, body: dict) -> None:
+    def _end_txn_request(self, ev: Event, body: dict) -> None:
         tid = body.get("transactional_id")
         if not tid:
             return
@@ -240,8 +236,8 @@ class TransactionAnalyzer:
                               "partitions or offsets added", [ev.frame], ev.ts_s, transactional_id=tid)
         self._txn(p, ev, "PrepareCommit" if committed else "PrepareAbort")
 
-    def _api26_rsp(self, ev: Event, body: dict) -> None:
-        req = ev.item.req or {}
+    def _end_txn_response(self, ev: Event, body: dict) -> None:
+        req = ev.bodies.request or {}
         tid = req.get("transactional_id")
         if not tid:
             return
@@ -257,7 +253,7 @@ class TransactionAnalyzer:
         self._close(p, "committed" if req.get("committed") else "aborted", ev)
 
     # WriteTxnMarkers (coordinator -> partition leaders)
-    def _api27_req(self, ev: Event, body: dict) -> None:
+    def _write_txn_markers_request(self, ev: Event, body: dict) -> None:
         for m in body.get("markers") or []:
             pid = m.get("producer_id")
             tid = self.by_pid.get(pid) if isinstance(pid, int) else None
@@ -272,7 +268,7 @@ class TransactionAnalyzer:
                     txn.markers.setdefault(tp(topic_of(topic), part), result)
 
     # control records in fetched logs
-    def _api1_rsp(self, ev: Event, body: dict) -> None:
+    def _fetch_response(self, ev: Event, body: dict) -> None:
         for topic, partition, p in fetch_responses(body):
             for b in batches(p.get("records")):
                 if not b.get("is_control"):
@@ -303,3 +299,22 @@ class TransactionAnalyzer:
         out = [t.to_json() for t in self.done]
         out.extend(p.current.to_json() for p in self.producers.values() if p.current is not None)
         return out
+
+    HANDLERS = Handlers(
+        requests={
+            ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn_request,
+            ApiKey.PRODUCE: _produce_request,
+            ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn_request,
+            ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit_request,
+            ApiKey.END_TXN: _end_txn_request,
+            ApiKey.WRITE_TXN_MARKERS: _write_txn_markers_request,
+        },
+        responses={
+            ApiKey.FIND_COORDINATOR: _find_coordinator_response,
+            ApiKey.INIT_PRODUCER_ID: _init_producer_id_response,
+            ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn_response,
+            ApiKey.ADD_OFFSETS_TO_TXN: _add_offsets_to_txn_response,
+            ApiKey.END_TXN: _end_txn_response,
+            ApiKey.FETCH: _fetch_response,
+        },
+    )

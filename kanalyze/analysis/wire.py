@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from kanalyze.bodies import replica_id
+
 
 def topic_of(t: dict) -> str:
     """A topic's name: `name`/`topic` by version, else the name resolved from its id, else the id."""
@@ -70,16 +72,10 @@ def produce_results(rsp: dict | None) -> Iterator[tuple[str, int, dict]]:
 
 
 def fetch_replica(req: dict | None) -> int:
-    """The fetching replica: `replica_id` (< v15) or `replica_state.replica_id`; -1 for consumers."""
-    if not req:
-        return -1
-    rid = req.get("replica_id")
-    if isinstance(rid, int) and rid >= 0:
-        return rid
-    st = req.get("replica_state")
-    if isinstance(st, dict) and isinstance(st.get("replica_id"), int):
-        return st["replica_id"]
-    return -1
+    """The fetching replica of a Fetch request (`kanalyze.bodies.replica_id`); -1 for consumers
+    and when the request is unknown."""
+    rid = replica_id(req)
+    return -1 if rid is None or rid < 0 else rid
 
 
 def fetch_requests(req: dict | None) -> Iterator[tuple[str, int, dict]]:

@@ -13,7 +13,7 @@ from kanalyze.commands.common import (
     explain_nothing,
     report_capture_problems,
 )
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.session import Session
 
 

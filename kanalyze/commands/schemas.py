@@ -7,7 +7,7 @@ import json
 import sys
 
 from dissectors import apis, schemas
-from dissectors.decoder import body_reader, message_reader
+from dissectors.decoder import body_reader, message_reader, schema_module
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -21,9 +21,7 @@ def _decodable(api_key: int, versions: tuple[int, int], is_request: bool) -> lis
 
 
 def _message_versions(name: str) -> list[int]:
-    from dissectors.decoder import _module
-
-    defs = _module(schemas.MESSAGE_MODULES[name]).MESSAGE
+    defs = schema_module(schemas.MESSAGE_MODULES[name]).MESSAGE
     lo, hi = defs[0]["valid"][0], defs[-1]["valid"][1]
     return [v for v in range(lo, hi + 1) if message_reader(name, v) is not None]
 

@@ -6,10 +6,10 @@ import argparse
 import json
 import sys
 
-from dissectors.context import DecodeContext
-from kanalyze.analysis.summary import Summary, error_codes
+from dissectors import JsonWalk
+from kanalyze.analysis.summary import Summary
+from kanalyze.bodies import BodyDecoder, Records, error_codes
 from kanalyze.commands.common import add_input_arguments, engine_options, explain_nothing
-from kanalyze.export.ndjson import ExchangeEncoder
 from kanalyze.session import Session
 
 
@@ -22,16 +22,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def build(session: Session) -> dict[str, object]:
     """Run the session and return the summary document."""
-    enc = ExchangeEncoder(DecodeContext(decode_records=False))
+    bodies = BodyDecoder(records=Records.NONE)
     summary = Summary()
     for ex in session.exchanges():
         codes: list[int] = []
         diags: list[str] = []
         if ex.response is not None and ex.api_key is not None and ex.api_key >= 0:
-            node, _ = enc.body(ex, ex.response, False)
-            if node is not None:
-                codes = error_codes(node)
-                diags = [str(d.code) for n in node.walk() for d in n.diagnostics]
+            walk = JsonWalk()  # response bodies only: errors, and the decoding limits hit
+            codes = error_codes(bodies.json(ex, ex.response, False, walk))
+            diags = [str(d["code"]) for d in walk.diagnostics]
         summary.add(ex, codes, diags)
     assert session.engine is not None
     return summary.to_json(session.engine.stats, session.capture)

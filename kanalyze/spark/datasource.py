@@ -31,7 +31,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from kanalyze.engine import EngineOptions
-from kanalyze.spark import rows as R
+from kanalyze.spark import schemas as R
+from kanalyze.spark.decode import decode_slice
+from kanalyze.spark.extract import extract
 from kanalyze.spark.units import SPLIT_BYTES, Plan, RangeResult, list_inputs, plan_local, walk_range
 
 UNITS_SCHEMA = pa.schema(
@@ -142,8 +144,8 @@ class KafkaPcapReader(DataSourceReader):
             return
         if self.table == "segments":
             plan_d, unit_ids = value
-            yield from R.extract(Plan.from_dict(plan_d), unit_ids)
+            yield from extract(Plan.from_dict(plan_d), unit_ids)
             return
         plan_d, k, slices = value
         opts = EngineOptions(ports=self.ports)
-        yield from R.decode_slice(Plan.from_dict(plan_d), k, slices, opts, self.decode)
+        yield from decode_slice(Plan.from_dict(plan_d), k, slices, opts, self.decode)

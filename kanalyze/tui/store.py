@@ -17,15 +17,12 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from dissectors.apis import API_NAMES
-from dissectors.context import DecodeContext
-from dissectors.diagnostics import Diagnostic
-from dissectors.errors import error_name
-from dissectors.node import ARRAY, PRIM, STRUCT, Node
+from dissectors import API_NAMES, DecodeContext, Diagnostic, error_name
+from kanalyze.bodies import NAME_SOURCES, Bodies, BodyDecoder, Records
 from kanalyze.correlation import SASL_RAW_API, Exchange, Message
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.framing import Pdu
 from kanalyze.tui import rebuild
 from kanalyze.tui.filters import Filter
@@ -35,10 +32,6 @@ from kanalyze.tui.spill import NEAR_BYTES, FrameSpill
 
 Summary = tuple[str, tuple[str, ...]]  # (topic/partition summary, error names)
 Rows = array  # of 'q': store indices, as the table lists them (8 bytes a row, not 36 in a list)
-
-_TOPIC_KEYS = ("Name", "Topic", "TopicName", "TopicId")
-_PART_KEYS = ("Index", "Partition", "PartitionIndex")
-
 
 @dataclass(slots=True)
 class ConnStats:
@@ -54,56 +47,17 @@ class ConnStats:
         return ",".join(self.client_ids) if self.client_ids else "-"
 
 
-def _topics(node: Node | None, out: dict[str, set[int]], names: dict[str, str]) -> None:
-    """topic -> partitions, from any struct holding a topic name next to partition structs."""
-    if node is None:
-        return
-    for n in node.walk():
-        if n.kind != STRUCT or not n.children:
-            continue
-        name = tid = None
-        parts: set[int] = set()
-        for c in n.children:
-            if c.kind == PRIM and c.name in _TOPIC_KEYS and isinstance(c.value, str) and c.value:
-                if c.name == "TopicId":
-                    if c.value.strip("0-"):
-                        tid = names.get(c.value) or c.value[:8]
-                elif name is None:
-                    name = c.value
-            elif c.kind == ARRAY and c.children:
-                for item in c.children:
-                    for g in item.children or ():
-                        if g.kind == PRIM and g.name in _PART_KEYS and isinstance(g.value, int):
-                            parts.add(g.value)
-                            break
-        name = name or tid
-        if name is not None and (parts or n.name.isdigit()):
-            out.setdefault(name, set()).update(parts)
-
-
-def error_codes(node: Node) -> list[int]:
-    """Non-zero error codes anywhere in a decoded body (spec field names: ErrorCode, *ErrorCode)."""
-    return [n.value for n in node.walk()
-            if n.kind == PRIM and n.value and isinstance(n.value, int) and n.name.endswith("ErrorCode")]
-
-
-def summarize(ex: Exchange, encoder: ExchangeEncoder, topic_names: dict[str, str] | None = None) -> Summary:
-    """Topics and partitions an exchange touches, and the error names in its response;
-    topic ids are named through `topic_names` (learned from Metadata responses)."""
-    topics: dict[str, set[int]] = {}
+def summarize(ex: Exchange, bodies: BodyDecoder) -> Summary:
+    """Topics and partitions an exchange touches, and the error names in its response (from
+    the exchange's facts; topic ids named through the decoder's registry)."""
+    facts = Bodies(ex, bodies).facts
     errors: list[str] = []
-    for msg, is_req in ex.messages():
-        node, _ctx = encoder.body(ex, msg, is_req)
-        if node is None:
-            continue
-        _topics(node, topics, topic_names or {})
-        if not is_req:
-            for code in error_codes(node):
-                name = error_name(code) or str(code)
-                if code and name not in errors:
-                    errors.append(name)
+    for code in facts.error_codes:
+        name = error_name(code) or str(code)
+        if name not in errors:
+            errors.append(name)
     parts = []
-    for t, ps in topics.items():
+    for t, ps in facts.topics:
         if not ps:
             parts.append(t)
         elif len(ps) <= 3:
@@ -111,7 +65,6 @@ def summarize(ex: Exchange, encoder: ExchangeEncoder, topic_names: dict[str, str
         else:
             parts.append(f"{t}[{len(ps)}p]")
     return " ".join(parts), tuple(errors)
-
 
 
 def _api_ranks() -> dict[int, int]:
@@ -177,11 +130,12 @@ class ExchangeStore:
         self.progress: float | None = None  # 0..1 while indexing a file, None when unknown
         self.error: str | None = None
         self.summarized = 0  # rows [0, summarized) have their summary (background pass)
-        base = ctx or DecodeContext()
-        self.topic_names = base.topic_names  # shared with the encoders: export names topic ids too
-        self._named_upto = 0  # Metadata responses before this index were read for topic names
-        self.encoder = ExchangeEncoder(base)  # detail view and export: full decode
-        self._summary_encoder = ExchangeEncoder(replace(base, decode_records=False))
+        # detail view and export: full decode; summaries: no records; one topic-name registry
+        self.bodies = BodyDecoder(ctx)
+        self.topic_names = self.bodies.names
+        self._named_upto = 0  # name-teaching responses before this index were decoded
+        self.encoder = ExchangeEncoder(bodies=self.bodies)
+        self._summary_bodies = BodyDecoder(self.bodies.template, Records.NONE, self.topic_names)
 
     def __len__(self) -> int:
         return self._n
@@ -276,16 +230,11 @@ class ExchangeStore:
 
     # -- summaries --------------------------------------------------------------------------
     def learn_topic_names(self, upto: int) -> None:
-        """Read topic ids and names from the Metadata responses before index `upto`."""
+        """Decode the name-teaching responses (Metadata, ...) before index `upto`, in order."""
         api, resp = self.rows.api, self.rows.resp
         for i in range(self._named_upto, min(upto, len(self))):
-            if api[i] == 3 and resp[i] != NO_MESSAGE:
-                ex = self._for_bodies(i, self.spill.get)
-                node, _ctx = self._summary_encoder.body(ex, ex.response, False)  # type: ignore[arg-type]
-                for n in node.walk() if node is not None else ():
-                    tid, name = n.child("TopicId"), n.child("Name")
-                    if tid is not None and name is not None and isinstance(name.value, str):
-                        self.topic_names[tid.value] = name.value
+            if api[i] in NAME_SOURCES and resp[i] != NO_MESSAGE:
+                self._summary_bodies.learn(self._for_bodies(i, self.spill.get))
         self._named_upto = max(self._named_upto, upto)
 
     def summary(self, i: int) -> Summary:
@@ -297,7 +246,7 @@ class ExchangeStore:
     def _summarize(self, i: int, ex: Exchange) -> Summary:
         if self._named_upto <= i:
             self.learn_topic_names(i + 1)
-        s = summarize(ex, self._summary_encoder, self.topic_names)
+        s = summarize(ex, self._summary_bodies)
         with self.lock:  # the UI and the workers may summarize the same row at once
             if self._summary[i] < 0:
                 k = self._summary_ids.get(s)

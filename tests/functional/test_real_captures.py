@@ -10,7 +10,7 @@ import pytest
 
 from dissectors.context import DecodeContext
 from kanalyze.engine import EngineOptions
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def test_frames_and_times_match_packets():
 
 @pytest.mark.parametrize("cap", CAPTURES, ids=lambda p: p.stem)
 def test_fast_header_only_lines_equal_the_generic_encoding(cap):
-    from kanalyze.export.ndjson import dumps
+    from kanalyze.export import dumps
 
     enc = ExchangeEncoder(decode=False)
     s = Session([str(cap)])

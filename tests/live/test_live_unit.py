@@ -20,7 +20,7 @@ from kanalyze import cli
 from kanalyze.capture import CaptureStats, read_captures
 from kanalyze.commands.live import NdjsonOutput, listen_address
 from kanalyze.engine import EngineOptions
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.live import CaptureCounters, ExchangeQueue, LiveOptions, LiveSession
 from kanalyze.session import Session
 from tests.support.engine import apiv_request, apiv_response

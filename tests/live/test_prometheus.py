@@ -61,14 +61,14 @@ def test_metrics_agree_with_ndjson(broker: int, tmp_path: Path) -> None:
     want_sorted = {(a, c, s, v): n for (a, v, c, s), n in want.items()}
     assert got == want_sorted
     # error codes by name
-    from kanalyze.metrics import response_error_codes
+    from kanalyze.bodies import error_codes
 
     errs = Counter()
     for d in ex:
         if d["response"] and d["response"]["body"]:
             from dissectors.errors import error_name
 
-            for code in response_error_codes(d["response"]["body"]):
+            for code in error_codes(d["response"]["body"]):
                 errs[(d["api"], error_name(code))] += 1
     got_errs = {(dict(lb)["api"], dict(lb)["error"]): v for lb, v in series(m, "kanalyze_errors_total").items()}
     assert got_errs == errs

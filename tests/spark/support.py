@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kanalyze.capture import read_capture
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.session import Session
 
 LONG_CAPTURE = Path(__file__).resolve().parents[2] / "captures" / "lib_group_rebalance.pcap"

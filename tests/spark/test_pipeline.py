@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kanalyze.capture import read_capture
-from kanalyze.export.ndjson import ExchangeEncoder
+from kanalyze.export import ExchangeEncoder
 from kanalyze.session import Session
 from tests.spark.support import (
     LONG_CAPTURE,
@@ -21,8 +21,9 @@ from tests.spark.support import (
 )
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
-from kanalyze.spark import rows as R  # noqa: E402 - needs pyarrow
-from kanalyze.spark.pipeline import AGGREGATES, TABLES, run_pipeline  # noqa: E402
+from kanalyze.spark import schemas as R  # noqa: E402 - needs pyarrow
+from kanalyze.spark.pipeline import run_pipeline  # noqa: E402
+from kanalyze.spark.tables import AGGREGATES, TABLES  # noqa: E402
 
 pytestmark = pytest.mark.spark
 SPLIT = 4096  # bytes: the 46 KB capture becomes ~12 verified ranges

@@ -104,7 +104,7 @@ def test_secret_bytes_masked_for_the_hex_view():
     st = ExchangeStore()
     st.add(Session([str(CAPTURES / "sasl_scram_rejected.pcap")]).exchanges())
     ex = [e for _i, e in st.iter_exchanges() if e.api == "SaslAuthenticate"][-1]
-    node, _ctx = st.encoder.body(ex, ex.request, True)
+    node, _ctx = st.bodies.node(ex, ex.request, True)
     proof = next(n for n in node.walk() if is_secret(n.value))
     data = ex.request.pdu.data
     masked = _mask_secrets(data, node)
@@ -131,7 +131,7 @@ def test_rebuilt_exchanges_equal_the_indexed_ones_on_every_capture():
     """Every capture in the repo (crafted damage, gaps, SASL, acks=0, orphans included): an
     exchange read back from the store equals the one added, field for field, and encodes to the
     same NDJSON line."""
-    from kanalyze.export.ndjson import ExchangeEncoder
+    from kanalyze.export import ExchangeEncoder
 
     paths = _captures()
     assert len(paths) > 30
@@ -148,9 +148,9 @@ def test_rebuilt_exchanges_equal_the_indexed_ones_on_every_capture():
         assert [st.row(i).size for i in range(len(st))] == [
             sum(m.pdu.size for m in (ex.request, ex.response) if m) for ex in exs]
         # summaries decode bodies from a lighter rebuild (frames and body offsets only): same result
-        enc = st._summary_encoder
-        assert [summarize(st._for_bodies(i, st.spill.get), enc) for i in range(len(st))] == [
-            summarize(ex, enc) for ex in exs], path
+        dec = st._summary_bodies
+        assert [summarize(st._for_bodies(i, st.spill.get), dec) for i in range(len(st))] == [
+            summarize(ex, dec) for ex in exs], path
         st.close()
 
 

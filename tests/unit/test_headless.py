@@ -8,7 +8,7 @@ import sys
 
 def test_core_imports_are_headless():
     code = (
-        "import sys, kanalyze.cli, kanalyze.engine, kanalyze.session, kanalyze.export.ndjson, "
+        "import sys, kanalyze.cli, kanalyze.engine, kanalyze.session, kanalyze.export, kanalyze.bodies, "
         "kanalyze.analysis.summary, dissectors.decoder, dissectors.records\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'pyspark', 'scapy'))\n"
         "print(','.join(bad))"

@@ -244,7 +244,7 @@ class ExchangesScreen(Screen):
         if index is not None and tree.index == index:
             return  # the same row again (a refilter, an append): keep the user's place in the tree
         ex = None if index is None else store.exchange(index)  # read back from the spill file
-        tree.show_exchange(ex, store.encoder, index)
+        tree.show_exchange(ex, store.bodies, index)
         if ex is None:
             self.query_one(HexView).show(b"", "no exchange selected")
 

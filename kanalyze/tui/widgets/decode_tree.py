@@ -15,8 +15,8 @@ from dissectors.context import DecodeContext
 from dissectors.errors import error_name
 from dissectors.node import ARRAY, PRIM, RAW, RECORDS, Node
 from dissectors.secrets import is_secret, redacted
+from kanalyze.bodies import BodyDecoder
 from kanalyze.correlation import Exchange, Message
-from kanalyze.export.ndjson import ExchangeEncoder
 from kanalyze.tui.messages import FieldHighlighted
 
 MAX_CHILDREN = 2000  # beyond this an expanded array shows a "… N more" line
@@ -158,7 +158,7 @@ class DecodeTree(Tree[Ref]):
         self.show_root = False
         self.guide_depth = 3
 
-    def show_exchange(self, ex: Exchange | None, encoder: ExchangeEncoder, index: int | None = None) -> None:
+    def show_exchange(self, ex: Exchange | None, bodies: BodyDecoder, index: int | None = None) -> None:
         self.clear()
         self.exchange = ex
         self.index = None if ex is None else index
@@ -171,8 +171,8 @@ class DecodeTree(Tree[Ref]):
             if msg is None:
                 self.root.add_leaf(Text(f"{label}: not captured", "dim"))
                 continue
-            node, ctx = encoder.body(ex, msg, is_req)
-            show = encoder.template.show_secrets
+            node, ctx = bodies.node(ex, msg, is_req)
+            show = bodies.template.show_secrets
             side = Side(label, msg.pdu.data if show else _mask_secrets(msg.pdu.data, node), ctx)
             top = self._message_node(ex, msg, is_req, side, node)
             first = first or top

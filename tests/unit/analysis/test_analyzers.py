@@ -4,15 +4,16 @@ ordering, bounded collections."""
 from __future__ import annotations
 
 from kanalyze.analysis.consumers import _markers, aborted_batch
-from kanalyze.analysis.events import BodyDecoder, Event, Item, ordered_events
+from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.groups import GroupAnalyzer, burrow_status
 from kanalyze.analysis.producers import ProducerAnalyzer
 from kanalyze.analysis.transactions import TransactionAnalyzer
+from kanalyze.bodies import Bodies
 from kanalyze.correlation import ConnInfo, Exchange, Message
 from kanalyze.framing import Pdu
 
-DEC = BodyDecoder()
+DEC = analysis_decoder()
 
 
 def msg(frame: int, ts: int) -> Message:
@@ -25,8 +26,8 @@ def exchange(api: int, req: dict | None, rsp: dict | None, frame: int, client: s
         acks = (req or {}).get("acks")
     ex = Exchange(ConnInfo(conn, "10.0.0.1:5000", "10.0.0.2:9092"), api, 0, frame, client, "ok",
                   msg(frame, frame * 1000), msg(frame + 1, (frame + 1) * 1000), acks)
-    item = Item(ex, DEC, req, rsp, {"req", "rsp"})
-    return Event(True, item, frame, frame * 1000), Event(False, item, frame + 1, (frame + 1) * 1000)
+    bodies = Bodies.given(ex, DEC, req, rsp)
+    return Event(True, bodies, frame, frame * 1000), Event(False, bodies, frame + 1, (frame + 1) * 1000)
 
 
 def feed(analyzer, *pairs: tuple[Event, Event]) -> None:

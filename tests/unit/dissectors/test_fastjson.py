@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dissectors import apis
+from dissectors import apis, fastjson
 from dissectors.context import DecodeContext, Limits
 from dissectors.decoder import decode_body
 from dissectors.embedded import HOOKS
@@ -47,10 +47,10 @@ def fast(key: int, version: int, is_request: bool, data: bytes, end: int, ctx: D
 def agree(key: int, version: int, is_request: bool, data: bytes, end: int | None = None, **ctx_args) -> bool:
     """Fast path == reference path (or FALLBACK); True when the fast path answered."""
     end = len(data) if end is None else end
-    got = fast(key, version, is_request, data, end, DecodeContext(**ctx_args))
+    got = fast(key, version, is_request, data, end, DecodeContext(strict=True, **ctx_args))
     if got is FALLBACK:
         return False
-    assert got == reference(key, version, is_request, data, end, DecodeContext(**ctx_args))
+    assert got == reference(key, version, is_request, data, end, DecodeContext(strict=True, **ctx_args))
     return True
 
 
@@ -101,6 +101,19 @@ def test_source_is_readable_python() -> None:
     assert json_source(3, 9, False) is None  # Metadata responses teach topic names: reference path
 
 
+def test_a_bug_in_the_fast_path_is_raised_when_strict(monkeypatch) -> None:
+    def buggy(*args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(fastjson, "json_reader", lambda *key: buggy)
+    data = b"\0" * 16
+    with pytest.raises(ZeroDivisionError):
+        decode_body_json(18, 0, True, data, 0, len(data), DecodeContext(strict=True), JsonWalk())
+    walk = JsonWalk()
+    assert decode_body_json(18, 0, True, data, 0, len(data), DecodeContext(), walk) is FALLBACK
+    assert walk.diagnostics == []
+
+
 def test_array_limit_sends_to_the_reference_path() -> None:
     layout = se.layout_of(se.api_defs(0, False), 8)
     rng = random.Random(0)
@@ -129,13 +142,13 @@ def test_capture_bodies_agree(path: Path, settings: dict) -> None:
         for msg, is_request in ex.messages():
             data = msg.pdu.data
             end = len(data)
-            ctx = DecodeContext(**settings)
+            ctx = DecodeContext(strict=True, **settings)
             got = fast_at(ex.api_key, ex.api_version, is_request, data, msg.body_offset, end, ctx)
             if got is FALLBACK:
                 continue
             answered += 1
             walk = JsonWalk()
-            ref_ctx = DecodeContext(**settings)
+            ref_ctx = DecodeContext(strict=True, **settings)
             node = decode_body(ex.api_key, ex.api_version, is_request, data, msg.body_offset, end, ref_ctx)
             assert got == (node_to_json_collect(node, ref_ctx, walk), walk.diagnostics, walk.odd_float)
             assert not got[1]  # records with diagnostics go to the reference path
@@ -151,7 +164,7 @@ def fast_at(key: int, version: int, is_request: bool, data: bytes, offset: int, 
 @pytest.mark.skipif(not CAPTURES, reason="no captures in the checkout")
 def test_export_lines_as_bytes_and_text_agree() -> None:
     """ExchangeEncoder.line_bytes (binary outputs) is line() in UTF-8, with and without bodies."""
-    from kanalyze.export.ndjson import ExchangeEncoder, dumps
+    from kanalyze.export import ExchangeEncoder, dumps
     from kanalyze.session import Session
 
     for path in CAPTURES[:6]:

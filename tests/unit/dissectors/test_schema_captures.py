@@ -23,7 +23,7 @@ KNOWN = {("admin.pcap", "Metadata", 12, "request", "trailing_bytes")}
 def test_capture_bodies_decode_cleanly(path: Path) -> None:
     engine_mods = pytest.importorskip("kanalyze.session")
     from dissectors.context import DecodeContext
-    from kanalyze.export.ndjson import ExchangeEncoder
+    from kanalyze.export import ExchangeEncoder
 
     encoder = ExchangeEncoder(DecodeContext(strict=True))
     found = set()
@@ -32,7 +32,7 @@ def test_capture_bodies_decode_cleanly(path: Path) -> None:
         for msg, side in ((ex.request, "request"), (ex.response, "response")):
             if msg is None:
                 continue
-            node, _ = encoder.body(ex, msg, side == "request")
+            node, _ = encoder.bodies.node(ex, msg, side == "request")
             if node is None:
                 continue
             decoded += 1

@@ -81,7 +81,7 @@ def _collect(obj: object, out: dict[str, list[str]], parent: str | None = None) 
 
 def _ours(path: Path) -> tuple[dict[int, dict[str, list[str]]], set[str]]:
     from dissectors.context import DecodeContext
-    from kanalyze.export.ndjson import ExchangeEncoder
+    from kanalyze.export import ExchangeEncoder
     from kanalyze.session import Session
 
     enc = ExchangeEncoder(DecodeContext(strict=True))

@@ -23,7 +23,7 @@ PRODUCED_HEADERS_UNRECORDED = {"lib_transactions"}
 
 def _exchanges(pcap: Path):
     session_mod = pytest.importorskip("kanalyze.session")
-    ndjson = pytest.importorskip("kanalyze.export.ndjson")
+    ndjson = pytest.importorskip("kanalyze.export")
     from dissectors.context import DecodeContext
 
     enc = ndjson.ExchangeEncoder(DecodeContext())

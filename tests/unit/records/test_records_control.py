@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import base64
 import struct
-import sys
-import types
 import warnings
 
 import pytest
 from records_inputs import MAKER
 
+from dissectors import control_records
 from dissectors.context import DecodeContext
-from dissectors.diagnostics import Code
 from dissectors.records import decode_records
 
 with warnings.catch_warnings():  # kafka-python 3.0.12 warns at import (importlib.resources)
@@ -87,14 +84,8 @@ def test_kraft_control_records_call_the_schema_decoder(monkeypatch, type_id, nam
 
         return Node("body", STRUCT, offset, end - offset, None, [])
 
-    monkeypatch.setitem(
-        sys.modules, "dissectors.decoder", types.SimpleNamespace(decode_message=fake_decode_message)
-    )
-    monkeypatch.setitem(
-        sys.modules,
-        "dissectors.jsonify",
-        types.SimpleNamespace(node_to_json=lambda n, ctx: {"ok": n.length}),
-    )
+    monkeypatch.setattr(control_records, "decode_message", fake_decode_message)
+    monkeypatch.setattr(control_records, "node_to_json", lambda n, ctx: {"ok": n.length})
     (batch,) = decode(control_batch((struct.pack(">hh", 0, type_id), value))).value["batches"]
     (rec,) = batch["records"]
     assert rec["control"]["type"] == name and rec["control"]["message"] == message
@@ -102,18 +93,7 @@ def test_kraft_control_records_call_the_schema_decoder(monkeypatch, type_id, nam
     assert calls == [(message, 0, value)]
 
 
-def test_kraft_falls_back_to_raw_without_the_schema_decoder(monkeypatch):
-    monkeypatch.setitem(sys.modules, "dissectors.jsonify", None)  # import fails
-    value = KRAFT[0][3]
-    (batch,) = decode(control_batch((struct.pack(">hh", 0, 2), value))).value["batches"]
-    rec = batch["records"][0]
-    assert base64.b64decode(rec["control"]["data"]["b64"]) == value
-    assert [d["code"] for d in batch["diagnostics"]] == [str(Code.UNSUPPORTED_VERSION)]
-
-
 def test_kraft_with_the_real_schema_decoder():
-    pytest.importorskip("dissectors.decoder")
-    pytest.importorskip("dissectors.jsonify")
     buf = control_batch(
         (struct.pack(">hh", 0, 2), KRAFT[0][3]),
         (struct.pack(">hh", 0, 5), KRAFT[3][3]),

@@ -88,7 +88,7 @@ def _hex(v) -> str | None:
 
 def _ours(pcap: Path) -> dict[int, tuple[str, Counter, Counter]]:
     session_mod = pytest.importorskip("kanalyze.session")
-    ndjson = pytest.importorskip("kanalyze.export.ndjson")
+    ndjson = pytest.importorskip("kanalyze.export")
     from dissectors.context import DecodeContext
 
     enc = ndjson.ExchangeEncoder(DecodeContext())

@@ -1,0 +1,131 @@
+"""Decoding an exchange's bodies: the one place that turns a captured frame into a body tree
+(`Node`) or its JSON value, with the user's decode context (limits, secrets policy), the
+records policy of the consumer and the run's topic-name registry.
+
+Every consumer (export, analysis, the TUI, Spark rows, summary) decodes through a
+`BodyDecoder`; `Bodies` wraps one exchange so each side is decoded at most once, when first
+asked. Header-only runs never get here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from enum import Enum
+
+from dissectors import (
+    FALLBACK,
+    ApiKey,
+    DecodeContext,
+    JsonWalk,
+    Node,
+    decode_body,
+    decode_body_json,
+    decode_raw_sasl,
+    node_to_json,
+    node_to_json_collect,
+)
+from kanalyze.bodies.names import TopicNames
+from kanalyze.correlation import SASL_RAW_API, Exchange, Message
+
+
+class Records(Enum):
+    """Which bodies get their record batches decoded (they are most of the cost)."""
+
+    AS_CONTEXT = "context"  # as DecodeContext.decode_records says, for every body
+    NONE = "none"  # never: records fields report only their size and location
+    DATA = "data"  # only where the data is: Produce requests and Fetch responses
+
+
+# (api key, is_request) whose bodies carry the data: the producer's batches, the leader's log
+DATA_BODIES: frozenset[tuple[int, bool]] = frozenset(
+    {(ApiKey.PRODUCE, True), (ApiKey.FETCH, False)}
+)
+
+_CTX_FIELDS = ("limits", "show_secrets", "decode_records", "strict", "buffers", "topic_names")
+# a DecodeContext of the known shape is copied field by field (dataclasses.replace is general
+# and slow); a subclass or a changed shape goes through replace
+_PLAIN_CTX = tuple(f.name for f in fields(DecodeContext)) == _CTX_FIELDS
+
+
+def _fresh(t: DecodeContext) -> DecodeContext:
+    """A context like `t` with its own (empty) buffer list, sharing the topic names."""
+    if _PLAIN_CTX and type(t) is DecodeContext:
+        return DecodeContext(
+            t.limits, t.show_secrets, t.decode_records, t.strict, [], t.topic_names
+        )
+    return replace(t, buffers=[])
+
+
+class BodyDecoder:
+    """Decodes bodies with one context template, records policy and topic-name registry."""
+
+    def __init__(
+        self,
+        ctx: DecodeContext | None = None,
+        records: Records = Records.AS_CONTEXT,
+        names: TopicNames | None = None,
+    ) -> None:
+        base = ctx or DecodeContext()
+        self.names = names if names is not None else TopicNames(base.topic_names)
+        if base.topic_names is not self.names.mapping:
+            base = replace(base, topic_names=self.names.mapping)
+        self.template = base
+        self.records = records
+        if records is Records.AS_CONTEXT:
+            self._with = self._without = base
+        else:
+            self._with = replace(base, decode_records=records is Records.DATA)
+            self._without = replace(base, decode_records=False)
+
+    def context(self, api_key: int | None, is_request: bool) -> DecodeContext:
+        """A fresh context for decoding one body of `api_key` (records per the policy)."""
+        t = self._with if (api_key, is_request) in DATA_BODIES else self._without
+        return _fresh(t)
+
+    def node(
+        self, ex: Exchange, msg: Message, is_request: bool
+    ) -> tuple[Node | None, DecodeContext]:
+        """The decoded body tree of one side (None when its api or version is unknown)."""
+        ctx = self.context(ex.api_key, is_request)
+        data = msg.pdu.data
+        if ex.api_key == SASL_RAW_API:
+            return decode_raw_sasl(data, 0, len(data), ctx), ctx
+        if ex.api_key is None or ex.api_version is None:
+            return None, ctx
+        node = decode_body(
+            ex.api_key, ex.api_version, is_request, data, msg.body_offset, len(data), ctx
+        )
+        return node, ctx
+
+    def fast_json(self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk) -> object:
+        """The body's JSON value straight from the bytes (`dissectors.fastjson`) when the body
+        decodes cleanly, else FALLBACK (the tree decides: `json`)."""
+        if ex.api_key is None or ex.api_version is None or ex.api_key == SASL_RAW_API:
+            return FALLBACK
+        data = msg.pdu.data
+        ctx = self.context(ex.api_key, is_request)
+        return decode_body_json(
+            ex.api_key, ex.api_version, is_request, data, msg.body_offset, len(data), ctx, walk
+        )
+
+    def json(
+        self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk | None = None
+    ) -> object:
+        """The body's JSON value (None when its api is unknown), equal to
+        `node_to_json(self.node(...))`; with `walk`, the body's diagnostics are appended to
+        `walk.diagnostics` (JSON form) and odd floats noted."""
+        w = JsonWalk() if walk is None else walk
+        value = self.fast_json(ex, msg, is_request, w)
+        if value is not FALLBACK:
+            return value
+        node, ctx = self.node(ex, msg, is_request)
+        if node is None:
+            return None
+        if walk is None:
+            return node_to_json(node, ctx)
+        return node_to_json_collect(node, ctx, walk)
+
+    def learn(self, ex: Exchange) -> None:
+        """Decode the response now if it teaches topic names (call in capture order)."""
+        if TopicNames.teaches(ex):
+            self.node(ex, ex.response, False)  # type: ignore[arg-type]

@@ -1,0 +1,263 @@
+"""The small facts every consumer asks of an exchange, read from its decoded bodies once:
+error codes, the topics and partitions it touches (topic ids named through the registry),
+record counts and the offsets it produced or fetched.
+
+`error_codes` is the one error scanner and `topic_entries` the one topic/partition reader;
+`facts_of` combines them into a frozen `ExchangeFacts` that filters, events, stats,
+the TUI and the Spark rows share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from kanalyze.bodies.names import TopicNames
+
+# JSON keys (snake_case spec names) that name a topic in a struct, in preference order
+TOPIC_NAME_KEYS = ("name", "topic", "topic_name")
+PARTITION_INDEX_KEYS = ("partition_index", "index", "partition")
+# lists whose entries are per-topic records of the data (the Spark partitions table)
+TOPIC_LISTS = frozenset({"topics", "topic_data", "responses"})
+_PARTITION_INDEX_SET = frozenset(PARTITION_INDEX_KEYS)
+_TOPIC_NAME_SET = frozenset(TOPIC_NAME_KEYS)
+
+
+def error_codes(body: object) -> list[int]:
+    """Every non-zero error code in a decoded (JSON) body, depth first in field order: any
+    field named `error_code` or `*_error_code` (the spec's ErrorCode, *ErrorCode)."""
+    out: list[int] = []
+    _scan(body, out)
+    return out
+
+
+def _scan(value: object, out: list[int]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if type(v) is int:
+                if v and (k == "error_code" or k.endswith("_error_code")):
+                    out.append(v)
+            elif isinstance(v, dict | list):
+                _scan(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, dict | list):
+                _scan(v, out)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicEntry:
+    """A struct of a body that holds partition structs, or names a topic (by name or id) in a
+    list."""
+
+    name: str | None  # the first topic-name field in field order, as written
+    topic_id: str | None  # a topic id other than the null id
+    partitions: tuple[tuple[int, dict], ...]  # (index, partition struct) of its partition lists
+    list_key: str | None  # the key of the list this struct is an element of (None: a field)
+
+
+def topic_entries(body: object) -> Iterator[TopicEntry]:
+    """Every struct of a JSON body that holds partitions, or names a topic and is a list
+    element, depth first: the one reader of topics and partitions."""
+    stack: list[tuple[object, str | None]] = [(body, None)]
+    while stack:
+        value, list_key = stack.pop()
+        if isinstance(value, list):
+            stack.extend((v, list_key) for v in reversed(value) if isinstance(v, dict | list))
+            continue
+        if not isinstance(value, dict):
+            continue
+        name = tid = None
+        parts: list[tuple[int, dict]] = []
+        children: list[tuple[object, str | None]] = []
+        for k, v in value.items():
+            if isinstance(v, str):
+                if k == "topic_id":
+                    if v.strip("0-"):
+                        tid = v
+                elif name is None and k in _TOPIC_NAME_SET and v:
+                    name = v
+            elif isinstance(v, list):
+                for item in v:
+                    if isinstance(item, dict):
+                        idx = _partition_index(item)
+                        if idx is not None:
+                            parts.append((idx, item))
+                children.append((v, k))
+            elif isinstance(v, dict):
+                children.append((v, None))
+        if parts or (list_key is not None and (name is not None or tid is not None)):
+            yield TopicEntry(name, tid, tuple(parts), list_key)
+        stack.extend(reversed(children))
+
+
+def _partition_index(item: dict) -> int | None:
+    for k, v in item.items():
+        if k in _PARTITION_INDEX_SET and type(v) is int:
+            return v
+    return None
+
+
+def topic_label(entry: TopicEntry, names: TopicNames) -> str | None:
+    """How a topic is shown: its name, else the name its id was taught, else the id's head
+    (None when the struct names no topic)."""
+    if entry.name is not None:
+        return entry.name
+    if entry.topic_id is None:
+        return None
+    return names.get(entry.topic_id) or entry.topic_id[:8]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFacts:
+    """One (topic, partition) of an exchange, request and response merged (the response's
+    values win; the request gives fetch offsets, timestamps and produced records)."""
+
+    topic: str | None
+    topic_id: str | None
+    partition: int
+    error_code: int | None = None
+    fetch_offset: int | None = None
+    high_watermark: int | None = None
+    last_stable_offset: int | None = None
+    log_start_offset: int | None = None
+    base_offset: int | None = None
+    offset: int | None = None
+    timestamp: int | None = None
+    record_batches: int | None = None
+    record_count: int | None = None
+    records_bytes: int | None = None
+    first_offset: int | None = None
+    last_offset: int | None = None
+
+
+PARTITION_FIELDS: tuple[str, ...] = tuple(PartitionFacts.__dataclass_fields__)
+_RESPONSE_VALUES = (
+    "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "base_offset",
+    "offset", "timestamp",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeFacts:
+    """What consumers ask of an exchange's bodies (empty when bodies were not decoded)."""
+
+    error_codes: tuple[int, ...] = ()  # every non-zero error code of the response, in order
+    error_code: int | None = None  # the response's top-level error code
+    throttle_time_ms: int | None = None
+    replica_id: int | None = None  # the fetching/listing replica (Fetch, ListOffsets; -1 consumers)
+    # (topic label, partitions) of both bodies, first seen first (names resolved, as the TUI shows)
+    topics: tuple[tuple[str, frozenset[int]], ...] = ()
+    # per (topic, partition) of the per-topic lists (topics, topic_data, responses)
+    partitions: tuple[PartitionFacts, ...] = field(default=())
+    # names (or ids, as written) of the entries of the per-topic lists, first seen first
+    listed_topics: tuple[str, ...] = ()
+
+    @property
+    def record_count(self) -> int:
+        """Records produced (Produce) or fetched (Fetch) in this exchange."""
+        return sum(p.record_count or 0 for p in self.partitions)
+
+    @property
+    def partition_error_count(self) -> int:
+        return sum(1 for p in self.partitions if p.error_code)
+
+
+def facts_of(req: dict | None, rsp: dict | None, names: TopicNames) -> ExchangeFacts:
+    """The facts of an exchange from its decoded bodies (`exchange_facts` / `Bodies.facts`
+    compute them once per exchange)."""
+    topics: dict[str, set[int]] = {}
+    listed: dict[str, None] = {}
+    merged: dict[tuple[str | None, int], dict] = {}
+    for body, is_req in ((req, True), (rsp, False)):
+        if body is None:
+            continue
+        for e in topic_entries(body):
+            label = topic_label(e, names)
+            if label is not None:
+                topics.setdefault(label, set()).update(i for i, _p in e.partitions)
+            if e.list_key in TOPIC_LISTS:
+                _merge(e, is_req, merged)
+                if e.name or e.topic_id:
+                    listed[e.name or e.topic_id] = None  # type: ignore[index]
+    parts = []
+    for row in merged.values():
+        if row["topic"] is None and row["topic_id"] is not None:
+            row["topic"] = names.get(row["topic_id"])
+        parts.append(PartitionFacts(**row))
+    err = throttle = None
+    if rsp is not None:
+        if type(rsp.get("error_code")) is int:
+            err = rsp["error_code"]
+        if type(rsp.get("throttle_time_ms")) is int:
+            throttle = rsp["throttle_time_ms"]
+    return ExchangeFacts(
+        error_codes=tuple(error_codes(rsp)) if rsp is not None else (),
+        error_code=err,
+        throttle_time_ms=throttle,
+        replica_id=replica_id(req),
+        topics=tuple((t, frozenset(p)) for t, p in topics.items()),
+        partitions=tuple(parts),
+        listed_topics=tuple(listed),
+    )
+
+
+def _merge(e: TopicEntry, is_req: bool, merged: dict[tuple[str | None, int], dict]) -> None:
+    for idx, p in e.partitions:
+        key = (e.name or e.topic_id, idx)
+        row = merged.get(key)
+        if row is None:
+            row = merged[key] = dict.fromkeys(PARTITION_FIELDS)
+            row["partition"] = idx
+        if e.name and not row["topic"]:
+            row["topic"] = e.name
+        if e.topic_id and not row["topic_id"]:
+            row["topic_id"] = e.topic_id
+        if is_req and type(p.get("fetch_offset")) is int:
+            row["fetch_offset"] = p["fetch_offset"]
+        for f in _RESPONSE_VALUES:
+            v = p.get(f)
+            if type(v) is int and (not is_req or f == "timestamp"):
+                row[f] = v
+        if "records" in p and (is_req or row["record_count"] is None):
+            _records(p["records"], row)
+
+
+def _records(rec: object, out: dict) -> None:
+    """Batch count, record count, bytes and offset range of a decoded records field."""
+    if not isinstance(rec, dict):
+        return
+    batches = rec.get("batches")
+    if isinstance(batches, list):
+        out["record_batches"] = len(batches)
+        cnt = size = 0
+        lo = hi = None
+        for b in batches:
+            if not isinstance(b, dict):
+                continue
+            cnt += b.get("record_count") or 0
+            size += (b.get("batch_length") or 0) + 12
+            base = b.get("base_offset")
+            if isinstance(base, int):
+                lo = base if lo is None else min(lo, base)
+                last = base + (b.get("last_offset_delta") or 0)
+                hi = last if hi is None else max(hi, last)
+        out["record_count"] = cnt
+        out["records_bytes"] = size
+        out["first_offset"], out["last_offset"] = lo, hi
+    elif isinstance(rec.get("size"), int):
+        out["records_bytes"] = rec["size"]
+
+
+def replica_id(body: object) -> int | None:
+    """The fetching/listing replica of a Fetch or ListOffsets request (-1 for consumers):
+    `replica_id` (Fetch < v15, ListOffsets) or `replica_state.replica_id` (Fetch v15+)."""
+    if not isinstance(body, dict):
+        return None
+    rid = body.get("replica_id")
+    if isinstance(rid, int):
+        return rid
+    state = body.get("replica_state")  # Fetch v15+
+    if isinstance(state, dict) and isinstance(state.get("replica_id"), int):
+        return state["replica_id"]
+    return None

@@ -1,0 +1,152 @@
+"""The body and facts service: one decode per side, the records policy, the one topic-name
+registry, the one error scanner and topic/partition reader, and the facts of real exchanges."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from dissectors import ApiKey, DecodeContext
+from kanalyze.bodies import (
+    Bodies,
+    BodyDecoder,
+    ExchangeFacts,
+    Records,
+    TopicNames,
+    error_codes,
+    exchange_facts,
+    topic_entries,
+)
+from kanalyze.session import Session
+
+CAPTURES = Path(__file__).resolve().parents[3] / "captures"
+
+
+def exchanges(name: str) -> list:
+    return list(Session([str(CAPTURES / name)]).exchanges())
+
+
+def test_error_codes_every_nonzero_code_depth_first() -> None:
+    body = {
+        "error_code": 0,
+        "throttle_time_ms": 5,
+        "topics": [
+            {
+                "name": "a",
+                "error_code": 3,
+                "error_code_name": "UNKNOWN_TOPIC_OR_PARTITION",
+                "partitions": [{"partition_index": 0, "error_code": 6}],
+            },
+            {"name": "b", "partitions": [{"partition_index": 1, "leader_error_code": 9}]},
+        ],
+        "flag": True,  # not an error code, whatever its name
+        "other_error_code": True,
+    }
+    assert error_codes(body) == [3, 6, 9]
+    assert error_codes(None) == [] and error_codes([{"error_code": 1}]) == [1]
+
+
+def test_topic_entries_names_ids_partitions_and_list_keys() -> None:
+    body = {
+        "topics": [{"name": "t", "partitions": [{"partition_index": 2}, {"partition_index": 0}]}],
+        "responses": [{"topic_id": "00000000-0000-0000-0000-000000000000", "partitions": []}],
+        "protocols": [{"name": "range"}],
+        "groups": [{"group_id": "g", "topics": [{"name": "u", "partitions": [{"index": 7}]}]}],
+    }
+    got = [
+        (e.name, e.topic_id, [i for i, _p in e.partitions], e.list_key) for e in topic_entries(body)
+    ]
+    # the null topic id names nothing; a named struct in any list counts (as the TUI shows)
+    assert got == [
+        ("t", None, [2, 0], "topics"),
+        ("range", None, [], "protocols"),
+        ("u", None, [7], "topics"),
+    ]
+
+
+def test_each_side_is_decoded_once_and_only_when_asked() -> None:
+    ex = next(e for e in exchanges("lib_group_rebalance.pcap") if e.api_key == ApiKey.PRODUCE)
+    calls: list[bool] = []
+
+    class Counting(BodyDecoder):
+        def json(self, ex, msg, is_request, walk=None):  # type: ignore[no-untyped-def]
+            calls.append(is_request)
+            return super().json(ex, msg, is_request, walk)
+
+    b = Bodies(ex, Counting())
+    assert calls == []
+    assert b.response is not None and b.response is b.response
+    assert calls == [False]
+    facts = b.facts
+    assert facts is b.facts is exchange_facts(b) and calls == [False, True]
+
+
+def test_records_policy() -> None:
+    ex = next(e for e in exchanges("lib_group_rebalance.pcap") if e.api_key == ApiKey.PRODUCE)
+
+    def records(dec: BodyDecoder) -> dict:
+        body = Bodies(ex, dec).request
+        assert body is not None
+        return body["topic_data"][0]["partition_data"][0]["records"]
+
+    assert "batches" in records(BodyDecoder(records=Records.DATA))
+    assert "batches" in records(BodyDecoder())  # as the context says: records decoded
+    assert "batches" not in records(BodyDecoder(records=Records.NONE))
+    assert "batches" not in records(BodyDecoder(DecodeContext(decode_records=False)))
+
+
+def test_facts_of_produce_and_metadata() -> None:
+    dec = BodyDecoder(records=Records.DATA)
+    facts = [Bodies(ex, dec).facts for ex in exchanges("lib_group_rebalance.pcap")]
+    produce = [f for f in facts if f.partitions and f.partitions[0].record_count]
+    assert produce and all(f.record_count == 6 for f in produce[:2])
+    p = produce[0].partitions[0]
+    assert (p.topic, p.base_offset, p.first_offset, p.last_offset) == ("lib-group", 0, 0, 5)
+    assert any(f.topics == (("lib-group", frozenset({0, 1})),) for f in facts)
+    assert dataclasses.is_dataclass(ExchangeFacts) and ExchangeFacts.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        facts[0].error_code = 1  # type: ignore[misc]
+
+
+def test_error_facts_of_a_rebalance() -> None:
+    dec = BodyDecoder(records=Records.NONE)
+    codes = {
+        c for ex in exchanges("lib_group_rebalance.pcap") for c in Bodies(ex, dec).facts.error_codes
+    }
+    assert 27 in codes  # REBALANCE_IN_PROGRESS in Heartbeat responses
+
+
+def test_one_registry_names_topic_ids_for_every_decode() -> None:
+    """Metadata teaches the registry; a later body that names the topic by id only (Fetch v13+)
+    gets its name, in the JSON and in the facts; a second decoder sharing the registry too."""
+    names = TopicNames()
+    dec = BodyDecoder(names=names)
+    other = BodyDecoder(DecodeContext(decode_records=False), Records.NONE, names)
+    assert other.template.topic_names is names.mapping is dec.template.topic_names
+    exs = exchanges("lib_group_rebalance.pcap")
+    fetch = [e for e in exs if e.api_key == ApiKey.FETCH and (e.api_version or 0) >= 13]
+    assert fetch, "the capture has Fetch v13+ (topics by id)"
+    before = Bodies(fetch[-1], other).facts
+    assert all(t != "lib-group" for t, _p in before.topics)  # nothing learned yet: the id's head
+    for ex in exs:
+        dec.learn(ex)
+    assert len(names) >= 1 and "lib-group" in dict(names.items()).values()
+    after = Bodies(fetch[-1], other).facts
+    assert [t for t, _p in after.topics] == ["lib-group"]
+    assert all(p.topic == "lib-group" for p in after.partitions)
+
+
+def test_partitions_of_topics_nested_in_groups() -> None:
+    """OffsetFetch v8+ lists topics per group: the one reader finds them at any depth (the
+    Spark rows once read only top-level topic lists and left these rows without partitions)."""
+    dec = BodyDecoder()
+    fetches = [
+        e
+        for e in exchanges("kp_codecs.pcap")
+        if e.api_key == ApiKey.OFFSET_FETCH and (e.api_version or 0) >= 8
+    ]
+    assert fetches
+    topics = {p.topic for ex in fetches for p in Bodies(ex, dec).facts.partitions}
+    assert {"kp-gzip", "kp-lz4", "kp-none", "kp-snappy", "kp-zstd"} <= topics

@@ -1,0 +1,138 @@
+"""The dissectors package's import contract: every module imports on its own, the module
+import graph has no cycle (function-level imports count: a lazy import only hides a cycle),
+no module imports another's private name, and the public entry exports what it lists."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dissectors
+
+ROOT = Path(dissectors.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {"dissectors": ROOT / "__init__.py"}
+    for info in pkgutil.walk_packages([str(ROOT)], "dissectors."):
+        rel = info.name.split(".")[1:]
+        path = ROOT.joinpath(*rel)
+        out[info.name] = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, list[str]]]:
+    """(imported module, names taken from it) for every import statement, at any depth."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: list[tuple[str, list[str]]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                if sub in MODULES:  # `from dissectors import quirks`: the submodule
+                    out.append((sub, []))
+                else:
+                    out.append((base, [a.name]))
+    return [(m, names) for m, names in out if m == "dissectors" or m.startswith("dissectors.")]
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def test_the_walk_finds_the_modules():
+    assert {"dissectors.decoder", "dissectors.records", "dissectors.fastjson"} <= set(MODULES)
+    assert any(name.startswith("dissectors.schemas.") for name in MODULES)
+
+
+def test_every_module_imports_alone():
+    names = sorted(MODULES)
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
+    subprocess.run([sys.executable, "-c", code, *names], check=True)
+    for name in names:
+        assert importlib.import_module(name) is sys.modules[name]
+
+
+def _cycle() -> list[str] | None:
+    """One import cycle among the package's modules (as a path), or None."""
+    edges = {
+        name: sorted({m for m, _ in deps if m in MODULES and m != name})
+        for name, deps in GRAPH.items()
+    }
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in edges[node]:
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(edges):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle():
+    assert _cycle() is None, " -> ".join(_cycle() or [])
+
+
+def test_the_cycle_check_sees_a_cycle():
+    GRAPH["dissectors.node"].append(("dissectors.decoder", []))
+    try:
+        assert _cycle() is not None
+    finally:
+        GRAPH["dissectors.node"].pop()
+
+
+def test_no_module_imports_the_package_entry():
+    users = [
+        name
+        for name, deps in GRAPH.items()
+        if name != "dissectors" and any(m == "dissectors" for m, _ in deps)
+    ]
+    assert users == []
+
+
+def test_no_private_name_crosses_a_module():
+    private = [
+        f"{name}: {m}.{n}"
+        for name, deps in GRAPH.items()
+        for m, names in deps
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    ]
+    assert private == []
+
+
+def test_the_public_entry_exports_what_it_lists():
+    assert len(dissectors.__all__) == len(set(dissectors.__all__))
+    for name in dissectors.__all__:
+        assert getattr(dissectors, name) is not None, name
+    for name in ("decode_body", "decode_body_json", "ApiKey", "ErrorCode", "read_uvarint"):
+        assert name in dissectors.__all__
