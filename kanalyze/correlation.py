@@ -29,6 +29,7 @@ SASL_RAW_NAME = "SaslRaw"
 
 OK, NO_RESPONSE, REQUEST_MISSING = "ok", "no_response", "request_missing"
 SETTLE_AFTER = 4  # requests seen after an orphan response before its api is inferred
+SETTLE_MAX = 16  # ... and before one that cannot be inferred yet is given up on
 MAX_ORPHANS = 64  # orphans held per connection; over it the oldest is settled at once
 HISTORY = 64  # recent requests kept per connection as evidence for orphans
 
@@ -262,8 +263,7 @@ class Correlator:
         if self.orphans:
             for entry in self.orphans:
                 entry[2] += 1
-            while self.orphans and self.orphans[0][2] >= SETTLE_AFTER:
-                self._settle_orphan(self.orphans.popleft())
+            self._settle_orphans_seen()
         if pdu.missing:
             diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
         api, ver, corr = header["request_api_key"], header["request_api_version"], header["correlation_id"]
@@ -338,26 +338,39 @@ class Correlator:
             self.sasl_raw = int.from_bytes(pdu.data[body_at : body_at + 2], "big", signed=True) == 0
         self.emit(self._exchange(req, resp, OK, acks))
 
-    def _settle_orphan(self, entry: list) -> None:
+    def _settle_orphans_seen(self) -> None:
+        """Settle the orphans enough requests went by for: inferred ones at SETTLE_AFTER, the
+        others get until SETTLE_MAX requests (their api may simply not have come round yet)."""
+        keep: deque[list] = deque()
+        for entry in self.orphans:
+            if entry[2] < SETTLE_AFTER or not self._settle_orphan(entry, entry[2] >= SETTLE_MAX):
+                keep.append(entry)
+        self.orphans = keep
+
+    def _settle_orphan(self, entry: list, final: bool = True) -> bool:
         """Emit a held orphan response: decoded as the api the connection's requests point to
-        when exactly one fits (kanalyze/inference.py), else undecoded with the reason."""
+        when exactly one fits (kanalyze/inference.py), else (when `final`) undecoded with the
+        reason. False when it was kept back."""
         resp, corr = entry[0], entry[1]
-        resp.done = True
         pdu = resp.pdu
         found = None
         if not pdu.missing:
             elsewhere = list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
             found = infer(pdu.data, corr, list(self.history), self.client_id, elsewhere)
+            if found.api is None and not final:
+                return False
+        resp.done = True
         if found is None or found.api is None:
             why = found.reason if found is not None else "a capture gap cut it: not inferred"
             diag = Diagnostic(Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}")
             out = Message(pdu, resp.header, resp.body_offset, [*resp.diagnostics, diag])
             self.emit(Exchange(self.conn, None, None, corr, None, REQUEST_MISSING, None, out))
-            return
+            return True
         out = Message(pdu, found.header or resp.header, found.body_offset, list(resp.diagnostics))
         self.emit(Exchange(
             self.conn, found.api, found.version, corr, None, REQUEST_MISSING, None, out, inferred=found.to_json()
         ))
+        return True
 
     def _settle_orphans(self, before_ts: int | None = None) -> None:
         while self.orphans and (before_ts is None or self.orphans[0][0].pdu.last_ts < before_ts):
