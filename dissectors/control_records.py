@@ -48,7 +48,7 @@ KRAFT_MESSAGES: dict[int, str] = {
 
 
 def decode_control(
-    buf: memoryview,
+    buf: bytes | memoryview,
     key_off: int,
     key_len: int,
     value_off: int,
@@ -93,7 +93,12 @@ def decode_control(
 
 
 def _decode_kraft(
-    name: str, buf: memoryview, off: int, length: int, ctx: DecodeContext, diags: list[Diagnostic]
+    name: str,
+    buf: bytes | memoryview,
+    off: int,
+    length: int,
+    ctx: DecodeContext,
+    diags: list[Diagnostic],
 ) -> object:
     raw = {"b64": base64.b64encode(bytes(buf[off : off + length])).decode("ascii")}
     if length < _I16.size:

@@ -73,7 +73,9 @@ def _walk(reader: Reader, mv: memoryview, offset: int, end: int, ctx: DecodeCont
         node.diagnostics.append(
             Diagnostic(Code.TRAILING_BYTES, pos, f"{end - pos} bytes after the body")
         )
-        node.children.append(Node("_trailing", RAW, pos, end - pos, bytes(mv[pos:end])))
+        kids = node.children
+        assert kids is not None  # the body is a struct
+        kids.append(Node("_trailing", RAW, pos, end - pos, bytes(mv[pos:end])))
         node.length = end - offset
     return node
 

@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterator
 
 from dissectors import quirks, schemas
+from dissectors.apis import ApiKey
 from dissectors.context import DecodeContext
 from dissectors.decoder import decode_body, decode_message, message_reader
 from dissectors.diagnostics import Code
@@ -43,9 +44,9 @@ def _each(node: Node, *path: str) -> Iterator[Node]:
             for c in node.children:
                 yield from _each(c, *rest)
         return
-    c = node.child(head) if node.children else None
-    if c is not None:
-        yield from _each(c, *rest)
+    named = node.child(head) if node.children else None
+    if named is not None:
+        yield from _each(named, *rest)
 
 
 def _value(node: Node, name: str) -> object:
@@ -80,9 +81,7 @@ def embed_versioned(
     if version < 0:
         return False
     newer = version > _max_version(message)
-    sub = decode_message(
-        message, min(version, _max_version(message)), buf, start + 2, end, ctx
-    )
+    sub = decode_message(message, min(version, _max_version(message)), buf, start + 2, end, ctx)
     if sub.kind != STRUCT:
         return False
     if newer:  # a newer version only appends fields: keep them raw, no complaint
@@ -91,7 +90,7 @@ def embed_versioned(
         return False
     node.kind = STRUCT
     node.value = None
-    node.children = [Node("Version", PRIM, start, 2, version), *sub.children]
+    node.children = [Node("Version", PRIM, start, 2, version), *(sub.children or ())]
     node.diagnostics.extend(sub.diagnostics)
     return True
 
@@ -153,15 +152,15 @@ def _envelope_request(body: Node, version: int, buf, ctx: DecodeContext) -> None
                 n.kind, n.value, n.children = STRUCT, None, inner
 
 
-def decode_request(buf: bytes | memoryview, start: int, end: int, ctx: DecodeContext) -> list[Node] | None:
+def decode_request(
+    buf: bytes | memoryview, start: int, end: int, ctx: DecodeContext
+) -> list[Node] | None:
     """A full request (header + body) inside `buf[start:end]`: [header, body] nodes."""
     api_key = INT16.unpack_from(buf, start)[0]
     api_version = INT16.unpack_from(buf, start + 2)[0]
     if api_key == quirks.API_ENVELOPE:
         return None
-    reader = message_reader(
-        "RequestHeader", quirks.request_header_version(api_key, api_version)
-    )
+    reader = message_reader("RequestHeader", quirks.request_header_version(api_key, api_version))
     if reader is None:
         return None
     out: list[Node] = []
@@ -296,17 +295,17 @@ def decode_raw_sasl(buf: bytes | memoryview, offset: int, end: int, ctx: DecodeC
 
 
 HOOKS = {
-    (3, False): _learn_topics,
-    (11, True): _join_group_request,
-    (11, False): _join_group_response,
-    (14, True): _sync_group_request,
-    (14, False): _sync_group_response,
-    (15, False): _describe_groups_response,
-    (19, False): _learn_topics,
-    (36, True): _sasl_authenticate,
-    (36, False): _sasl_authenticate,
-    (58, True): _envelope_request,
-    (75, False): _learn_topics,
+    (ApiKey.METADATA, False): _learn_topics,
+    (ApiKey.JOIN_GROUP, True): _join_group_request,
+    (ApiKey.JOIN_GROUP, False): _join_group_response,
+    (ApiKey.SYNC_GROUP, True): _sync_group_request,
+    (ApiKey.SYNC_GROUP, False): _sync_group_response,
+    (ApiKey.DESCRIBE_GROUPS, False): _describe_groups_response,
+    (ApiKey.CREATE_TOPICS, False): _learn_topics,
+    (ApiKey.SASL_AUTHENTICATE, True): _sasl_authenticate,
+    (ApiKey.SASL_AUTHENTICATE, False): _sasl_authenticate,
+    (ApiKey.ENVELOPE, True): _envelope_request,
+    (ApiKey.DESCRIBE_TOPIC_PARTITIONS, False): _learn_topics,
 }
 for (_api_key, _is_request), _hook in HOOKS.items():
     register_body_hook(_api_key, _is_request, _hook)

@@ -207,7 +207,9 @@ class _Gen:
         if f.kind == RECORDS:
             read = f"records(buf, pos, {n}, ctx, walk)"
         elif f.kind == STRING:
-            read = f"buf[pos:pos + {n}].decode()"  # invalid UTF-8 raises: the reference path decides
+            read = (
+                f"buf[pos:pos + {n}].decode()"  # invalid UTF-8 raises: the reference path decides
+            )
         else:
             read = f"b64(buf[pos:pos + {n}])"
         out += [
@@ -236,9 +238,7 @@ class _Gen:
         n = self._var()
         self._length(out, ind, n, f.compact, True)
         self._null(out, ind, var, n, f.nullable)
-        out.append(
-            f"{ind}    if {n} > end - pos or {n} > ctx.limits.max_array_count: raise GiveUp"
-        )
+        out.append(f"{ind}    if {n} > end - pos or {n} > ctx.limits.max_array_count: raise GiveUp")
         body = ind + "    "
         if f.kind == FIXED_SIZE and f.type != "uuid":
             if f.type == "float64":
@@ -268,7 +268,9 @@ class _Gen:
             fields = step.fields if isinstance(step, FixedRun) else (step,)
             names = [self._var() for _ in fields]
             if isinstance(step, FixedRun):
-                self._fixed_run(body, "    ", [(v, f.type) for v, f in zip(names, fields, strict=True)])
+                self._fixed_run(
+                    body, "    ", [(v, f.type) for v, f in zip(names, fields, strict=True)]
+                )
             else:
                 self.field(body, "    ", names[0], step)
             for var, f in zip(names, fields, strict=True):
@@ -324,7 +326,12 @@ def json_reader(api_key: int, version: int, is_request: bool) -> JsonReader | No
         return None
     source, consts = got
     namespace = dict(_RUNTIME, **consts)
-    exec(compile(source, f"<fastjson {api_key}/{version}/{'req' if is_request else 'resp'}>", "exec"), namespace)
+    exec(
+        compile(
+            source, f"<fastjson {api_key}/{version}/{'req' if is_request else 'resp'}>", "exec"
+        ),
+        namespace,
+    )
     return namespace["_s0"]
 
 
@@ -354,7 +361,11 @@ def decode_body_json(
         reader = json_reader(api_key, api_version, is_request)
         if reader is not None:
             obj = mv.obj
-            data = obj if type(obj) is bytes and mv.nbytes == len(obj) and mv.format == "B" else bytes(mv)
+            data = (
+                obj
+                if type(obj) is bytes and mv.nbytes == len(obj) and mv.format == "B"
+                else bytes(mv)
+            )
             value, pos = reader(data, offset, end, ctx, walk)
             if pos == end:
                 return value

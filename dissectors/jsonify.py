@@ -186,7 +186,8 @@ def _json(node: Node, ctx: DecodeContext, walk: JsonWalk | None) -> object:
             and "topic_name" not in out
             and not isinstance(out.get("name", out.get("topic")), str)
         ):
-            name = ctx.topic_names.get(out["topic_id"])  # type: ignore[arg-type]
+            tid = out["topic_id"]
+            name = ctx.topic_names.get(tid) if isinstance(tid, str) else None
             if name is not None:
                 out["topic_name"] = name
         return out

@@ -36,8 +36,10 @@ _I64 = struct.Struct(">q")
 _OFFSET_SIZE = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
 LOG_OVERHEAD = 12
-MIN_SIZE = {0: 14, 1: 22}  # crc+magic+attrs(+timestamp)+key len+value len
-MAX_NESTING = 2  # default of Limits.max_nesting_depth: Kafka allows one level, one more is tolerated
+MIN_SIZE: dict[int | None, int] = {0: 14, 1: 22}  # crc+magic+attrs(+timestamp)+key len+value len
+MAX_NESTING = (
+    2  # default of Limits.max_nesting_depth: Kafka allows one level, one more is tolerated
+)
 
 
 class _Msg:
@@ -47,6 +49,20 @@ class _Msg:
         "offset", "size", "crc", "crc_ok", "magic", "attributes", "timestamp",
         "key", "value", "pos", "end", "partial", "problem",
     )  # fmt: skip
+    # None when the message is cut before the field
+    offset: int | None
+    size: int | None
+    crc: int | None
+    crc_ok: bool | None
+    magic: int | None
+    attributes: int | None
+    timestamp: int | None
+    key: tuple[int, int] | None  # (where the key bytes start, how many); None = null
+    value: tuple[int, int] | None
+    pos: int
+    end: int
+    partial: bool
+    problem: tuple[Code, int, str] | None  # (code, offset, reason) when malformed
 
 
 def _parse(buf: memoryview, pos: int, end: int) -> _Msg:
@@ -138,6 +154,7 @@ def decode_message_set_entry(
             Diagnostic(Code.CRC_MISMATCH, pos + 12, f"CRC32 mismatch (stored {m.crc:#010x})")
         )
     if not m.partial and (m.problem is None or m.problem[0] is Code.TRAILING_BYTES):
+        assert m.attributes is not None and m.offset is not None  # a complete message
         codec = m.attributes & 0x07
         if codec == 0:
             rec = _record(buf, m, m.offset, None, ctx)
@@ -162,7 +179,7 @@ def _fields(m: _Msg) -> dict[str, object]:
         "crc": m.crc if known else None,
         "crc_ok": m.crc_ok,
         "attributes": attrs if known else None,
-        "codec": CODEC_NAMES.get(attrs & 7, f"unknown({attrs & 7})") if known else None,
+        "codec": None if attrs is None else CODEC_NAMES.get(attrs & 7, f"unknown({attrs & 7})"),
         "timestamp_type": _ts_type(m) if known else None,
         "timestamp": iso_timestamp(m.timestamp),
         "timestamp_ms": m.timestamp,
@@ -172,7 +189,7 @@ def _fields(m: _Msg) -> dict[str, object]:
 def _ts_type(m: _Msg) -> str | None:
     if m.magic != 1:
         return None
-    return "log_append" if m.attributes & 0x08 else "create"
+    return "log_append" if (m.attributes or 0) & 0x08 else "create"
 
 
 def _record(buf: memoryview, m: _Msg, offset: int, stamp: int | None, ctx: DecodeContext) -> dict:
@@ -219,7 +236,8 @@ def _inner(
             Diagnostic(
                 Code.NESTING_TOO_DEEP,
                 wrapper.pos,
-                f"compressed messages nested deeper than {limits.max_nesting_depth} (max_nesting_depth)",
+                f"compressed messages nested deeper than {limits.max_nesting_depth}"
+                " (max_nesting_depth)",
             )
         )
         return [], []
@@ -259,7 +277,10 @@ def _inner(
         pos = m.end
     if not inner:
         return [], []
-    base = wrapper.offset - inner[-1].offset if wrapper.magic >= 1 else 0
+    assert wrapper.offset is not None and wrapper.magic is not None  # complete messages only
+    assert wrapper.attributes is not None
+    last = inner[-1].offset
+    base = wrapper.offset - last if wrapper.magic >= 1 and last is not None else 0
     if (
         base < 0
     ):  # as Kafka: a producer's wrapper (offset 0) leaves the relative offsets as they are
@@ -268,6 +289,7 @@ def _inner(
     records: list[dict] = []
     nodes: list[Node] = []
     for m in inner:
+        assert m.offset is not None and m.attributes is not None  # complete messages only
         absolute = base + m.offset
         inner_codec = m.attributes & 0x07
         if inner_codec:  # nested wrapper: tolerated, flattened

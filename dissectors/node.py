@@ -7,6 +7,7 @@ decode context), which is what the TUI hex view highlights.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,8 +64,9 @@ class LazyNode(Node):
     """
 
     __slots__ = ("pending",)
+    pending: Callable[[], list[Node]] | None
 
-    @property  # type: ignore[override]
+    @property
     def children(self) -> list[Node] | None:
         build = self.pending
         if build is not None:

@@ -7,13 +7,16 @@ hard-codes an API key.
 
 from __future__ import annotations
 
-from dissectors.apis import REQUEST_FLEXIBLE_FROM, RESPONSE_FLEXIBLE_FROM
+from dissectors.apis import REQUEST_FLEXIBLE_FROM, RESPONSE_FLEXIBLE_FROM, ApiKey
+from dissectors.errors import ErrorCode
 
-API_PRODUCE = 0
-API_CONTROLLED_SHUTDOWN = 7
-API_SASL_HANDSHAKE = 17
-API_API_VERSIONS = 18
-API_SASL_AUTHENTICATE = 36
+# the special cases' APIs (kept under these names: the engine imports them)
+API_PRODUCE = ApiKey.PRODUCE  # acks=0 produce requests get no response
+API_CONTROLLED_SHUTDOWN = ApiKey.CONTROLLED_SHUTDOWN
+API_SASL_HANDSHAKE = ApiKey.SASL_HANDSHAKE  # v0: raw SASL frames follow
+API_API_VERSIONS = ApiKey.API_VERSIONS
+API_SASL_AUTHENTICATE = ApiKey.SASL_AUTHENTICATE
+API_ENVELOPE = ApiKey.ENVELOPE  # never nested in an Envelope: we do not decode one that is
 
 # ClientId in the request header is a classic (int16-length) string even in
 # header v2: the spec marks the field "flexibleVersions": "none", which the
@@ -30,7 +33,8 @@ def _flexible(table: dict[int, int | None], api_key: int, api_version: int) -> b
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
-    """Request header version: 0 for ControlledShutdown v0, 2 when the request is flexible, else 1."""
+    """Request header version: 0 for ControlledShutdown v0, 2 when the request is flexible,
+    else 1."""
     if api_key == API_CONTROLLED_SHUTDOWN and api_version == 0:
         return 0
     return 2 if _flexible(REQUEST_FLEXIBLE_FROM, api_key, api_version) else 1
@@ -44,7 +48,7 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if _flexible(RESPONSE_FLEXIBLE_FROM, api_key, api_version) else 0
 
 
-UNSUPPORTED_VERSION_ERROR = 35
+UNSUPPORTED_VERSION_ERROR = ErrorCode.UNSUPPORTED_VERSION
 
 
 def response_body_version(api_key: int, api_version: int, buf, offset: int, end: int) -> int:
@@ -62,7 +66,3 @@ def response_body_version(api_key: int, api_version: int, buf, offset: int, end:
     ):
         return 0
     return api_version
-
-
-# Kafka never nests an Envelope inside an Envelope; we do not decode one that does.
-API_ENVELOPE = 58

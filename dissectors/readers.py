@@ -74,16 +74,19 @@ def _fixed_reader(ftype: str) -> Reader:
     return read_fixed
 
 
+def _null(name: str, kind: str, start: int, end: int, nullable: bool, what: str) -> Node:
+    """The node of a null value (length or count -1); a diagnostic if it may not be null."""
+    node = Node(name, kind, start, end - start, None, None)
+    if not nullable:
+        node.diagnostics.append(Diagnostic(Code.BAD_LENGTH, start, f"{name}: null in {what}"))
+    return node
+
+
 def _string_reader(compact: bool, nullable: bool) -> Reader:
     def read_string(buf, pos, end, ctx, out, name):
         n, p = read_length(buf, pos, end, compact, False)
         if n < 0:
-            node = Node(name, PRIM, pos, p - pos, None)
-            if not nullable:
-                node.diagnostics.append(
-                    Diagnostic(Code.BAD_LENGTH, pos, f"{name}: null in a non-nullable string")
-                )
-            out.append(node)
+            out.append(_null(name, PRIM, pos, p, nullable, "a non-nullable string"))
             return p
         nxt = p + n
         if nxt > end:
@@ -108,12 +111,7 @@ def _bytes_reader(compact: bool, nullable: bool, secret: bool) -> Reader:
     def read_bytes(buf, pos, end, ctx, out, name):
         n, p = read_length(buf, pos, end, compact, True)
         if n < 0:
-            node = Node(name, PRIM, pos, p - pos, None)
-            if not nullable:
-                node.diagnostics.append(
-                    Diagnostic(Code.BAD_LENGTH, pos, f"{name}: null in non-nullable bytes")
-                )
-            out.append(node)
+            out.append(_null(name, PRIM, pos, p, nullable, "non-nullable bytes"))
             return p
         nxt = p + n
         if nxt > end:
@@ -189,12 +187,7 @@ def _array_reader(elem: Reader, elem_min: int, compact: bool, nullable: bool) ->
         start = pos
         n, pos = read_length(buf, pos, end, compact, True)
         if n < 0:
-            node = Node(name, ARRAY, start, pos - start, None, None)
-            if not nullable:
-                node.diagnostics.append(
-                    Diagnostic(Code.BAD_LENGTH, start, f"{name}: null in a non-nullable array")
-                )
-            out.append(node)
+            out.append(_null(name, ARRAY, start, pos, nullable, "a non-nullable array"))
             return pos
         if n > end - pos or n > ctx.limits.max_array_count:  # a count bomb: not even 1 byte each
             raise DecodeError(
@@ -235,13 +228,12 @@ def _fixed_array_reader(ftype: str, compact: bool, nullable: bool) -> Reader:
         start = pos
         n, pos = read_length(buf, pos, end, compact, True)
         if n < 0:
-            node = Node(name, ARRAY, start, pos - start, None, None)
-            if not nullable:
-                node.diagnostics.append(Diagnostic(Code.BAD_LENGTH, start, f"{name}: null in a non-nullable array"))
-            out.append(node)
+            out.append(_null(name, ARRAY, start, pos, nullable, "a non-nullable array"))
             return pos
         if n > end - pos or n > ctx.limits.max_array_count:
-            raise DecodeError(Code.ARRAY_TOO_LARGE, start, f"{name}: {n} elements cannot fit in {end - pos} bytes")
+            raise DecodeError(
+                Code.ARRAY_TOO_LARGE, start, f"{name}: {n} elements cannot fit in {end - pos} bytes"
+            )
         nxt = pos + n * size
         if nxt > end:
             children: list[Node] = []

@@ -115,8 +115,7 @@ def _add_records(
     else:
         records, nodes = _compressed(buf, rec_start, batch_end, codec, args, diags, ctx)
         if not any(
-            d.code is Code.DECOMPRESSION_LIMIT or d.code is Code.DECOMPRESSION_FAILED
-            for d in diags
+            d.code is Code.DECOMPRESSION_LIMIT or d.code is Code.DECOMPRESSION_FAILED for d in diags
         ):
             _check_count(header.record_count, 0 if nodes is None else len(nodes), pos, diags)
     batch["records"] = records

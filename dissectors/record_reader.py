@@ -11,6 +11,9 @@ export's fast path (`records_json`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from dissectors.context import DecodeContext
 from dissectors.control_records import decode_control
 from dissectors.diagnostics import Code, Diagnostic
@@ -71,18 +74,22 @@ def read_records(
     idx = 0
     # index and slice the bytes object itself when the view covers all of it (the frame, a
     # decompressed buffer): about twice as fast as going through the memoryview
-    obj = buf if type(buf) is bytes else getattr(buf, "obj", None)
-    if obj is buf or type(obj) is bytes and buf.format == "B" and buf.nbytes == len(obj):
-        data, text = obj, bytes.decode
-    else:
-        data, text = buf, _utf8
+    data: bytes | memoryview = buf
+    text: Callable[[Any], str] = _utf8
+    if type(buf) is bytes:
+        text = bytes.decode
+    elif isinstance(buf, memoryview):
+        obj = buf.obj
+        if type(obj) is bytes and buf.format == "B" and buf.nbytes == len(obj):
+            data, text = obj, bytes.decode
     while pos < end:
         if idx >= limit:
             diags.append(
                 Diagnostic(
                     Code.ARRAY_TOO_LARGE,
                     pos,
-                    f"more than {limit} records{where}; the remaining {end - pos} bytes are not decoded",
+                    f"more than {limit} records{where}; "
+                    f"the remaining {end - pos} bytes are not decoded",
                 )
             )
             break
@@ -129,7 +136,11 @@ def read_records(
             # the common case: the three varints after the attributes are one byte each (a
             # record has at least 6 bytes, so they are inside it); else one by one
             if length >= 6:
-                ts_delta, offset_delta, key_len = zz[data[pos + 1]], zz[data[pos + 2]], zz[data[pos + 3]]
+                ts_delta, offset_delta, key_len = (
+                    zz[data[pos + 1]],
+                    zz[data[pos + 2]],
+                    zz[data[pos + 3]],
+                )
             else:
                 ts_delta = None
             if ts_delta is not None and offset_delta is not None and key_len is not None:
@@ -188,7 +199,7 @@ def read_records(
                 pos += 1
             else:
                 count, pos = read_varint(data, pos, rec_end)
-            headers = []
+            headers: list[dict[str, object]] = []
             if count:
                 pos = _headers(data, text, pos, rec_end, count, max_value, headers)
             ts = log_append if log_append is not None else base_ts + ts_delta
@@ -198,6 +209,8 @@ def read_records(
                 if len(_ISO) >= 65536:
                     _ISO.clear()
                 _ISO[ts] = iso
+            key: object  # text, None, or a {"b64"...} / truncation object (render_bytes)
+            value: object
             if key_len < 0:
                 key = None
             elif max_value is None:
@@ -309,7 +322,8 @@ _NONE: list = []  # shared, never modified
 
 
 # one-byte zigzag varints by byte value (None: the varint goes on)
-_ZIGZAG = tuple((b >> 1) ^ -(b & 1) if b < 0x80 else None for b in range(256))
+# (Any: an int, or None for a byte that continues the varint -- checked where it is read)
+_ZIGZAG: tuple[Any, ...] = tuple((b >> 1) ^ -(b & 1) if b < 0x80 else None for b in range(256))
 
 # record timestamp (ms) -> ISO text, bounded; a produced record is usually fetched too
 _ISO: dict[int, str | None] = {}
@@ -325,7 +339,15 @@ def _utf8(view: memoryview) -> str:
     return str(view, "utf-8")
 
 
-def _headers(buf, text, pos: int, end: int, count: int, max_value, headers: list) -> int:
+def _headers(
+    buf: bytes | memoryview,
+    text: Callable[[Any], str],
+    pos: int,
+    end: int,
+    count: int,
+    max_value: int | None,
+    headers: list[dict[str, object]],
+) -> int:
     """The record headers (`count` of them) at pos, appended to `headers`; returns the end."""
     if count < 0 or count > (end - pos) // 2:
         raise RecordError(pos, f"header count {count} does not fit in the record")
@@ -355,6 +377,8 @@ def _headers(buf, text, pos: int, end: int, count: int, max_value, headers: list
                 raise RecordError(hv, f"header value length {hv_len} does not fit in the record")
         elif hv_len < -1:
             raise RecordError(hv, f"header value length {hv_len} does not fit in the record")
+        key: object
+        value: object
         try:
             key = text(buf[hk : hk + hk_len])
         except UnicodeDecodeError:
@@ -370,4 +394,3 @@ def _headers(buf, text, pos: int, end: int, count: int, max_value, headers: list
             value = render_bytes(buf[hv : hv + hv_len], max_value)
         headers.append({"key": key, "value": value})
     return pos
-

@@ -42,7 +42,8 @@ def decode_records(
     buf: bytes | memoryview, offset: int, length: int, ctx: DecodeContext, source: int = 0
 ) -> Node:
     """Decode the records bytes buf[offset:offset+length] (see the module docstring)."""
-    node = Node("records", RECORDS, offset, length, None, [], source)
+    batches: list[Node] = []
+    node = Node("records", RECORDS, offset, length, None, batches, source)
     if not ctx.decode_records:
         node.value = {"size": length}
         return node
@@ -57,8 +58,7 @@ def decode_records(
                     f"records field of {length} bytes, only {end - offset} present",
                 )
             )
-        batches = node.children
-        pos = offset
+        pos: int | None = offset
         while pos is not None and pos < end:
             magic = view[pos + MAGIC_OFFSET] if pos + MAGIC_OFFSET < end else None
             if magic is None:  # cut before the magic byte: a partial entry of unknown format

@@ -5,11 +5,12 @@ children are batch nodes (record nodes built lazily) for the TUI hex view. The
 export needs only the value, so for records that decode without a single
 diagnostic this builds just that: no batch, record or records nodes. The
 header reader (`batch_header`) and the record loop (`record_reader`) are the
-reference path's; only the per-batch and per-field wrapping is left out. Anything that would carry a diagnostic -- a
-bad CRC, length, varint, codec or count, a control batch, a legacy message
-set, a decompression problem -- raises `NotClean` and the caller takes the
-reference path. A batch cut by the end of the field (a Fetch trimmed at
-max_bytes) is normal and has no diagnostic: it is decoded here too.
+reference path's; only the per-batch and per-field wrapping is left out.
+Anything that would carry a diagnostic -- a bad CRC, length, varint, codec or
+count, a control batch, a legacy message set, a decompression problem --
+raises `NotClean` and the caller takes the reference path. A batch cut by the
+end of the field (a Fetch trimmed at max_bytes) is normal and has no
+diagnostic: it is decoded here too.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class NotClean(Exception):  # noqa: N818 -- control flow
     """These records carry a diagnostic somewhere: the reference decoder must report it."""
 
 
-def records_json(data: bytes, view: memoryview, offset: int, length: int, ctx: DecodeContext) -> dict:
+def records_json(
+    data: bytes, view: memoryview, offset: int, length: int, ctx: DecodeContext
+) -> dict:
     """The JSON value `decode_records(view, offset, length, ctx)` has, when it has no
     diagnostic (see the module docstring); `data` is the bytes object `view` covers.
     buf[offset:offset+length] must be present."""
@@ -52,7 +55,9 @@ def records_json(data: bytes, view: memoryview, offset: int, length: int, ctx: D
     return {"batches": batches}
 
 
-def _batch(data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext) -> tuple[dict, int]:
+def _batch(
+    data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
+) -> tuple[dict, int]:
     """One magic-2 batch as `record_batch.decode_batch_v2` renders it (when it is clean)."""
     if end - pos < HEADER_SIZE:
         diags: list = []

@@ -10,8 +10,12 @@ import sys
 
 from kanalyze import __version__
 from kanalyze.capture import CaptureError
+from kanalyze.inputs import missing_input
 
-COMMANDS = ("export", "summary", "schemas", "report", "live", "tui", "spark")
+COMMANDS = (
+    "export", "summary", "schemas", "report", "stats", "metadata", "records",
+    "live", "tui", "spark",
+)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -31,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
+    missing = missing_input(getattr(args, "files", None) or ())
+    if missing:
+        sys.stderr.write(f"kanalyze: error: {missing}\n")
+        return 2
     try:
         return int(args.run(args) or 0)
     except CaptureError as e:

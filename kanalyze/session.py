@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from kanalyze.capture import CaptureStats, read_captures
+from kanalyze.capture import CaptureStats, Packet, read_captures
 from kanalyze.correlation import Exchange
 from kanalyze.engine import Engine, EngineOptions
 
@@ -18,6 +18,8 @@ class Session:
     opts: EngineOptions = field(default_factory=EngineOptions)
     capture: CaptureStats = field(default_factory=CaptureStats)
     engine: Engine | None = None
+    progress: bool = False  # a progress bar on stderr (kanalyze.views.progress; the caller decides)
+    on_packet: Callable[[Packet], None] | None = None  # sees each packet before the engine
 
     def exchanges(self) -> Iterator[Exchange]:
         """Exchanges in start-time order; raises CaptureError before yielding if an input is not a capture."""
@@ -25,7 +27,13 @@ class Session:
         engine = Engine(out.append, self.opts)
         self.engine = engine
         packets = read_captures(self.paths, self.capture, views=True)
+        if self.progress:
+            from kanalyze.views.progress import track
+
+            packets = track(packets, self.paths)
         feed = engine.feed
+        if self.on_packet is not None:
+            packets = _tapped(packets, self.on_packet)
         for pkt in packets:
             feed(pkt)
             if out:
@@ -34,3 +42,9 @@ class Session:
         engine.close()
         yield from out
         out.clear()
+
+
+def _tapped(packets: Iterator[Packet], tap: Callable[[Packet], None]) -> Iterator[Packet]:
+    for pkt in packets:
+        tap(pkt)
+        yield pkt

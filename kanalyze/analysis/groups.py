@@ -119,6 +119,9 @@ class GroupAnalyzer:
         self.stop_after_s = stop_after_s
         self.groups: dict[str, Group] = {}
         self.last_ts: float | None = None
+        # TxnOffsetCommit offsets accepted by the coordinator, waiting for their transaction's
+        # EndTxn: transactional id -> [(group id, topics of the request)]
+        self.txn_commits: dict[str, list[tuple[str, list]]] = {}
 
     def group(self, group_id: str) -> Group | None:
         g = self.groups.get(group_id)
@@ -220,10 +223,30 @@ class GroupAnalyzer:
 
     # OffsetCommit
     def _offset_commit_request(self, ev: Event, body: dict) -> None:
-        g = self.group(body.get("group_id") or "")
+        self._commit(ev, body.get("group_id") or "", body.get("topics") or [])
+
+    # TxnOffsetCommit: the offsets count once their transaction commits (EndTxn), as a
+    # read_committed reader of __consumer_offsets would see them; aborted ones never do
+    def _txn_offset_commit_response(self, ev: Event, body: dict) -> None:
+        req = ev.bodies.request or {}
+        tid = req.get("transactional_id")
+        if not isinstance(tid, str) or len(self.txn_commits) >= self.cap:
+            return
+        commit = (req.get("group_id") or "", req.get("topics") or [])
+        self.txn_commits.setdefault(tid, []).append(commit)
+
+    def _end_txn_response(self, ev: Event, body: dict) -> None:
+        req = ev.bodies.request or {}
+        pending = self.txn_commits.pop(req.get("transactional_id"), None)  # type: ignore[arg-type]
+        if pending and req.get("committed") and not body.get("error_code"):
+            for group_id, topics in pending:
+                self._commit(ev, group_id, topics)
+
+    def _commit(self, ev: Event, group_id: str, topics: list) -> None:
+        g = self.group(group_id)
         if g is None:
             return
-        for t in body.get("topics") or []:
+        for t in topics:
             topic = topic_of(t)
             for p in t.get("partitions") or []:
                 off, part = p.get("committed_offset"), p.get("partition_index", -1)
@@ -353,6 +376,8 @@ class GroupAnalyzer:
             ApiKey.HEARTBEAT: _heartbeat_response,
             ApiKey.OFFSET_FETCH: _offset_fetch_response,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: _consumer_group_heartbeat_response,
+            ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit_response,
+            ApiKey.END_TXN: _end_txn_response,
         },
     )
 

@@ -15,6 +15,7 @@ from kanalyze.commands.common import (
 )
 from kanalyze.export import ExchangeEncoder
 from kanalyze.session import Session
+from kanalyze.views.progress import for_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    session = Session(args.files, engine_options(args))
+    session = Session(args.files, engine_options(args), progress=for_command(True))
     enc = ExchangeEncoder(decode_context(args), decode=not args.header_only)
     # binary output: orjson's bytes go out as they are, no round trip through str; a stdout
     # replaced by a text-only stream (an embedding program's StringIO) gets text

@@ -11,6 +11,7 @@ from kanalyze.analysis.summary import Summary
 from kanalyze.bodies import BodyDecoder, Records, error_codes
 from kanalyze.commands.common import add_input_arguments, engine_options, explain_nothing
 from kanalyze.session import Session
+from kanalyze.views.progress import for_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +38,7 @@ def build(session: Session) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    session = Session(args.files, engine_options(args))
+    session = Session(args.files, engine_options(args), progress=for_command(False))
     doc = build(session)
     if args.json:
         json.dump(doc, sys.stdout, indent=2)

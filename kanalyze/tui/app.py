@@ -33,6 +33,7 @@ from kanalyze.tui.screens.replication import ReplicationScreen
 from kanalyze.tui.screens.semantics import SemanticsScreen
 from kanalyze.tui.spill import SpillClosed
 from kanalyze.tui.store import ExchangeStore
+from kanalyze.views.progress import ReadMeter
 
 ANALYSIS_MODES = ("replication", "semantics", "groups")
 BATCH_EXCHANGES = 4096  # exchanges handed to the store at once while indexing a file...
@@ -142,22 +143,10 @@ class KanalyzeApp(App):
     def _iter_source(self) -> tuple[Iterator[Exchange], Callable[[], float | None]]:
         if self.source is not None:
             return iter(self.source()), lambda: None
-        session = Session(self.paths, self.opts)
-        total = 0
-        for p in self.paths:
-            try:
-                total += os.path.getsize(p)
-            except OSError:
-                total = 0
-                break
-        gz = any(p.endswith(".gz") for p in self.paths)
-
-        def progress() -> float | None:
-            if not total or gz:
-                return None
-            return min(1.0, session.capture.bytes / total)
-
-        return session.exchanges(), progress
+        # the share of the input read, counted from the packets (pcap, pcapng and .gz alike)
+        meter = ReadMeter(self.paths)
+        session = Session(self.paths, self.opts, on_packet=meter.packet)
+        return session.exchanges(), meter.fraction
 
     @work(thread=True, exclusive=True, group="index")
     def _index(self) -> None:

@@ -44,13 +44,17 @@ def fast(key: int, version: int, is_request: bool, data: bytes, end: int, ctx: D
     return value, walk.diagnostics[1:], walk.odd_float
 
 
-def agree(key: int, version: int, is_request: bool, data: bytes, end: int | None = None, **ctx_args) -> bool:
+def agree(
+    key: int, version: int, is_request: bool, data: bytes, end: int | None = None, **ctx_args
+) -> bool:
     """Fast path == reference path (or FALLBACK); True when the fast path answered."""
     end = len(data) if end is None else end
     got = fast(key, version, is_request, data, end, DecodeContext(strict=True, **ctx_args))
     if got is FALLBACK:
         return False
-    assert got == reference(key, version, is_request, data, end, DecodeContext(strict=True, **ctx_args))
+    assert got == reference(
+        key, version, is_request, data, end, DecodeContext(strict=True, **ctx_args)
+    )
     return True
 
 
@@ -77,7 +81,9 @@ def test_random_bodies_agree(key: int, is_request: bool) -> None:
                 if bad:
                     bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
                 agree(key, version, is_request, bytes(bad))
-    if (key, is_request) not in HOOKS and json_reader(key, versions(key, is_request)[-1], is_request):
+    if (key, is_request) not in HOOKS and json_reader(
+        key, versions(key, is_request)[-1], is_request
+    ):
         assert answered  # clean bodies without tags are the fast path's job
 
 
@@ -96,7 +102,9 @@ def test_plans_compile_where_expected() -> None:
 
 def test_source_is_readable_python() -> None:
     src = json_source(0, 8, True)
-    assert src is not None and src.startswith("def _s0(buf, pos, end, ctx, walk):  # api 0 v8 request")
+    assert src is not None and src.startswith(
+        "def _s0(buf, pos, end, ctx, walk):  # api 0 v8 request"
+    )
     assert "'partition_data'" in src and "records(buf, pos" in src
     assert json_source(3, 9, False) is None  # Metadata responses teach topic names: reference path
 
@@ -125,13 +133,18 @@ def test_array_limit_sends_to_the_reference_path() -> None:
     assert not agree(0, 8, False, data, limits=Limits(max_array_count=0))
 
 
-CAPTURES = sorted((ROOT / "captures").glob("*.pcap")) + sorted((ROOT / "captures" / "replication").glob("*.pcap"))
+CAPTURES = sorted((ROOT / "captures").glob("*.pcap")) + sorted(
+    (ROOT / "captures" / "replication").glob("*.pcap")
+)
 
 
 @pytest.mark.skipif(not CAPTURES, reason="no captures in the checkout")
 @pytest.mark.parametrize("path", CAPTURES, ids=[p.name for p in CAPTURES])
-@pytest.mark.parametrize("settings", [{}, {"limits": Limits(max_value_bytes=16)}, {"decode_records": False}],
-                         ids=["default", "max-value-bytes", "no-records"])
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"limits": Limits(max_value_bytes=16)}, {"decode_records": False}],
+    ids=["default", "max-value-bytes", "no-records"],
+)
 def test_capture_bodies_agree(path: Path, settings: dict) -> None:
     from kanalyze.session import Session
 
@@ -149,13 +162,21 @@ def test_capture_bodies_agree(path: Path, settings: dict) -> None:
             answered += 1
             walk = JsonWalk()
             ref_ctx = DecodeContext(strict=True, **settings)
-            node = decode_body(ex.api_key, ex.api_version, is_request, data, msg.body_offset, end, ref_ctx)
-            assert got == (node_to_json_collect(node, ref_ctx, walk), walk.diagnostics, walk.odd_float)
+            node = decode_body(
+                ex.api_key, ex.api_version, is_request, data, msg.body_offset, end, ref_ctx
+            )
+            assert got == (
+                node_to_json_collect(node, ref_ctx, walk),
+                walk.diagnostics,
+                walk.odd_float,
+            )
             assert not got[1]  # records with diagnostics go to the reference path
     assert answered
 
 
-def fast_at(key: int, version: int, is_request: bool, data: bytes, offset: int, end: int, ctx: DecodeContext):
+def fast_at(
+    key: int, version: int, is_request: bool, data: bytes, offset: int, end: int, ctx: DecodeContext
+):
     walk = JsonWalk()
     value = decode_body_json(key, version, is_request, data, offset, end, ctx, walk)
     return FALLBACK if value is FALLBACK else (value, walk.diagnostics, walk.odd_float)

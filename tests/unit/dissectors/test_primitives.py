@@ -16,7 +16,9 @@ def test_unsigned_values(data: bytes, value: int) -> None:
     assert read_uvarint(b"\x55" + data, 1, len(data) + 1) == (value, len(data) + 1)
 
 
-@pytest.mark.parametrize(("data", "value"), [(b"\x00", 0), (b"\x01", -1), (b"\x02", 1), (b"\x03", -2)])
+@pytest.mark.parametrize(
+    ("data", "value"), [(b"\x00", 0), (b"\x01", -1), (b"\x02", 1), (b"\x03", -2)]
+)
 def test_zigzag_values(data: bytes, value: int) -> None:
     assert read_varint(data, 0, len(data)) == (value, 1)
 

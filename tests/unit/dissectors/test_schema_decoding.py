@@ -52,7 +52,9 @@ def test_fetch_response_v12_current_leader_and_diverging_epoch() -> None:
         CurrentLeader={"LeaderId": 3, "LeaderEpoch": 12},
         DivergingEpoch={"Epoch": 4, "EndOffset": 1234},
     )
-    value = se.random_struct(layout.fields, Responses=[se.random_struct(topic.fields, Partitions=[part])])
+    value = se.random_struct(
+        layout.fields, Responses=[se.random_struct(topic.fields, Partitions=[part])]
+    )
     data = se.encode(layout, value)
     body = decode(1, 12, False, data)
     assert codes(body) == []
@@ -124,7 +126,9 @@ def test_overlong_varint_and_negative_lengths() -> None:
 
 
 def test_null_in_non_nullable_string_is_flagged_not_fatal() -> None:
-    data = struct.pack(">h", -1) + struct.pack(">i", 1) + struct.pack(">h", 1) + b"m"  # Heartbeat v0
+    data = (
+        struct.pack(">h", -1) + struct.pack(">i", 1) + struct.pack(">h", 1) + b"m"
+    )  # Heartbeat v0
     body = decode(12, 0, True, data)
     assert body.child("GroupId").value is None
     assert codes(body) == [("bad_length", 0)]
@@ -152,7 +156,9 @@ def test_version_above_known_range_keeps_body_raw() -> None:
     assert codes(body) == [("unsupported_version", 0)]
     body = decode(999, 0, False, b"\x01")
     assert codes(body) == [("unknown_api", 0)]
-    assert codes(decode_message("NoSuchThing", 0, b"", 0, 0, DecodeContext())) == [("unknown_api", 0)]
+    assert codes(decode_message("NoSuchThing", 0, b"", 0, 0, DecodeContext())) == [
+        ("unknown_api", 0)
+    ]
     assert codes(decode_message("LeaderChangeMessage", 9, b"", 0, 0, DecodeContext())) == [
         ("unsupported_version", 0)
     ]
@@ -206,14 +212,24 @@ def test_request_header_client_id_is_never_compact() -> None:
 
 
 def test_api_versions_unsupported_version_answer_is_a_v0_body() -> None:
-    v0 = se.encode_api(18, 0, False, {"ErrorCode": 35, "ApiKeys": [{"ApiKey": 18, "MinVersion": 0, "MaxVersion": 2}]})
+    v0 = se.encode_api(
+        18,
+        0,
+        False,
+        {"ErrorCode": 35, "ApiKeys": [{"ApiKey": 18, "MinVersion": 0, "MaxVersion": 2}]},
+    )
     for asked in (3, 4, 9):  # flexible versions, and one above the known range
         body = decode(18, asked, False, v0)
         assert codes(body) == [], asked
         j = node_to_json(body, DecodeContext())
-        assert j == {"error_code": 35, "error_code_name": "UNSUPPORTED_VERSION",
-                     "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 2}]}
-    ok = se.encode_api(18, 3, False, se.random_struct(se.api_layout(18, 3, False).fields, ErrorCode=0))
+        assert j == {
+            "error_code": 35,
+            "error_code_name": "UNSUPPORTED_VERSION",
+            "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 2}],
+        }
+    ok = se.encode_api(
+        18, 3, False, se.random_struct(se.api_layout(18, 3, False).fields, ErrorCode=0)
+    )
     assert codes(decode(18, 3, False, ok)) == []
 
 

@@ -11,13 +11,22 @@ from dissectors.jsonify import node_to_json
 from dissectors.node import PRIM, STRUCT, Node
 from tests.support import spec_encoder as se
 
-SUB = {"Topics": ["orders", "audit"], "UserData": None, "OwnedPartitions": [{"Topic": "orders", "Partitions": [0, 2]}],
-       "GenerationId": 7, "RackId": "r1"}
+SUB = {
+    "Topics": ["orders", "audit"],
+    "UserData": None,
+    "OwnedPartitions": [{"Topic": "orders", "Partitions": [0, 2]}],
+    "GenerationId": 7,
+    "RackId": "r1",
+}
 ASSIGN = {"AssignedPartitions": [{"Topic": "orders", "Partitions": [1]}], "UserData": b"\x01"}
 
 
-def decode(key: int, version: int, is_request: bool, data: bytes, ctx: DecodeContext | None = None) -> Node:
-    return decode_body(key, version, is_request, data, 0, len(data), ctx or DecodeContext(strict=True))
+def decode(
+    key: int, version: int, is_request: bool, data: bytes, ctx: DecodeContext | None = None
+) -> Node:
+    return decode_body(
+        key, version, is_request, data, 0, len(data), ctx or DecodeContext(strict=True)
+    )
 
 
 def diags(node: Node) -> list:
@@ -27,7 +36,9 @@ def diags(node: Node) -> list:
 def _join_group(protocol_type: str, metadata: bytes) -> bytes:
     layout = se.api_layout(11, 6, True)
     proto = {"Name": "range", "Metadata": metadata}
-    value = se.random_struct(layout.fields, ProtocolType=protocol_type, Protocols=[proto], GroupInstanceId=None)
+    value = se.random_struct(
+        layout.fields, ProtocolType=protocol_type, Protocols=[proto], GroupInstanceId=None
+    )
     return se.encode(layout, value)
 
 
@@ -62,7 +73,12 @@ def test_other_protocol_types_stay_bytes() -> None:
 def test_newer_subscription_version_decodes_known_fields() -> None:
     meta = se.encode_message("ConsumerProtocolSubscription", 3, SUB)
     meta = b"\x00\x05" + meta[2:] + b"\x00\x00\x00\x09"  # v5 from the future, one extra int32
-    node = decode(11, 6, True, _join_group("consumer", meta)).child("Protocols").children[0].child("Metadata")
+    node = (
+        decode(11, 6, True, _join_group("consumer", meta))
+        .child("Protocols")
+        .children[0]
+        .child("Metadata")
+    )
     assert node.kind == STRUCT and node.child("Version").value == 5
     assert node.child("RackId").value == "r1"
     assert diags(node) == []
@@ -70,7 +86,12 @@ def test_newer_subscription_version_decodes_known_fields() -> None:
 
 def test_sync_group_response_without_protocol_type_decodes_only_clean_assignments() -> None:
     good = se.encode_message("ConsumerProtocolAssignment", 1, ASSIGN)
-    body = decode(14, 3, False, se.encode_api(14, 3, False, {"ThrottleTimeMs": 0, "ErrorCode": 0, "Assignment": good}))
+    body = decode(
+        14,
+        3,
+        False,
+        se.encode_api(14, 3, False, {"ThrottleTimeMs": 0, "ErrorCode": 0, "Assignment": good}),
+    )
     j = node_to_json(body, DecodeContext())
     assert j["assignment"] == {
         "version": 1,
@@ -78,7 +99,12 @@ def test_sync_group_response_without_protocol_type_decodes_only_clean_assignment
         "user_data": {"b64": "AQ=="},
     }
     junk = b"\x00\x01garbage!!"
-    body = decode(14, 3, False, se.encode_api(14, 3, False, {"ThrottleTimeMs": 0, "ErrorCode": 0, "Assignment": junk}))
+    body = decode(
+        14,
+        3,
+        False,
+        se.encode_api(14, 3, False, {"ThrottleTimeMs": 0, "ErrorCode": 0, "Assignment": junk}),
+    )
     assert body.child("Assignment").value == junk and diags(body) == []
 
 
@@ -89,7 +115,9 @@ def test_describe_groups_members_decoded_for_consumer_groups() -> None:
     member = se.random_struct(
         member_spec.fields,
         GroupInstanceId=None,
-        MemberMetadata=se.encode_message("ConsumerProtocolSubscription", 1, {**SUB, "GenerationId": 0, "RackId": None}),
+        MemberMetadata=se.encode_message(
+            "ConsumerProtocolSubscription", 1, {**SUB, "GenerationId": 0, "RackId": None}
+        ),
         MemberAssignment=se.encode_message("ConsumerProtocolAssignment", 0, ASSIGN),
     )
     group = se.random_struct(group_spec.fields, ProtocolType="consumer", Members=[member])
@@ -101,13 +129,24 @@ def test_describe_groups_members_decoded_for_consumer_groups() -> None:
 
 
 def test_envelope_principal_and_inner_request() -> None:
-    principal = se.encode_message("DefaultPrincipalData", 0, {"Type": "User", "Name": "alice", "TokenAuthenticated": False})
+    principal = se.encode_message(
+        "DefaultPrincipalData", 0, {"Type": "User", "Name": "alice", "TokenAuthenticated": False}
+    )
     inner_header = b"\x00\x03\x00\x01\x00\x00\x00\x07\x00\x02id"  # Metadata v1, corr 7, client "id"
     inner = inner_header + b"\xff\xff\xff\xff"  # null topics
-    value = {"RequestData": inner, "RequestPrincipal": principal, "ClientHostAddress": b"\x7f\x00\x00\x01"}
+    value = {
+        "RequestData": inner,
+        "RequestPrincipal": principal,
+        "ClientHostAddress": b"\x7f\x00\x00\x01",
+    }
     body = decode(58, 0, True, se.encode_api(58, 0, True, value))
     j = node_to_json(body, DecodeContext())
-    assert j["request_principal"] == {"version": 0, "type": "User", "name": "alice", "token_authenticated": False}
+    assert j["request_principal"] == {
+        "version": 0,
+        "type": "User",
+        "name": "alice",
+        "token_authenticated": False,
+    }
     assert j["request_data"]["header"]["correlation_id"] == 7
     assert j["request_data"]["body"] == {"topics": None}
 
@@ -139,13 +178,24 @@ def test_scram_client_proof_and_server_signature_are_redacted() -> None:
     first = node_to_json(_auth_request(b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL"), DecodeContext())
     assert first["auth_bytes"]["mechanism"] == "SCRAM"
     assert first["auth_bytes"]["username"] == "alice"
-    final = _auth_request(b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts=")
+    final = _auth_request(
+        b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,p=v0X8v3Bz2T0CJGbJQyF0X+HI4Ts="
+    )
     j = node_to_json(final, DecodeContext())
     assert j["auth_bytes"]["client_proof"] == "<redacted 28 bytes>"
     assert "v0X8v3Bz2T0CJGbJQyF0X" not in json.dumps(j)
     assert j["auth_bytes"]["channel_binding"] == "biws"
-    resp = se.encode_api(36, 1, False, {"ErrorCode": 0, "ErrorMessage": None, "AuthBytes": b"v=rmF9pqV8S7suAoZWja4dJRkFsKQ=",
-                                          "SessionLifetimeMs": 0})
+    resp = se.encode_api(
+        36,
+        1,
+        False,
+        {
+            "ErrorCode": 0,
+            "ErrorMessage": None,
+            "AuthBytes": b"v=rmF9pqV8S7suAoZWja4dJRkFsKQ=",
+            "SessionLifetimeMs": 0,
+        },
+    )
     j = node_to_json(decode(36, 1, False, resp), DecodeContext())
     assert j["auth_bytes"]["server_signature"] == "<redacted 28 bytes>"
     assert j["error_code_name"] == "NONE"
@@ -157,7 +207,9 @@ def test_unrecognized_auth_bytes_are_secret_as_a_whole() -> None:
 
 
 def test_oauthbearer_token_is_redacted() -> None:
-    j = node_to_json(_auth_request(b"n,,\x01auth=Bearer eyJhbGciOi.secret\x01\x01"), DecodeContext())
+    j = node_to_json(
+        _auth_request(b"n,,\x01auth=Bearer eyJhbGciOi.secret\x01\x01"), DecodeContext()
+    )
     assert j["auth_bytes"]["mechanism"] == "OAUTHBEARER"
     assert j["auth_bytes"]["auth"].startswith("<redacted")
 
@@ -166,8 +218,14 @@ def test_raw_sasl_frames_from_v0_handshake_clients() -> None:
     frame = b"xxxx\x00bob\x00hunter2"
     node = decode_raw_sasl(frame, 4, len(frame), DecodeContext())
     j = node_to_json(node, DecodeContext())
-    assert j == {"auth_bytes": {"mechanism": "PLAIN", "authorization_id": "", "username": "bob",
-                                "password": "<redacted 7 bytes>"}}
+    assert j == {
+        "auth_bytes": {
+            "mechanism": "PLAIN",
+            "authorization_id": "",
+            "username": "bob",
+            "password": "<redacted 7 bytes>",
+        }
+    }
     assert node.offset == 4 and node.length == len(frame) - 4
 
 
@@ -185,7 +243,9 @@ def test_delegation_token_hmacs_are_redacted() -> None:
     assert node_to_json(body, DecodeContext(show_secrets=True))["hmac"] == {"b64": "AQIDBA=="}
     for key, version, req in ((39, 2, True), (40, 2, True)):  # Renew / Expire requests
         layout = se.api_layout(key, version, req)
-        body = decode(key, version, req, se.encode(layout, se.random_struct(layout.fields, Hmac=b"\xaa")))
+        body = decode(
+            key, version, req, se.encode(layout, se.random_struct(layout.fields, Hmac=b"\xaa"))
+        )
         assert node_to_json(body, DecodeContext())["hmac"] == "<redacted 1 bytes>"
 
 

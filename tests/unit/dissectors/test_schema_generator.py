@@ -18,7 +18,14 @@ SETS = [SPECS / "apache-kafka-trunk-2024-10", SPECS / "apache-kafka-4.x-client"]
 def test_regenerated_schemas_match_committed(tmp_path: Path) -> None:
     out = tmp_path / "pkg" / "schemas"
     subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "gen_schemas.py"), "--specs", *map(str, SETS), "--out", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "tools" / "gen_schemas.py"),
+            "--specs",
+            *map(str, SETS),
+            "--out",
+            str(out),
+        ],
         check=True,
         capture_output=True,
     )
@@ -55,7 +62,11 @@ def test_generator_is_deterministic_and_covers_every_spec(tmp_path: Path) -> Non
 def test_api_table_shape() -> None:
     from dissectors import apis
 
-    assert apis.API_NAMES[0] == "Produce" and apis.API_NAMES[1] == "Fetch" and apis.API_NAMES[18] == "ApiVersions"
+    assert (
+        apis.API_NAMES[0] == "Produce"
+        and apis.API_NAMES[1] == "Fetch"
+        and apis.API_NAMES[18] == "ApiVersions"
+    )
     assert set(apis.API_NAMES) == set(range(88))
     assert apis.REQUEST_VERSIONS[0] == (0, 13)
     assert apis.REQUEST_VERSIONS[1] == (0, 18)

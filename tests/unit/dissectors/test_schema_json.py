@@ -40,13 +40,17 @@ def _metadata_response(version: int = 12) -> bytes:
     topic_spec = se.field(layout.fields, "Topics")
     part_spec = se.field(topic_spec.fields, "Partitions")
     part = se.random_struct(part_spec.fields, ErrorCode=9)
-    topic = se.random_struct(topic_spec.fields, Name="orders", TopicId=TOPIC_ID, ErrorCode=3, Partitions=[part])
+    topic = se.random_struct(
+        topic_spec.fields, Name="orders", TopicId=TOPIC_ID, ErrorCode=3, Partitions=[part]
+    )
     return se.encode(layout, se.random_struct(layout.fields, Topics=[topic], ClusterId=None))
 
 
 def test_error_codes_get_their_names_at_every_level() -> None:
     data = _metadata_response()
-    j = node_to_json(decode_body(3, 12, False, data, 0, len(data), DecodeContext()), DecodeContext())
+    j = node_to_json(
+        decode_body(3, 12, False, data, 0, len(data), DecodeContext()), DecodeContext()
+    )
     topic = j["topics"][0]
     assert topic["error_code_name"] == "UNKNOWN_TOPIC_OR_PARTITION"
     assert topic["partitions"][0]["error_code_name"] == "REPLICA_NOT_AVAILABLE"
@@ -61,8 +65,12 @@ def test_topic_ids_resolve_from_metadata_seen_earlier() -> None:
     layout = se.api_layout(1, 13, True)
     topic_spec = se.field(layout.fields, "Topics")
     topic = se.random_struct(topic_spec.fields, TopicId=TOPIC_ID, Partitions=[])
-    other = se.random_struct(topic_spec.fields, TopicId="00000000-0000-0000-0000-00000000abcd", Partitions=[])
-    fetch = se.encode(layout, se.random_struct(layout.fields, Topics=[topic, other], ForgottenTopicsData=[]))
+    other = se.random_struct(
+        topic_spec.fields, TopicId="00000000-0000-0000-0000-00000000abcd", Partitions=[]
+    )
+    fetch = se.encode(
+        layout, se.random_struct(layout.fields, Topics=[topic, other], ForgottenTopicsData=[])
+    )
     j = node_to_json(decode_body(1, 13, True, fetch, 0, len(fetch), ctx), ctx)
     assert j["topics"][0]["topic_id"] == TOPIC_ID and j["topics"][0]["topic_name"] == "orders"
     assert "topic_name" not in j["topics"][1]
@@ -89,8 +97,14 @@ def test_error_table_agrees_with_kafka_python() -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         import kafka.errors as kerr
     # kafka-python keeps a few pre-KIP names; Kafka renamed them since
-    renamed = {-1: "UNKNOWN", 0: "NO_ERROR", 6: "NOT_LEADER_FOR_PARTITION", 10: "MESSAGE_SIZE_TOO_LARGE",
-               17: "INVALID_TOPIC", 39: "INVALID_REPLICATION_ASSIGNMENT"}
+    renamed = {
+        -1: "UNKNOWN",
+        0: "NO_ERROR",
+        6: "NOT_LEADER_FOR_PARTITION",
+        10: "MESSAGE_SIZE_TOO_LARGE",
+        17: "INVALID_TOPIC",
+        39: "INVALID_REPLICATION_ASSIGNMENT",
+    }
     seen = 0
     for _, cls in inspect.getmembers(kerr, inspect.isclass):
         code = getattr(cls, "errno", None)
@@ -103,7 +117,17 @@ def test_error_table_agrees_with_kafka_python() -> None:
 
 @pytest.mark.parametrize(
     ("api", "version", "header"),
-    [(7, 0, 0), (7, 1, 1), (7, 3, 2), (0, 8, 1), (0, 9, 2), (1, 12, 2), (18, 2, 1), (18, 3, 2), (17, 1, 1)],
+    [
+        (7, 0, 0),
+        (7, 1, 1),
+        (7, 3, 2),
+        (0, 8, 1),
+        (0, 9, 2),
+        (1, 12, 2),
+        (18, 2, 1),
+        (18, 3, 2),
+        (17, 1, 1),
+    ],
 )
 def test_request_header_version(api: int, version: int, header: int) -> None:
     assert quirks.request_header_version(api, version) == header
@@ -111,7 +135,17 @@ def test_request_header_version(api: int, version: int, header: int) -> None:
 
 @pytest.mark.parametrize(
     ("api", "version", "header"),
-    [(18, 0, 0), (18, 3, 0), (18, 4, 0), (0, 8, 0), (0, 9, 1), (3, 9, 1), (17, 1, 0), (1, 11, 0), (1, 12, 1)],
+    [
+        (18, 0, 0),
+        (18, 3, 0),
+        (18, 4, 0),
+        (0, 8, 0),
+        (0, 9, 1),
+        (3, 9, 1),
+        (17, 1, 0),
+        (1, 11, 0),
+        (1, 12, 1),
+    ],
 )
 def test_response_header_version(api: int, version: int, header: int) -> None:
     assert quirks.response_header_version(api, version) == header
@@ -129,7 +163,10 @@ def test_schemas_command_lists_every_api_version(capsys: pytest.CaptureFixture[s
     assert sum(len(a["request_versions"]) + len(a["response_versions"]) for a in doc["apis"]) == 686
     fetch = next(a for a in doc["apis"] if a["api_key"] == 1)
     assert fetch["name"] == "Fetch" and fetch["request_versions"] == list(range(19))
-    assert {m["name"] for m in doc["messages"]} >= {"ConsumerProtocolSubscription", "LeaderChangeMessage"}
+    assert {m["name"] for m in doc["messages"]} >= {
+        "ConsumerProtocolSubscription",
+        "LeaderChangeMessage",
+    }
     args = parser.parse_args(["schemas"])
     assert args.run(args) == 0
     text = capsys.readouterr().out

@@ -96,7 +96,13 @@ def diagnostics_outside_embedded(node: Node) -> list:
 
 
 def check(
-    key: int, version: int, is_request: bool, data: bytes, expected: dict, layout: se.Layout, prefixes: bool = True
+    key: int,
+    version: int,
+    is_request: bool,
+    data: bytes,
+    expected: dict,
+    layout: se.Layout,
+    prefixes: bool = True,
 ) -> None:
     ctx = DecodeContext(strict=True)
     body = decode_body(key, version, is_request, data, 0, len(data), ctx)
@@ -209,7 +215,12 @@ def _kafka_python_classes() -> dict:
             mod = importlib.import_module(info.name)
         for _, cls in inspect.getmembers(mod, inspect.isclass):
             spec = getattr(cls, "_json", None)
-            if issubclass(cls, ApiMessage) and cls is not ApiMessage and spec and spec.get("apiKey") is not None:
+            if (
+                issubclass(cls, ApiMessage)
+                and cls is not ApiMessage
+                and spec
+                and spec.get("apiKey") is not None
+            ):
                 found[(spec["apiKey"], spec["type"] == "request")] = cls
     return found
 

@@ -32,6 +32,7 @@ def _topic_parent(key: str | None) -> bool:
     """Arrays of per-topic structs: topics, topic_data, responses, v3_and_below_topics, ..."""
     return key is not None and ("topic" in key or key == "responses") and "forgotten" not in key
 
+
 # tshark field -> (our keys holding that value, our list keys whose elements hold it)
 FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "kafka.error": ({"error_code"}, set()),
@@ -49,7 +50,10 @@ FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "kafka.api_versions.min_version": ({"min_version"}, set()),
     "kafka.api_versions.max_version": ({"max_version"}, set()),
     "kafka.leader_id": ({"leader_id"}, set()),
-    "kafka.partition_id": ({"partition_index", "partition", "index"}, {"partition_indexes", "partitions"}),
+    "kafka.partition_id": (
+        {"partition_index", "partition", "index"},
+        {"partition_indexes", "partitions"},
+    ),
     "kafka.topic_name": (set(), set()),  # special: name/topic inside a topic array
 }
 
@@ -85,7 +89,9 @@ def _ours(path: Path) -> tuple[dict[int, dict[str, list[str]]], set[str]]:
     from kanalyze.session import Session
 
     enc = ExchangeEncoder(DecodeContext(strict=True))
-    frames: dict[int, dict[str, list[str]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    frames: dict[int, dict[str, list[str]]] = collections.defaultdict(
+        lambda: collections.defaultdict(list)
+    )
     ports = set()
     for ex in Session([str(path)]).exchanges():
         ports.add(ex.conn.broker.rsplit(":", 1)[1])
@@ -96,7 +102,19 @@ def _ours(path: Path) -> tuple[dict[int, dict[str, list[str]]], set[str]]:
 
 
 def _tshark(path: Path, ports: set[str]) -> list[list[str]]:
-    args = ["tshark", "-r", str(path), "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|"]
+    args = [
+        "tshark",
+        "-r",
+        str(path),
+        "-Y",
+        "kafka",
+        "-T",
+        "fields",
+        "-E",
+        "occurrence=a",
+        "-E",
+        "aggregator=|",
+    ]
     for p in sorted(ports):
         args += ["-d", f"tcp.port=={p},kafka"]
     args += ["-e", "frame.number", "-e", "_ws.expert.message"]

@@ -34,8 +34,13 @@ def agree(buf: bytes, length: int | None = None, **kw) -> bool:
     try:
         got = records_json(buf, memoryview(buf), 0, length, DecodeContext(**kw))
     except NotClean:
-        assert _diagnostics(ref) or ref.value["batches"] and any(b.get("is_control") for b in ref.value["batches"]) \
-            or any(b.get("magic") in (0, 1) for b in ref.value["batches"]), ref.value
+        assert (
+            _diagnostics(ref)
+            or ref.value["batches"]
+            and any(b.get("is_control") for b in ref.value["batches"])
+            # a legacy message set entry (its magic unknown when cut before it)
+            or any(b.get("magic") in (0, 1) or "message_size" in b for b in ref.value["batches"])
+        ), ref.value
         return False
     assert not _diagnostics(ref)
     assert got == ref.value
@@ -44,7 +49,9 @@ def agree(buf: bytes, length: int | None = None, **kw) -> bool:
 
 def clean_inputs() -> list[bytes]:
     out = [MAKER.builder_batch(n, codec) for n in (1, 3, 40) for codec in (0, 1, 2, 3, 4)]
-    out.append(MAKER.builder_batch(5, 0, base_offset=1000) + MAKER.builder_batch(2, 4, base_offset=1005))
+    out.append(
+        MAKER.builder_batch(5, 0, base_offset=1000) + MAKER.builder_batch(2, 4, base_offset=1005)
+    )
     out.append(MAKER.batch(MAKER.record(0, None, None) + MAKER.record(1, b"k", "é".encode()), 2))
     out.append(MAKER.batch(MAKER.record(0, b"\xff\xfe", b"\x80binary"), 1))
     return out
@@ -81,7 +88,9 @@ def test_bit_flips() -> None:
 
 def test_without_record_decoding() -> None:
     buf = clean_inputs()[0]
-    assert records_json(buf, memoryview(buf), 0, len(buf), DecodeContext(decode_records=False)) == {"size": len(buf)}
+    assert records_json(buf, memoryview(buf), 0, len(buf), DecodeContext(decode_records=False)) == {
+        "size": len(buf)
+    }
 
 
 @settings(max_examples=200, deadline=None)

@@ -213,7 +213,8 @@ def kafka_python_records(buf):
 def test_legacy_matches_kafka_python(magic, codec):
     if magic == 0 and codec == 3:
         pytest.skip(
-            "kafka-python needs xxhash for KafkaLZ4; covered by tests/data/records/legacy_lz4_v0.bin"
+            "kafka-python needs xxhash for KafkaLZ4; "
+            "covered by tests/data/records/legacy_lz4_v0.bin"
         )
     buf = build_legacy(magic, codec)
     node, _ = decode(buf)

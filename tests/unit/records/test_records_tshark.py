@@ -150,4 +150,7 @@ def test_records_agree_with_tshark(name):
         assert ours[frame] == (api, keys, values), f"frame {frame}"
         compared += 1
     if not compared:
-        pytest.skip("tshark 4.0 mis-dissects every record frame here (magic-1 keys); ours were checked against the truth")
+        pytest.skip(
+            "tshark 4.0 mis-dissects every record frame here (magic-1 keys); "
+            "ours were checked against the truth"
+        )

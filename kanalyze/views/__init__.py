@@ -1,0 +1,1 @@
+"""Views an operator reads: statistics tables, the cluster as seen, records, progress."""

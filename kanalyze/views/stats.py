@@ -1,0 +1,654 @@
+"""The statistics tables of `kanalyze stats` (Wireshark's Statistics menu, for Kafka): one
+collector per table, all fed from one pass over a session (docs/stats.md).
+
+Each collector takes an exchange with its lazily decoded bodies and facts (`kanalyze.bodies`)
+and returns JSON rows; the text tables are drawn from the same rows (`kanalyze.views.stats_text`),
+so the two outputs cannot disagree. Bodies and facts are decoded on first use, so the chosen
+tables decide what is decoded (`-z conv` alone decodes only ApiVersions requests).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dissectors.errors import error_name
+from kanalyze.analysis.stats import ApiStats
+from kanalyze.analysis.summary import percentile
+from kanalyze.bodies import Bodies, ExchangeFacts
+from kanalyze.correlation import Exchange
+from kanalyze.views.conv import ConversationTracker, software_of
+from kanalyze.views.expected import expected_error
+
+SCHEMA = "kanalyze.stats/1"
+TABLES = ("conv", "topics", "clients", "latency", "errors", "io")
+PRODUCE, FETCH, API_VERSIONS, JOIN_GROUP, SYNC_GROUP = 0, 1, 18, 11, 14
+LONG_POLL_SHARE = 0.8  # a Fetch answered after >= 80% of its max_wait_ms waited on purpose
+MAX_KEYS = 100_000  # rows per table; further keys are counted in `dropped` and noted
+MAX_IO_BUCKETS = 100_000
+MAX_IO_SAMPLES = 10_000  # latency samples per io interval (the first ones)
+
+
+class Exch:
+    """An exchange with its bodies and facts, each computed at most once, when first asked."""
+
+    __slots__ = ("_facts", "bodies", "ex", "facts_of")
+
+    def __init__(
+        self, ex: Exchange, bodies: Bodies, facts_of: Callable[[Bodies], ExchangeFacts]
+    ) -> None:
+        self.ex = ex
+        self.bodies = bodies
+        self.facts_of = facts_of
+        self._facts: ExchangeFacts | None = None
+
+    @property
+    def facts(self) -> ExchangeFacts:
+        if self._facts is None:
+            self._facts = self.facts_of(self.bodies)
+        return self._facts
+
+    @property
+    def software(self) -> str | None:
+        if self.ex.api_key != API_VERSIONS:
+            return None
+        return software_of(self.bodies.request)
+
+
+def _frame(ex: Exchange) -> int:
+    m = ex.response or ex.request
+    return m.pdu.last_pkt if m else 0
+
+
+def _round3(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
+
+
+def _lat(values: list[float]) -> dict[str, float | None]:
+    v = sorted(values)
+    return {
+        "p50_ms": _round3(percentile(v, 50)),
+        "p90_ms": _round3(percentile(v, 90)),
+        "p99_ms": _round3(percentile(v, 99)),
+        "max_ms": _round3(v[-1] if v else None),
+    }
+
+
+# -- conv ---------------------------------------------------------------------------------------
+
+
+class ConvCollector:
+    """Conversations from the tracker (fed each packet), joined with each exchange."""
+
+    def __init__(self) -> None:
+        self.tracker = ConversationTracker()
+
+    def feed(self, x: Exch) -> None:
+        self.tracker.exchange(x.ex, x.software)
+
+    def rows(self, cut: bool = False) -> list[dict[str, object]]:
+        return self.tracker.rows(cut)
+
+
+# -- topics -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Part:
+    produced_records: int = 0
+    produced_bytes: int = 0
+    produce_requests: int = 0
+    fetched_records: int = 0
+    fetched_bytes: int = 0
+    fetch_responses: int = 0
+    producers: set[str] = field(default_factory=set)
+    consumers: set[str] = field(default_factory=set)
+    first_offset: int | None = None
+    last_offset: int | None = None
+    high_watermark: int | None = None
+
+    def offsets(self, lo: int | None, hi: int | None) -> None:
+        if lo is not None and lo >= 0:
+            self.first_offset = lo if self.first_offset is None else min(self.first_offset, lo)
+        if hi is not None and hi >= 0:
+            self.last_offset = hi if self.last_offset is None else max(self.last_offset, hi)
+
+
+class TopicsCollector:
+    """Per topic and partition: what Produce requests carried (offsets from the responses)
+    and what Fetch responses returned, to consumers and followers alike."""
+
+    def __init__(self) -> None:
+        self.parts: dict[tuple[str, int], _Part] = {}
+        self.dropped = 0
+
+    def _part(self, topic: str, partition: int) -> _Part | None:
+        key = (topic, partition)
+        p = self.parts.get(key)
+        if p is None:
+            if len(self.parts) >= MAX_KEYS:
+                self.dropped += 1
+                return None
+            p = self.parts[key] = _Part()
+        return p
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        if ex.api_key not in (PRODUCE, FETCH):
+            return
+        who = ex.client_id or "-"
+        for pf in x.facts.partitions:
+            topic = pf.topic or (pf.topic_id[:8] if pf.topic_id else "?")
+            p = self._part(topic, pf.partition)
+            if p is None:
+                continue
+            n = pf.record_count or 0
+            if ex.api_key == PRODUCE:
+                p.produce_requests += 1
+                p.produced_records += n
+                p.produced_bytes += pf.records_bytes or 0
+                p.producers.add(who)
+                if pf.base_offset is not None and pf.base_offset >= 0 and not pf.error_code and n:
+                    p.offsets(pf.base_offset, pf.base_offset + n - 1)
+            elif ex.response is not None:
+                p.fetch_responses += 1
+                p.fetched_records += n
+                p.fetched_bytes += pf.records_bytes or 0
+                rid = x.facts.replica_id
+                p.consumers.add(f"replica {rid}" if rid is not None and rid >= 0 else who)
+                if n:
+                    p.offsets(pf.first_offset, pf.last_offset)
+                if pf.high_watermark is not None and pf.high_watermark >= 0:
+                    p.high_watermark = pf.high_watermark
+
+    def rows(self) -> list[dict[str, object]]:
+        return [
+            {
+                "topic": t,
+                "partition": n,
+                "produced_records": p.produced_records,
+                "produced_bytes": p.produced_bytes,
+                "produce_requests": p.produce_requests,
+                "fetched_records": p.fetched_records,
+                "fetched_bytes": p.fetched_bytes,
+                "fetch_responses": p.fetch_responses,
+                "producers": sorted(p.producers),
+                "consumers": sorted(p.consumers),
+                "first_offset": p.first_offset,
+                "last_offset": p.last_offset,
+                "high_watermark": p.high_watermark,
+            }
+            for (t, n), p in sorted(self.parts.items())
+        ]
+
+
+# -- clients ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Client:
+    software: set[str] = field(default_factory=set)
+    addresses: set[str] = field(default_factory=set)
+    connections: set[int] = field(default_factory=set)
+    apis: dict[str, set[int]] = field(default_factory=dict)
+    requests: int = 0
+    errors: int = 0
+    expected_errors: int = 0
+
+
+class ClientsCollector:
+    """Per client id: software, addresses, connections, APIs and versions, errors (expected
+    ones apart)."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str | None, _Client] = {}
+        self.dropped = 0
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        c = self.clients.get(ex.client_id)
+        if c is None:
+            if len(self.clients) >= MAX_KEYS:
+                self.dropped += 1
+                return
+            c = self.clients[ex.client_id] = _Client()
+        c.requests += 1
+        c.addresses.add(ex.conn.client.rpartition(":")[0])
+        c.connections.add(ex.conn.id)
+        if ex.api is not None and ex.api_version is not None:
+            c.apis.setdefault(ex.api, set()).add(ex.api_version)
+        sw = x.software
+        if sw:
+            c.software.add(sw)
+        if ex.response is not None:
+            for code in x.facts.error_codes:
+                if expected_error(ex.api_key, code, x.bodies.request):
+                    c.expected_errors += 1
+                else:
+                    c.errors += 1
+
+    def rows(self) -> list[dict[str, object]]:
+        return [
+            {
+                "client_id": cid,
+                "software": sorted(c.software),
+                "addresses": sorted(c.addresses),
+                "connections": len(c.connections),
+                "requests": c.requests,
+                "apis": [{"api": a, "versions": sorted(v)} for a, v in sorted(c.apis.items())],
+                "errors": c.errors,
+                "expected_errors": c.expected_errors,
+            }
+            for cid, c in sorted(self.clients.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+        ]
+
+
+# -- latency ------------------------------------------------------------------------------------
+
+KINDS = ("response", "long-poll", "rebalance wait")
+
+
+class LatencyCollector:
+    """Per API and version: percentiles of real responses; Fetch long-polls (the broker held
+    the answer for the request's max_wait_ms) and rebalance waits apart, as waits by design:
+    JoinGroup (the broker holds every member until the group is complete; not the first join
+    answered at once with MEMBER_ID_REQUIRED) and SyncGroup (followers wait for the leader's
+    assignment)."""
+
+    def __init__(self) -> None:
+        self.stats: dict[tuple[int, str, int, str], ApiStats] = defaultdict(ApiStats)
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        lat = ex.latency_ns
+        if lat is None or ex.api_key is None or ex.api is None or ex.api_version is None:
+            return
+        ms = lat / 1e6
+        kind = latency_kind(x)
+        st = self.stats[(ex.api_key, ex.api, ex.api_version, kind)]
+        st.count += 1
+        st.add_latency(ms)
+
+    def rows(self) -> list[dict[str, object]]:
+        return [
+            {
+                "api": api,
+                "api_key": key,
+                "api_version": ver,
+                "kind": kind,
+                "count": st.count,
+                **_lat(st.latencies),
+            }
+            for (key, api, ver, kind), st in sorted(
+                self.stats.items(), key=lambda kv: (kv[0][0], kv[0][2], KINDS.index(kv[0][3]))
+            )
+        ]
+
+
+def latency_kind(x: Exch) -> str:
+    """'long-poll', 'rebalance wait' or 'response' (see LatencyCollector)."""
+    ex = x.ex
+    if ex.api_key == FETCH:
+        lat = ex.latency_ns
+        wait = (x.bodies.request or {}).get("max_wait_ms")
+        if lat is not None and isinstance(wait, int) and 0 < wait <= lat / 1e6 / LONG_POLL_SHARE:
+            return "long-poll"
+    elif ex.api_key == SYNC_GROUP or ex.api_key == JOIN_GROUP and not _is_first_join(x):
+        return "rebalance wait"
+    return "response"
+
+
+def _waits(x: Exch) -> bool:
+    return x.ex.api_key in (FETCH, JOIN_GROUP, SYNC_GROUP) and latency_kind(x) != "response"
+
+
+def _is_first_join(x: Exch) -> bool:
+    """A JoinGroup answered at once with MEMBER_ID_REQUIRED: no wait happened."""
+    rsp = x.bodies.response or {}
+    return rsp.get("error_code") == 79
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Err:
+    count: int = 0
+    frames: list[int] = field(default_factory=list)
+    clients: set[str] = field(default_factory=set)
+    reason: str | None = None
+
+
+class ErrorsCollector:
+    """Per error, API and expected-or-not: how often, from which clients, in which frames."""
+
+    MAX_FRAMES = 10
+
+    def __init__(self) -> None:
+        self.errors: dict[tuple[str, int, bool], _Err] = {}
+        self.dropped = 0
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        if ex.response is None or ex.api is None:
+            return
+        codes = x.facts.error_codes
+        if not codes:
+            return
+        for code in set(codes):
+            reason = expected_error(ex.api_key, code, x.bodies.request)
+            key = (ex.api, code, reason is not None)
+            e = self.errors.get(key)
+            if e is None:
+                if len(self.errors) >= MAX_KEYS:
+                    self.dropped += 1
+                    continue
+                e = self.errors[key] = _Err(reason=reason)
+            e.count += codes.count(code)
+            if len(e.frames) < self.MAX_FRAMES:
+                e.frames.append(_frame(ex))
+            if ex.client_id:
+                e.clients.add(ex.client_id)
+
+    def rows(self) -> list[dict[str, object]]:
+        items = sorted(
+            self.errors.items(), key=lambda kv: (kv[0][2], -kv[1].count, kv[0][0], kv[0][1])
+        )
+        return [
+            {
+                "error": error_name(code),
+                "code": code,
+                "api": api,
+                "count": e.count,
+                "expected": exp,
+                "reason": e.reason,
+                "clients": sorted(e.clients),
+                "frames": e.frames,
+            }
+            for (api, code, exp), e in items
+        ]
+
+
+# -- io -----------------------------------------------------------------------------------------
+
+_INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
+
+
+def parse_interval(text: str) -> float:
+    """'1s', '500ms', '2', '1m' -> seconds (> 0); ValueError otherwise."""
+    m = _INTERVAL.match(text)
+    if not m:
+        raise ValueError(f"io interval {text!r} is not a duration such as 1s, 500ms or 1m")
+    v = float(m.group(1)) * {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60}[m.group(2)]
+    if v <= 0:
+        raise ValueError(f"io interval {text!r} must be more than zero")
+    return v
+
+
+@dataclass(slots=True)
+class _Bucket:
+    requests: int = 0
+    request_bytes: int = 0
+    response_bytes: int = 0
+    produced_records: int = 0
+    fetched_records: int = 0
+    produced_bytes: int = 0  # record batch bytes
+    fetched_bytes: int = 0
+    errors: int = 0
+    latencies: list[float] = field(default_factory=list)  # real responses only, ms
+
+
+class IoCollector:
+    """Requests, bytes, records and errors per interval, by the time each exchange started.
+
+    Without an interval the table stays readable: it starts at 1 s and, whenever the capture
+    outgrows AUTO_ROWS intervals, moves to the next coarser one (each a multiple of the one
+    before, so buckets merge exactly). An explicit interval is kept; past MAX_IO_BUCKETS
+    intervals later exchanges are counted in `dropped`.
+
+    `by` ("topic" or "client") also splits each interval: per client id everything the
+    exchanges carry; per topic the Produce and Fetch traffic (records and batch bytes, the
+    partitions' error codes). Only non-empty (interval, key) pairs are kept."""
+
+    AUTO_STEPS = (1, 2, 10, 30, 60, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400)
+    AUTO_ROWS = 100
+
+    BY = ("topic", "client")
+
+    def __init__(self, interval_s: float | None = None, by: str | None = None) -> None:
+        self.by = by
+        self.split: dict[tuple[int, str], _Bucket] = {}
+        self.auto = interval_s is None
+        self.interval_s: float = 1.0 if interval_s is None else interval_s
+        self.interval_ns = max(1, int(self.interval_s * 1e9))
+        self.start_ns: int | None = None
+        self.buckets: dict[int, _Bucket] = {}
+        self.dropped = 0
+
+    def _coarser(self, index: int) -> int:
+        """Grow the interval until `index` (at the current one) fits in AUTO_ROWS."""
+        while index >= self.AUTO_ROWS:
+            steps = self.AUTO_STEPS
+            nxt = next((x for x in steps if x > self.interval_s), self.interval_s * 2)
+            factor = round(nxt / self.interval_s)
+            merged: dict[int, _Bucket] = {}
+            for i, b in self.buckets.items():
+                _add(merged.setdefault(i // factor, _Bucket()), b)
+            self.buckets = merged
+            split: dict[tuple[int, str], _Bucket] = {}
+            for (i, key), b in self.split.items():
+                _add(split.setdefault((i // factor, key), _Bucket()), b)
+            self.split = split
+            self.interval_s = float(nxt)
+            self.interval_ns = int(nxt * 1e9)
+            index //= factor
+        return index
+
+    def feed(self, x: Exch) -> None:
+        ex = x.ex
+        t = ex.start_ts
+        if self.start_ns is None:
+            self.start_ns = t
+        i = max(0, (t - self.start_ns) // self.interval_ns)
+        if self.auto and i >= self.AUTO_ROWS:
+            i = self._coarser(i)
+        b = self.buckets.get(i)
+        if b is None:
+            if i >= MAX_IO_BUCKETS:
+                self.dropped += 1
+                return
+            b = self.buckets[i] = _Bucket()
+        self._count(b, x)
+        if self.by == "client":
+            key = (i, ex.client_id or "-")
+            sb = self.split.get(key)
+            if sb is None and len(self.split) < MAX_IO_BUCKETS:
+                sb = self.split[key] = _Bucket()
+            if sb is not None:
+                self._count(sb, x)
+        elif self.by == "topic" and ex.api_key in (PRODUCE, FETCH):
+            self._topics(i, x)
+
+    @staticmethod
+    def _count(b: _Bucket, x: Exch) -> None:
+        ex = x.ex
+        b.requests += 1
+        if ex.request is not None:
+            b.request_bytes += ex.request.pdu.size + 4
+        if ex.response is not None:
+            b.response_bytes += ex.response.pdu.size + 4
+        if ex.api_key in (PRODUCE, FETCH):
+            n = sum(p.record_count or 0 for p in x.facts.partitions)
+            size = sum(p.records_bytes or 0 for p in x.facts.partitions)
+            if ex.api_key == PRODUCE:
+                b.produced_records += n
+                b.produced_bytes += size
+            else:
+                b.fetched_records += n
+                b.fetched_bytes += size
+        if ex.latency_ns is not None and len(b.latencies) < MAX_IO_SAMPLES and not _waits(x):
+            b.latencies.append(ex.latency_ns / 1e6)
+        if ex.response is not None:
+            b.errors += sum(
+                1
+                for c in x.facts.error_codes
+                if not expected_error(ex.api_key, c, x.bodies.request)
+            )
+
+    def _topics(self, i: int, x: Exch) -> None:
+        produce = x.ex.api_key == PRODUCE
+        touched: set[str] = set()
+        for pf in x.facts.partitions:
+            topic = pf.topic or (pf.topic_id[:8] if pf.topic_id else "?")
+            b = self.split.get((i, topic))
+            if b is None:
+                if len(self.split) >= MAX_IO_BUCKETS:
+                    continue
+                b = self.split[(i, topic)] = _Bucket()
+            if topic not in touched:
+                touched.add(topic)
+                b.requests += 1
+            if produce:
+                b.produced_records += pf.record_count or 0
+                b.produced_bytes += pf.records_bytes or 0
+            else:
+                b.fetched_records += pf.record_count or 0
+                b.fetched_bytes += pf.records_bytes or 0
+            if pf.error_code:
+                b.errors += 1
+
+    def rows(self) -> list[dict[str, object]]:
+        if not self.buckets:
+            return []
+        out = []
+        step = self.interval_s
+        for i in range(max(self.buckets) + 1):
+            b = self.buckets.get(i) or _Bucket()
+            out.append(
+                {
+                    "start_s": round(i * step, 6),
+                    "end_s": round((i + 1) * step, 6),
+                    "requests": b.requests,
+                    "request_bytes": b.request_bytes,
+                    "response_bytes": b.response_bytes,
+                    "produced_records": b.produced_records,
+                    "produced_bytes": b.produced_bytes,
+                    "fetched_records": b.fetched_records,
+                    "fetched_bytes": b.fetched_bytes,
+                    "errors": b.errors,
+                    **{k: v for k, v in _lat(b.latencies).items() if k in ("p50_ms", "max_ms")},
+                }
+            )
+        return out
+
+    def split_rows(self) -> list[dict[str, object]]:
+        """The `io_by` table: one row per non-empty (interval, topic or client id)."""
+        step = self.interval_s
+        return [
+            {
+                "start_s": round(i * step, 6),
+                "end_s": round((i + 1) * step, 6),
+                "by": self.by,
+                "key": key,
+                "requests": b.requests,
+                "produced_records": b.produced_records,
+                "produced_bytes": b.produced_bytes,
+                "fetched_records": b.fetched_records,
+                "fetched_bytes": b.fetched_bytes,
+                "errors": b.errors,
+            }
+            for (i, key), b in sorted(self.split.items())
+        ]
+
+
+def _add(into: _Bucket, b: _Bucket) -> None:
+    """Merge bucket `b` into `into` (interval coarsening)."""
+    for f in _Bucket.__slots__:
+        setattr(into, f, getattr(into, f) + getattr(b, f))
+    del into.latencies[MAX_IO_SAMPLES:]
+
+
+COLLECTORS = {
+    "conv": ConvCollector,
+    "topics": TopicsCollector,
+    "clients": ClientsCollector,
+    "latency": LatencyCollector,
+    "errors": ErrorsCollector,
+}
+
+
+def build(session: object, choices: dict[str, object]) -> dict[str, object]:
+    """Run `session` once, feeding the chosen collectors; the `kanalyze stats --json` document.
+
+    `choices` maps table names (TABLES) to their argument: for io, (interval in seconds or
+    None for automatic, None or "topic" or "client" to split by)."""
+    from kanalyze.bodies import exchange_facts
+    from kanalyze.session import Session
+    from kanalyze.views.source import BodySource
+    from kanalyze.views.window import capture_notes
+
+    assert isinstance(session, Session)
+    source = BodySource()
+    cols: dict[str, object] = {}
+    for name in TABLES:
+        if name in choices:
+            if name == "io":
+                interval, by = choices[name] or (None, None)  # type: ignore[misc]
+                cols[name] = IoCollector(interval, by)
+            else:
+                cols[name] = COLLECTORS[name]()
+    conv = cols.get("conv")
+    if isinstance(conv, ConvCollector):
+        session.on_packet = conv.tracker.packet
+    first = last = None
+    n = 0
+    feeds = [c.feed for c in cols.values()]  # type: ignore[attr-defined]
+    for ex in session.exchanges():
+        n += 1
+        t0 = ex.start_ts
+        t1 = ex.response.pdu.last_ts if ex.response else t0
+        first = t0 if first is None else min(first, t0)
+        last = t1 if last is None else max(last, t1)
+        x = Exch(ex, source.bodies(ex), exchange_facts)
+        for f in feeds:
+            f(x)
+    notes = capture_notes(session)
+    cut = bool(session.capture.diagnostics)
+    for name, c in cols.items():
+        dropped = getattr(c, "dropped", 0) or getattr(getattr(c, "tracker", None), "dropped", 0)
+        if dropped and name != "io":
+            notes.append(
+                f"{name}: {dropped:,} more rows than the {MAX_KEYS:,} listed were not kept"
+            )
+    io = cols.get("io")
+    if isinstance(io, IoCollector) and io.dropped:
+        notes.append(
+            f"io: {io.dropped} exchanges past the last of {MAX_IO_BUCKETS} intervals "
+            "not counted (choose a longer interval)"
+        )
+    if isinstance(conv, ConvCollector) and conv.tracker.first_ns is not None:
+        first = conv.tracker.first_ns
+        last = max(c.last_ns for c in conv.tracker.all) if conv.tracker.all else last
+    tables: dict[str, object] = {}
+    for name, c in cols.items():
+        tables[name] = c.rows(cut) if name == "conv" else c.rows()  # type: ignore[attr-defined]
+    doc: dict[str, object] = {
+        "schema": SCHEMA,
+        "files": list(session.paths),
+        "capture": {
+            "first": None if first is None else round(first / 1e9, 6),
+            "last": None if last is None else round(last / 1e9, 6),
+            "duration_s": None if first is None or last is None else round((last - first) / 1e9, 6),
+            "packets": session.capture.packets,
+            "exchanges": n,
+            "notes": notes,
+        },
+        "tables": tables,
+    }
+    if isinstance(io, IoCollector):
+        doc["io_interval_s"] = io.interval_s
+        if io.by:
+            tables["io_by"] = io.split_rows()
+    return doc
