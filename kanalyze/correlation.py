@@ -32,6 +32,7 @@ SETTLE_AFTER = 4  # requests seen after an orphan response before its api is inf
 SETTLE_MAX = 16  # ... and before one that cannot be inferred yet is given up on
 MAX_ORPHANS = 64  # orphans held per connection; over it the oldest is settled at once
 HISTORY = 64  # recent requests kept per connection as evidence for orphans
+ANY_CLIENT = "\x00any"  # key of Correlator.peers for what every client sent (no real client id)
 
 
 @dataclass(slots=True)
@@ -255,11 +256,12 @@ class Correlator:
         api_ver = (header["request_api_key"], header["request_api_version"])
         self.history.append((header["correlation_id"], *api_ver))  # type: ignore[arg-type]
         self.client_id = header.get("client_id")  # type: ignore[assignment]
-        seen = self.peers.get(self.client_id)
-        if seen is None and len(self.peers) < 1024:
-            seen = self.peers[self.client_id] = {}
-        if seen is not None and api_ver not in seen and len(seen) < 64:
-            seen[api_ver] = None  # type: ignore[index]
+        for who in (self.client_id, ANY_CLIENT):
+            seen = self.peers.get(who)
+            if seen is None and len(self.peers) < 1024:
+                seen = self.peers[who] = {}
+            if seen is not None and api_ver not in seen and len(seen) < 256:
+                seen[api_ver] = None  # type: ignore[index]
         if self.orphans:
             for entry in self.orphans:
                 entry[2] += 1
@@ -356,7 +358,8 @@ class Correlator:
         found = None
         if not pdu.missing:
             elsewhere = list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
-            found = infer(pdu.data, corr, list(self.history), self.client_id, elsewhere)
+            anywhere = list(self.peers.get(ANY_CLIENT, ()))
+            found = infer(pdu.data, corr, list(self.history), self.client_id, elsewhere, anywhere)
             if found.api is None and not final:
                 return False
         resp.done = True

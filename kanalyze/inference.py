@@ -12,9 +12,9 @@ requests, nearest correlation ids first. Each is tried: the response header and 
 decode with no diagnostic and consume the frame exactly. Exactly one candidate must pass;
 otherwise the response stays undecoded and says why. Confidence is `high` when a request with
 an adjacent correlation id (±1) has the inferred api and version, else `medium`. When none of
-the connection's own pairs fits, the pairs the same client id sent on other connections are
-tried the same way (confidence `low`), and then no other response layout kanalyze knows may
-fit the bytes as well.
+the connection's own pairs fits, the pairs the same client id sent on other connections, then
+those any client of the capture sent, are tried the same way (confidence `low`), and then no
+other api's response layout kanalyze knows may fit the bytes as well.
 """
 
 from __future__ import annotations
@@ -67,25 +67,31 @@ def infer(
     requests: list[tuple[int, int, int]],
     client_id: str | None = None,
     elsewhere: list[tuple[int, int]] | None = None,
+    anywhere: list[tuple[int, int]] | None = None,
 ) -> Inference:
     """Infer the api and version of the response `data` (correlation id `corr`) from the
     connection's requests, given as (correlation id, api, version); failing that, from the
-    (api, version) pairs the same `client_id` sent on other connections (`elsewhere`)."""
+    (api, version) pairs the same `client_id` sent on other connections (`elsewhere`), then
+    any client in the capture (`anywhere`)."""
     local = _infer_local(data, corr, requests)
-    if local.api is not None or not elsewhere or local.reason.startswith("ambiguous"):
+    if local.api is not None or local.reason.startswith("ambiguous"):
         return local
     tried = {(a, v) for _c, a, v in requests}
-    cands = [c for c in elsewhere if c not in tried][:MAX_CANDIDATES]
-    passed = [(a, v, got) for a, v in cands if (got := _clean(data, a, v)) is not None]
-    if len(passed) != 1:
-        return local
-    api, ver, (body_at, header) = passed[0]
-    # weaker evidence, stricter test: no other response layout may fit these bytes either
-    for other in _universe():
-        if other != (api, ver) and _clean(data, *other) is not None:
+    for pool, said in ((elsewhere, f"client id {client_id!r} sent it on another connection"),
+                       (anywhere, "another client in this capture sent it")):
+        cands = [c for c in pool or () if c not in tried][:MAX_CANDIDATES]
+        tried.update(cands)
+        passed = [(a, v, got) for a, v in cands if (got := _clean(data, a, v)) is not None]
+        if len(passed) != 1:
+            continue
+        api, ver, (body_at, header) = passed[0]
+        # weaker evidence, stricter test: no other api's response layout may fit these bytes
+        # (another version of the same api may: versions often share a layout)
+        if any(other[0] != api and _clean(data, *other) is not None for other in _universe()):
             return local
-    evidence = f"client id {client_id!r} sent {API_NAMES.get(api, api)} v{ver} on another connection"
-    return Inference(api, ver, body_at, header, evidence, "low")
+        evidence = f"{API_NAMES.get(api, api)} v{ver}: {said}"
+        return Inference(api, ver, body_at, header, evidence, "low")
+    return local
 
 
 def _infer_local(data: bytes, corr: int, requests: list[tuple[int, int, int]]) -> Inference:
