@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from dissectors.diagnostics import Diagnostic
 from kanalyze.correlation import (
-    REQUEST_MISSING,
     SASL_RAW_API,
     Exchange,
     Message,
@@ -40,7 +39,7 @@ def response_message(pdu: Pdu, api_key: int | None, api_version: int | None, sta
     at = 0
     if api_key == SASL_RAW_API:
         pass
-    elif status == REQUEST_MISSING or api_key is None or api_version is None:
+    elif api_key is None or api_version is None:  # a request_missing whose api was not inferred
         if len(data) < 4:
             at = len(data)
         else:
@@ -57,4 +56,5 @@ def exchange(row: Row, req: Pdu | None, resp: Pdu | None,
         None if req is None else request_message(req, row.api_key, req_diags),
         None if resp is None else response_message(resp, row.api_key, row.api_version, row.status, resp_diags),
         row.acks,
+        row.inferred,
     )

@@ -102,3 +102,22 @@ def test_ndpi_orphans_are_inferred() -> None:
     orphans = [e for e in Session([str(pcap)]).exchanges() if e.status == "request_missing"]
     got = [(e.correlation_id, e.api, e.api_version, (e.inferred or {}).get("confidence")) for e in orphans]
     assert got == [(131, "Metadata", 2, "high"), (140, "ApiVersions", 0, "low"), (141, "Metadata", 2, "high")]
+
+
+def test_tui_store_keeps_inferred_orphans() -> None:
+    """The TUI's store rebuilds exchanges from rows and spilled frames: an inferred orphan comes
+    back equal (api, version, `inferred`, the body offset after a flexible header)."""
+    from kanalyze.export import ExchangeEncoder
+    from kanalyze.tui.store import ExchangeStore
+
+    exs = list(Session([str(PUBLIC / "ndpi-kafka.pcapng")]).exchanges())
+    st = ExchangeStore()
+    st.add(exs)
+    try:
+        rebuilt = [ex for _i, ex in st.iter_exchanges()]
+        assert rebuilt == exs
+        assert sum(ex.inferred is not None for ex in rebuilt) == 3
+        enc = ExchangeEncoder()
+        assert [enc.line(ex) for ex in rebuilt] == [enc.line(ex) for ex in exs]
+    finally:
+        st.close()
