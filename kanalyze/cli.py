@@ -17,12 +17,20 @@ COMMANDS = (
     "live", "tui", "spark",
 )
 
+EXAMPLES = """\
+examples:
+  kanalyze summary capture.pcap
+  kanalyze export capture.pcap -Y 'api == "Fetch" and latency > 100ms' -T fields -e time -e client_id -e latency
+"""
+
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `only`, just that subcommand's module is imported (faster start-up)."""
     parser = argparse.ArgumentParser(
         prog="kanalyze",
         description="Kafka wire-protocol analyzer: captures in, matched and decoded exchanges out.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"kanalyze {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -119,6 +119,14 @@ def _network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
     return None
 
 
+def network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
+    """(offset of the IP header, IP version) of a packet of a supported link type, or None
+    (for writers that rewrite IP/TCP headers: the filtered pcap)."""
+    if linktype not in SUPPORTED_LINKTYPES:
+        return None
+    return _network_offset(linktype, buf)
+
+
 def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | None:
     """The TCP segment in a packet, or None (and a counted reason) when there is none."""
     if linktype == ETHERNET and len(buf) >= 54 and buf[12] == 8 and buf[13] == 0 and buf[14] == 0x45 and buf[23] == 6:

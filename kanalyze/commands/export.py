@@ -14,21 +14,40 @@ from kanalyze.commands.common import (
     report_capture_problems,
 )
 from kanalyze.export import ExchangeEncoder
+from kanalyze.export.outputs import (
+    add_output_arguments,
+    check_output_arguments,
+    needs_learning,
+    run_output,
+)
+from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="write matched exchanges as NDJSON", description=__doc__)
+    p = sub.add_parser("export", help="write matched exchanges as NDJSON", description=__doc__,
+                       epilog=FILTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
     add_decode_arguments(p)
+    add_filter_arguments(p)
+    add_output_arguments(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT", help="output file (default: stdout)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    session = Session(args.files, engine_options(args), progress=for_command(True))
-    enc = ExchangeEncoder(decode_context(args), decode=not args.header_only)
+    specs = check_output_arguments(args)
+    ctx = decode_context(args)
+    opts = engine_options(args)
+    # a filter shares the decode context (and so the topic names it learns) with the encoder
+    base = Session(args.files, opts, progress=for_command(True))
+    session = selected_session(args, base, ctx, learn=not args.header_only or needs_learning(specs))
+    status = run_output(args, session, ctx, specs, opts)
+    if status is not None:
+        report_capture_problems(session)
+        return status
+    enc = ExchangeEncoder(ctx, decode=not args.header_only)
     # binary output: orjson's bytes go out as they are, no round trip through str; a stdout
     # replaced by a text-only stream (an embedding program's StringIO) gets text
     stdout = getattr(sys.stdout, "buffer", None)

@@ -23,6 +23,7 @@ from kanalyze.commands.common import (
     port,
     positive_int,
 )
+from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, build_selection
 
 
 def positive_float(text: str) -> float:
@@ -42,7 +43,8 @@ def listen_address(text: str) -> tuple[str, int]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("live", help="capture live traffic and stream exchanges as NDJSON", description=__doc__)
+    p = sub.add_parser("live", help="capture live traffic and stream exchanges as NDJSON", description=__doc__,
+                       epilog=FILTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-i", "--interface", required=True, metavar="IFACE", help="interface to capture on (e.g. eth0, lo, any)")
     p.add_argument("--bpf", metavar="FILTER", default=None, help="BPF capture filter (default: 'tcp', or 'tcp port P ...' with --port)")
     p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="TCP port P is a Kafka broker port (repeatable); Kafka is detected on any port anyway")
@@ -59,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-packets", type=positive_int, default=None, metavar="N", help="stop after N packets")
     p.add_argument("--snaplen", type=positive_int, default=262_144, metavar="BYTES", help="bytes kept per packet (default 256 KiB)")
     p.add_argument("--buffer-size", type=positive_int, default=32 << 20, metavar="BYTES", help="kernel receive buffer (default 32 MiB)")
+    add_filter_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -128,6 +131,9 @@ def run(args: argparse.Namespace) -> int:
     if (args.rotate_bytes or args.rotate_seconds) and args.output == "-":
         sys.stderr.write("kanalyze: error: --rotate-bytes/--rotate-seconds need -o FILE\n")
         return 2
+    ctx = decode_context(args)
+    # -Y and the selections pick the lines written (metrics still count every exchange)
+    selection = build_selection(args, ctx, learn=not args.header_only)
     bpf = args.bpf if args.bpf is not None else default_filter(args.port)
     try:
         source = open_source(args.interface, bpf, args.snaplen, args.buffer_size)
@@ -174,7 +180,6 @@ def run(args: argparse.Namespace) -> int:
         max_packets=args.max_packets,
     )
     session = LiveSession(source, lopts, pcap)
-    ctx = decode_context(args)
     decode = not args.header_only
     enc = ExchangeEncoder(ctx, decode=decode)
     # metrics need bodies; in header-only mode a second encoder decodes them (records skipped)
@@ -185,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         if metrics is not None:
             d = menc.encode(ex)
             metrics.observe(ex, d)
-        if out.broken:
+        if out.broken or (selection is not None and not selection(ex)):
             return
         line = dumps(d) if d is not None and menc is enc else enc.line(ex)
         try:

@@ -8,12 +8,8 @@ import json
 import sys
 
 from kanalyze.analysis.report import analyze
-from kanalyze.commands.common import (
-    add_input_arguments,
-    engine_options,
-    explain_nothing,
-    positive_int,
-)
+from kanalyze.commands.common import add_input_arguments, engine_options, explain_nothing, positive_int
+from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
 from kanalyze.views.report_text import text_report
@@ -22,8 +18,10 @@ from kanalyze.views.table import Out
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="replication, delivery semantics, transactions, groups, stats, findings",
-                       description=__doc__)
+                       description=__doc__, epilog=FILTER_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
+    add_filter_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON document (docs/report.schema.json)")
     p.add_argument("--timeline-cap", type=positive_int, default=5000, metavar="N",
                    help="keep the newest N timeline entries per partition (default 5000)")
@@ -39,11 +37,12 @@ def build(session: Session, timeline_cap: int = 5000, stall_ms: float = 10_000.0
 
 
 def run(args: argparse.Namespace) -> int:
-    session = Session(args.files, engine_options(args), progress=for_command(False))
+    base = Session(args.files, engine_options(args), progress=for_command(False))
+    session = selected_session(args, base)
     if args.json:
         doc = build(session, args.timeline_cap, args.stall_ms)
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
-        return explain_nothing(session)
+        return explain_nothing(base)
     text_report(session, args.timeline_cap, args.stall_ms, Out())
-    return explain_nothing(session)
+    return explain_nothing(base)

@@ -12,6 +12,8 @@ from dissectors.decoder import body_reader, message_reader, schema_module
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("schemas", help="list the APIs and versions kanalyze decodes", description=__doc__)
+    p.epilog = "examples:\n  kanalyze schemas\n  kanalyze schemas --json > apis.json\n"
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     p.set_defaults(run=run)
 

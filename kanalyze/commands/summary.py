@@ -10,13 +10,16 @@ from dissectors import JsonWalk
 from kanalyze.analysis.summary import Summary
 from kanalyze.bodies import BodyDecoder, Records, error_codes
 from kanalyze.commands.common import add_input_arguments, engine_options, explain_nothing
+from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("summary", help="counts, statuses, errors, latency and byte accounting", description=__doc__)
+    p = sub.add_parser("summary", help="counts, statuses, errors, latency and byte accounting", description=__doc__,
+                       epilog=FILTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
+    add_filter_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON document instead of text")
     p.set_defaults(run=run)
 
@@ -38,14 +41,14 @@ def build(session: Session) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    session = Session(args.files, engine_options(args), progress=for_command(False))
-    doc = build(session)
+    base = Session(args.files, engine_options(args), progress=for_command(False))
+    doc = build(selected_session(args, base))
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render(doc))
-    return explain_nothing(session)
+    return explain_nothing(base)
 
 
 def _ms(v: object) -> str:

@@ -16,6 +16,8 @@ from kanalyze.commands.common import (
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tui", help="interactive browser: connections, decoded exchanges with hex, replication",
                        description=__doc__)
+    p.epilog = "examples:\n  kanalyze tui capture.pcap\n  kanalyze tui --live eth0 --port 9092\n"
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     add_input_arguments(p, files_required=False)
     add_decode_arguments(p)
     p.add_argument("--light", action="store_true", help="start with the light theme (t toggles)")
