@@ -65,4 +65,4 @@ def run(args: argparse.Namespace) -> int:
         else:
             out.flush()
     report_capture_problems(session)
-    return explain_nothing(session)
+    return explain_nothing(base)

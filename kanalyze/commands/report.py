@@ -8,7 +8,12 @@ import json
 import sys
 
 from kanalyze.analysis.report import analyze
-from kanalyze.commands.common import add_input_arguments, engine_options, explain_nothing, positive_int
+from kanalyze.commands.common import (
+    add_input_arguments,
+    engine_options,
+    explain_nothing,
+    positive_int,
+)
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
