@@ -38,6 +38,7 @@ class Code(StrEnum):
     UNSUPPORTED_LINKTYPE = "unsupported_linktype"
     MALFORMED_PACKET = "malformed_packet"
     GAP = "gap"
+    SNAPLEN = "snaplen"  # bytes the capture's snaplen cut off (counted, not listed per packet)
     OVERLAP_CONFLICT = "overlap_conflict"
     SKIPPED_BYTES = "skipped_bytes"
     FRAME_TOO_LARGE = "frame_too_large"

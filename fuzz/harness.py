@@ -17,7 +17,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_ENGINE = ["kanalyze.engine", "kanalyze.reassembly", "kanalyze.framing", "kanalyze.correlation"]
+_ENGINE = [
+    "kanalyze.engine",
+    "kanalyze.reassembly",
+    "kanalyze.framing",
+    "kanalyze.resync",
+    "kanalyze.headers",
+    "kanalyze.correlation",
+]
 _DECODERS = ["dissectors"]
 INSTRUMENT: dict[str, list[str]] = {
     "capture": ["kanalyze.capture", "kanalyze.flows", *_ENGINE],

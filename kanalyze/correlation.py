@@ -9,19 +9,21 @@ header) flow until the client sends a real request again.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from dissectors.apis import API_NAMES, REQUEST_VERSIONS
-from dissectors.diagnostics import Code, Diagnostic
-from dissectors.quirks import (
-    API_PRODUCE,
-    API_SASL_HANDSHAKE,
-    request_header_version,
-    response_header_version,
-)
+from dissectors import API_NAMES, ApiKey, Code, DecodeError, Diagnostic, read_uvarint
 from kanalyze.framing import Pdu
+from kanalyze.headers import (
+    INT16,
+    INT32,
+    RequestHeader,
+    read_request_header,
+    read_response_header,
+)
 from kanalyze.inference import infer
 
 SASL_RAW_API = -1  # api_key reported for raw (un-headered) SASL token exchanges
@@ -34,8 +36,12 @@ MAX_ORPHANS = 64  # orphans held per connection; over it the oldest is settled a
 HISTORY = 64  # recent requests kept per connection as evidence for orphans
 ANY_CLIENT = "\x00any"  # key of Correlator.peers for what every client sent (no real client id)
 
+# module constants: no enum attribute lookup per frame
+PRODUCE, SASL_HANDSHAKE = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE
+_new = tuple.__new__  # builds an Exchange at C speed (see kanalyze.headers)
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class ConnInfo:
     """Who talks on a connection: `id` is the order of first appearance (1-based)."""
 
@@ -46,7 +52,10 @@ class ConnInfo:
 
 @dataclass(slots=True)
 class Message:
-    """One side of an exchange: the frame, its parsed header and where the body starts."""
+    """One side of an exchange: the frame, its parsed header and where the body starts.
+
+    Mutable on purpose: `done` is the orderer's mark (set when the request is answered or
+    given up on), and the correlator adds diagnostics it learns later (pending limit)."""
 
     pdu: Pdu
     header: dict[str, object]
@@ -55,8 +64,11 @@ class Message:
     done: bool = False  # answered, or given up on (lets the output orderer drop it lazily)
 
 
-@dataclass(slots=True)
-class Exchange:
+class Exchange(NamedTuple):
+    """A request and its response (either may be missing), as the engine emits it.
+
+    Immutable; a NamedTuple because one is built per exchange (built at C speed)."""
+
     conn: ConnInfo
     api_key: int | None
     api_version: int | None
@@ -96,118 +108,60 @@ class Exchange:
             yield self.response, False
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    """(value, next position); (-1, pos) when malformed or truncated."""
-    result = shift = 0
-    for i in range(pos, min(pos + 5, len(buf))):
-        b = buf[i]
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i + 1
-        shift += 7
-    return -1, pos
-
-
-def _skip_tagged(buf: bytes, pos: int, header: dict[str, object]) -> int:
-    """Skip a tagged-field section, keeping the raw fields in header['tagged_fields']; -1 if malformed."""
-    count, pos = _uvarint(buf, pos)
-    if count < 0:
-        return -1
-    tags: dict[str, str] = {}
-    for _ in range(count):
-        tag, pos = _uvarint(buf, pos)
-        size, pos2 = _uvarint(buf, pos) if tag >= 0 else (-1, pos)
-        if tag < 0 or size < 0 or pos2 + size > len(buf):
-            return -1
-        tags[str(tag)] = buf[pos2 : pos2 + size].hex()
-        pos = pos2 + size
-    if tags:
-        header["tagged_fields"] = tags
-    return pos
-
-
 def parse_request_header(data: bytes) -> tuple[dict[str, object], int, list[Diagnostic]] | None:
-    """(header, body offset, diagnostics) of a request frame, or None if it is not a request."""
-    if len(data) < 8:
-        return None
-    api = int.from_bytes(data[0:2], "big", signed=True)
-    ver = int.from_bytes(data[2:4], "big", signed=True)
-    corr = int.from_bytes(data[4:8], "big", signed=True)
-    if api not in API_NAMES:
-        return None
-    header: dict[str, object] = {"request_api_key": api, "request_api_version": ver, "correlation_id": corr}
-    diags: list[Diagnostic] = []
-    hv = request_header_version(api, ver)
-    pos = 8
-    if hv >= 1:
-        if len(data) < 10:
-            diags.append(Diagnostic(Code.TRUNCATED, 8, "request header ends before client_id"))
-            header["client_id"] = None
-            return header, len(data), diags
-        clen = int.from_bytes(data[8:10], "big", signed=True)
-        pos = 10
-        if clen >= 0:
-            if pos + clen > len(data):
-                diags.append(Diagnostic(Code.TRUNCATED, 8, f"client_id of {clen} bytes runs past the frame"))
-                header["client_id"] = None
-                return header, len(data), diags
-            header["client_id"] = data[pos : pos + clen].decode("utf-8", "replace")
-            pos += clen
-        elif clen == -1:
-            header["client_id"] = None
-        else:
-            diags.append(Diagnostic(Code.BAD_LENGTH, 8, f"client_id length {clen}"))
-            header["client_id"] = None
-            return header, len(data), diags
-    if hv >= 2:
-        end = _skip_tagged(data, pos, header)
-        if end < 0:
-            diags.append(Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in request header"))
-            return header, len(data), diags
-        pos = end
-    rng = REQUEST_VERSIONS.get(api)
-    if rng and not rng[0] <= ver <= rng[1]:
-        diags.append(Diagnostic(Code.UNSUPPORTED_VERSION, 2, f"{API_NAMES[api]} v{ver} is outside the known versions {rng[0]}-{rng[1]}"))
-    return header, pos, diags
+    """`read_request_header` as (header fields, body offset, diagnostics), for callers not
+    yet using the record (kanalyze/tui/rebuild.py)."""
+    h = read_request_header(data)
+    return None if h is None else (h.fields, h.body_offset, list(h.diagnostics))
 
 
-def parse_response_header(data: bytes, api: int, ver: int) -> tuple[dict[str, object], int, list[Diagnostic]]:
-    header: dict[str, object] = {"correlation_id": int.from_bytes(data[0:4], "big", signed=True)}
-    diags: list[Diagnostic] = []
-    pos = 4
-    if response_header_version(api, ver) >= 1:
-        end = _skip_tagged(data, pos, header)
-        if end < 0:
-            diags.append(Diagnostic(Code.BAD_HEADER, pos, "malformed tagged fields in response header"))
-            return header, len(data), diags
-        pos = end
-    return header, pos, diags
+def parse_response_header(
+    data: bytes, api: int, ver: int
+) -> tuple[dict[str, object], int, list[Diagnostic]]:
+    """`read_response_header` as (header fields, body offset, diagnostics), for callers not
+    yet using the record (kanalyze/tui/rebuild.py)."""
+    h = read_response_header(data, api, ver)
+    return h.fields, h.body_offset, list(h.diagnostics)
 
 
 def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
     """The acks field of a Produce request body (after transactional_id in v3+), or None."""
     try:
         if ver >= 9:
-            n, pos = _uvarint(data, pos)
-            if n < 0:
-                return None
+            n, pos = read_uvarint(data, pos, len(data))
             pos += max(n - 1, 0)
         elif ver >= 3:
-            n = int.from_bytes(data[pos : pos + 2], "big", signed=True)
+            n = INT16.unpack_from(data, pos)[0]
             pos += 2 + max(n, 0)
         if pos + 2 > len(data):
             return None
-        return int.from_bytes(data[pos : pos + 2], "big", signed=True)
-    except IndexError:
+        acks: int = INT16.unpack_from(data, pos)[0]
+        return acks
+    except (DecodeError, struct.error):  # the body ends before acks
         return None
+
+
+_Pending = tuple[Message, RequestHeader, "int | None"]  # a request waiting: message, header, acks
 
 
 class Correlator:
     """Pending requests of one connection; emits an `Exchange` per pair, orphan or timeout."""
 
     __slots__ = (
-        "conn", "emit", "pending", "count", "max_pending", "sasl_raw", "raw_pending", "on_pending", "unanswered",
-        "arrivals", "history", "orphans", "peers", "client_id",
+        "conn",
+        "emit",
+        "pending",
+        "count",
+        "max_pending",
+        "sasl_raw",
+        "raw_pending",
+        "on_pending",
+        "unanswered",
+        "arrivals",
+        "history",
+        "orphans",
+        "peers",
+        "client_id",
     )
 
     def __init__(
@@ -225,12 +179,12 @@ class Correlator:
         self.client_id: str | None = None
         self.emit = emit
         self.on_pending = on_pending
-        self.pending: dict[int, deque[tuple[Message, int | None]]] = {}
+        self.pending: dict[int, deque[_Pending]] = {}
         self.count = 0
         self.max_pending = max_pending
         self.sasl_raw = False  # SaslHandshake v0 succeeded: raw SASL tokens may follow
         self.raw_pending: deque[Message] = deque()
-        self.unanswered: deque[tuple[Message, int | None]] = deque()  # acks=0 Produce requests
+        self.unanswered: deque[_Pending] = deque()  # acks=0 Produce requests
         self.arrivals: deque[tuple[int, Message]] = deque()  # pending requests in arrival order
         self.history: deque[tuple[int, int, int]] = deque(maxlen=HISTORY)  # (corr, api, version)
         # responses without a request, held until later requests tell what they answered:
@@ -241,9 +195,10 @@ class Correlator:
         return corr in self.pending
 
     def request(self, pdu: Pdu) -> bool:
-        """Take a client frame. False when it does not parse as a Kafka request (and is not raw SASL)."""
-        parsed = parse_request_header(pdu.data)
-        if parsed is None:
+        """Take a client frame. False when it does not parse as a Kafka request (and is not
+        raw SASL)."""
+        hdr = read_request_header(pdu.data)
+        if hdr is None:
             if self.sasl_raw:
                 msg = Message(pdu, {}, 0)
                 self.raw_pending.append(msg)
@@ -251,41 +206,53 @@ class Correlator:
                 return True
             return False
         self.sasl_raw = False
-        header, body_at, diags = parsed
-        msg = Message(pdu, header, body_at, diags)
-        api_ver = (header["request_api_key"], header["request_api_version"])
-        self.history.append((header["correlation_id"], *api_ver))  # type: ignore[arg-type]
-        self.client_id = header.get("client_id")  # type: ignore[assignment]
-        for who in (self.client_id, ANY_CLIENT):
+        api, ver, corr, _cid, fields, body_at, hdiags = hdr
+        diags = list(hdiags) if hdiags else []
+        msg = Message(pdu, fields, body_at, diags)
+        api_ver = (api, ver)
+        self.history.append((corr, api, ver))
+        self.client_id = _cid
+        for who in (_cid, ANY_CLIENT):
             seen = self.peers.get(who)
             if seen is None and len(self.peers) < 1024:
                 seen = self.peers[who] = {}
             if seen is not None and api_ver not in seen and len(seen) < 256:
-                seen[api_ver] = None  # type: ignore[index]
+                seen[api_ver] = None
         if self.orphans:
             for entry in self.orphans:
                 entry[2] += 1
             self._settle_orphans_seen()
         if pdu.missing:
-            diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
-        api, ver, corr = header["request_api_key"], header["request_api_version"], header["correlation_id"]
-        acks = produce_acks(ver, pdu.data, body_at) if api == API_PRODUCE else None  # type: ignore[arg-type]
+            diags.append(
+                Diagnostic(
+                    Code.TRUNCATED,
+                    len(pdu.data),
+                    f"{pdu.missing} bytes of this frame were lost in a capture gap",
+                )
+            )
+        acks = produce_acks(ver, pdu.data, body_at) if api == PRODUCE else None
         if acks == 0:
             # no response is due; held until a later response proves none is coming (some
             # brokers answer anyway: then the answer is attached)
-            self.unanswered.append((msg, acks))
+            self.unanswered.append((msg, hdr, acks))
             self.on_pending(msg)
             if len(self.unanswered) > self.max_pending:
-                self._settle_unanswered(None)
+                self.settle_unanswered(None)
             return True
-        queue = self.pending.get(corr)  # type: ignore[arg-type]
+        queue = self.pending.get(corr)
         if queue is None:
-            self.pending[corr] = deque([(msg, acks)])  # type: ignore[index]
+            self.pending[corr] = deque([(msg, hdr, acks)])
         else:
-            diags.append(Diagnostic(Code.DUPLICATE_CORRELATION_ID, 4, f"correlation id {corr} is already awaiting a response"))
-            queue.append((msg, acks))
+            diags.append(
+                Diagnostic(
+                    Code.DUPLICATE_CORRELATION_ID,
+                    4,
+                    f"correlation id {corr} is already awaiting a response",
+                )
+            )
+            queue.append((msg, hdr, acks))
         self.count += 1
-        self._track(corr, msg)  # type: ignore[arg-type]
+        self._track(corr, msg)
         self.on_pending(msg)
         if self.count > self.max_pending:
             self._evict_oldest()
@@ -299,46 +266,54 @@ class Correlator:
             self.emit(Exchange(self.conn, SASL_RAW_API, 0, None, None, OK, req, resp))
             return
         if len(pdu.data) < 4:
-            resp = Message(pdu, {}, len(pdu.data), [Diagnostic(Code.TRUNCATED, 0, "response shorter than a correlation id")])
+            orphan = read_response_header(pdu.data, None, None)
+            resp = Message(pdu, orphan.fields, orphan.body_offset, list(orphan.diagnostics))
             self.emit(Exchange(self.conn, None, None, None, None, REQUEST_MISSING, None, resp))
             return
-        corr = int.from_bytes(pdu.data[0:4], "big", signed=True)
+        corr = INT32.unpack_from(pdu.data, 0)[0]
         queue = self.pending.get(corr)
         if not queue and self.unanswered:
-            for i, (m, _a) in enumerate(self.unanswered):
-                if m.header["correlation_id"] == corr:
-                    queue = deque([self.unanswered[i]])
+            for i, item in enumerate(self.unanswered):
+                if item[1].correlation_id == corr:
+                    queue = deque([item])
                     del self.unanswered[i]
                     self.pending[corr] = queue
                     self.count += 1
                     break
         if not queue:
-            header: dict[str, object] = {"correlation_id": corr}
-            resp = Message(pdu, header, 4)
+            orphan = read_response_header(pdu.data, None, None)
+            resp = Message(pdu, orphan.fields, orphan.body_offset)
             self.orphans.append([resp, corr, 0])
             self.on_pending(resp)  # the output waits for it like for a pending request
             if len(self.orphans) > MAX_ORPHANS:
                 self._settle_orphan(self.orphans.popleft())
             return
-        req, acks = queue.popleft()
+        req, hdr, acks = queue.popleft()
         if not queue:
             del self.pending[corr]
         self.count -= 1
         req.done = True
         if self.unanswered:
-            self._settle_unanswered(req.pdu.last_ts)
-        api, ver = req.header["request_api_key"], req.header["request_api_version"]
-        header, body_at, diags = parse_response_header(pdu.data, api, ver)  # type: ignore[arg-type]
+            self.settle_unanswered(req.pdu.last_ts)
+        api, ver = hdr.api_key, hdr.api_version
+        _c, fields, body_at, rdiags = read_response_header(pdu.data, api, ver)
+        diags = list(rdiags) if rdiags else []
         if pdu.missing:
-            diags.append(Diagnostic(Code.TRUNCATED, len(pdu.data), f"{pdu.missing} bytes of this frame were lost in a capture gap"))
+            diags.append(
+                Diagnostic(
+                    Code.TRUNCATED,
+                    len(pdu.data),
+                    f"{pdu.missing} bytes of this frame were lost in a capture gap",
+                )
+            )
         if pdu.last_ts < req.pdu.last_ts:
             diags.append(Diagnostic(
                 Code.TIMESTAMP_ORDER, 0, "captured with an earlier timestamp than its request: latency unknown"
             ))
-        resp = Message(pdu, header, body_at, diags)
-        if api == API_SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
-            self.sasl_raw = int.from_bytes(pdu.data[body_at : body_at + 2], "big", signed=True) == 0
-        self.emit(self._exchange(req, resp, OK, acks))
+        resp = Message(pdu, fields, body_at, diags)
+        if api == SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
+            self.sasl_raw = INT16.unpack_from(pdu.data, body_at)[0] == 0
+        self.emit(self._exchange(req, hdr, resp, OK, acks))
 
     def _settle_orphans_seen(self) -> None:
         """Settle the orphans enough requests went by for: inferred ones at SETTLE_AFTER, the
@@ -367,40 +342,45 @@ class Correlator:
             why = found.reason if found is not None else "a capture gap cut it: not inferred"
             diag = Diagnostic(Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}")
             out = Message(pdu, resp.header, resp.body_offset, [*resp.diagnostics, diag])
-            self.emit(Exchange(self.conn, None, None, corr, None, REQUEST_MISSING, None, out))
+            self.emit(_new(Exchange, (self.conn, None, None, corr, None, REQUEST_MISSING, None, out, None, None)))
             return True
-        out = Message(pdu, found.header or resp.header, found.body_offset, list(resp.diagnostics))
-        self.emit(Exchange(
-            self.conn, found.api, found.version, corr, None, REQUEST_MISSING, None, out, inferred=found.to_json()
-        ))
+        header = found.header or resp.header
+        out = Message(pdu, header, found.body_offset, list(resp.diagnostics))
+        inferred = found.to_json()
+        self.emit(_new(Exchange, (self.conn, found.api, found.version, corr, None, REQUEST_MISSING, None, out, None, inferred)))
         return True
 
     def _settle_orphans(self, before_ts: int | None = None) -> None:
         while self.orphans and (before_ts is None or self.orphans[0][0].pdu.last_ts < before_ts):
             self._settle_orphan(self.orphans.popleft())
 
-    def _exchange(self, req: Message, resp: Message | None, status: str, acks: int | None) -> Exchange:
-        h = req.header
-        return Exchange(
-            self.conn,
-            h["request_api_key"],  # type: ignore[arg-type]
-            h["request_api_version"],  # type: ignore[arg-type]
-            h["correlation_id"],  # type: ignore[arg-type]
-            h.get("client_id"),  # type: ignore[arg-type]
-            status,
-            req,
-            resp,
-            acks,
+    def _exchange(
+        self, req: Message, h: RequestHeader, resp: Message | None, status: str, acks: int | None
+    ) -> Exchange:
+        return _new(
+            Exchange,
+            (
+                self.conn,
+                h.api_key,
+                h.api_version,
+                h.correlation_id,
+                h.client_id,
+                status,
+                req,
+                resp,
+                acks,
+                None,
+            ),
         )
 
-    def _settle_unanswered(self, before_ts: int | None) -> None:
-        """acks=0 Produce requests sent before `before_ts` are done; with None, the oldest are
-        released until the backlog is within `max_pending`."""
+    def settle_unanswered(self, before_ts: int | None) -> None:
+        """acks=0 Produce requests sent at or before `before_ts` are done (status ok, no
+        response); with None, the oldest are released until the backlog is within `max_pending`."""
         q = self.unanswered
         while q and (before_ts is None or q[0][0].pdu.last_ts <= before_ts):
-            req, acks = q.popleft()
+            req, hdr, acks = q.popleft()
             req.done = True
-            self.emit(self._exchange(req, None, OK, acks))
+            self.emit(self._exchange(req, hdr, None, OK, acks))
             if before_ts is None and len(q) <= self.max_pending:
                 break
 
@@ -418,27 +398,33 @@ class Correlator:
         while arrivals and arrivals[0][1].done:
             arrivals.popleft()
         oldest = arrivals.popleft()[0]
-        req, acks = self.pending[oldest].popleft()
+        req, hdr, acks = self.pending[oldest].popleft()
         if not self.pending[oldest]:
             del self.pending[oldest]
         self.count -= 1
         req.done = True
-        req.diagnostics.append(Diagnostic(Code.PENDING_LIMIT, 0, f"more than {self.max_pending} requests pending; oldest given up"))
-        self.emit(self._exchange(req, None, NO_RESPONSE, acks))
+        req.diagnostics.append(
+            Diagnostic(
+                Code.PENDING_LIMIT,
+                0,
+                f"more than {self.max_pending} requests pending; oldest given up",
+            )
+        )
+        self.emit(self._exchange(req, hdr, None, NO_RESPONSE, acks))
 
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests that began before `older_than_ns` (live mode / long captures);
         acks=0 Produce requests that old are settled as `ok` (no response is due)."""
         self._settle_orphans(older_than_ns)
         if self.unanswered:
-            self._settle_unanswered(older_than_ns)
+            self.settle_unanswered(older_than_ns)
         for corr in list(self.pending):
             q = self.pending[corr]
             while q and q[0][0].pdu.last_ts < older_than_ns:
-                req, acks = q.popleft()
+                req, hdr, acks = q.popleft()
                 self.count -= 1
                 req.done = True
-                self.emit(self._exchange(req, None, NO_RESPONSE, acks))
+                self.emit(self._exchange(req, hdr, None, NO_RESPONSE, acks))
             if not q:
                 del self.pending[corr]
 
@@ -448,21 +434,21 @@ class Correlator:
         before one of them says its response may be in it."""
         self._settle_orphans()
         while self.unanswered:
-            req, acks = self.unanswered.popleft()
+            req, hdr, acks = self.unanswered.popleft()
             req.done = True
-            self.emit(self._exchange(req, None, OK, acks))
+            self.emit(self._exchange(req, hdr, None, OK, acks))
         waiting = [item for q in self.pending.values() for item in q]
         waiting.sort(key=lambda item: item[0].pdu.last_ts)
         self.pending.clear()
         self.count = 0
-        for req, acks in waiting:
+        for req, hdr, acks in waiting:
             req.done = True
             after = [p for p in broker_gaps if p > req.pdu.last_pkt]
             if after:
                 req.diagnostics.append(Diagnostic(
                     Code.GAP, 0, f"no response seen: the broker's stream lost bytes in a capture gap after it (packet {after[0]})"
                 ))
-            self.emit(self._exchange(req, None, NO_RESPONSE, acks))
+            self.emit(self._exchange(req, hdr, None, NO_RESPONSE, acks))
         while self.raw_pending:
             req = self.raw_pending.popleft()
             req.done = True

@@ -9,100 +9,32 @@ output back forever).
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from dissectors import Code
 from kanalyze.capture import Packet
 from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
-from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, decode_segment, format_endpoint
-from kanalyze.framing import Framer, Pdu, plausible_request
-from kanalyze.reassembly import HalfStream, ReassemblyLimits
+from kanalyze.engine_types import DirectionTotals, EngineOptions, EngineStats
+from kanalyze.flows import ACK, FIN, RST, SYN, Segment, decode_segment, format_endpoint
+from kanalyze.framing import Framer, Pdu, StreamEvent
+from kanalyze.headers import plausible_request
+from kanalyze.reassembly import MASK as SEQ_MASK
+from kanalyze.reassembly import HalfStream
 from kanalyze.roles import judge
 
+__all__ = ["DirectionTotals", "Engine", "EngineOptions", "EngineStats"]
+
 WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})
-DETECTION_BUDGET = 64 * 1024  # client bytes searched for a first request before a flow is judged not Kafka
+FlowKey = tuple[bytes, int, bytes, int]  # (source address, port, destination address, port)
+# client bytes searched for a first request before a flow is judged not Kafka
+DETECTION_BUDGET = 64 * 1024
 # a connection seen without its SYN waits (packets held, copied) until its bytes tell which side
 # is the client: both sides spoke, or this much was held, or it ended
 ROLE_PACKETS = 32
-EARLY_RESPONSES = 64  # broker frames kept while the client side has not yet confirmed Kafka
 ROLE_BYTES = 64 * 1024
-
-
-@dataclass(slots=True)
-class EngineOptions:
-    ports: frozenset[int] = frozenset()  # --port: these are broker ports, always Kafka
-    max_frame: int = 256 * 1024 * 1024
-    max_pending: int = 10_000
-    order_window_ns: int = 60 * 1_000_000_000
-    pending_timeout_ns: int | None = None  # live mode: give up on requests older than this
-    reassembly: ReassemblyLimits = field(default_factory=ReassemblyLimits)
-    # bytes held across all connections (partial frames, unsynced search bytes, out-of-order
-    # data); over it the connections holding the most are evicted down to 3/4 of it
-    max_buffered: int = 1024 * 1024 * 1024
-    # connections open at once; over it the least recently active 1/8 are closed
-    max_connections: int = 100_000
-
-
-@dataclass(slots=True)
-class DirectionTotals:
-    """Byte accounting for one side of the Kafka connections: stream = frames + skipped + gaps."""
-
-    stream: int = 0
-    frames: int = 0
-    skipped: int = 0
-    gaps: int = 0
-    gap_count: int = 0
-    retransmitted: int = 0
-    overlap_conflicts: int = 0
-    pdus: int = 0
-    limit_gaps: int = 0  # holes given up at a reassembly bound (also counted in gaps)
-    uncaptured: int = 0  # bytes cut by the capture's snaplen (also counted in gaps)
-
-    def add(self, half: HalfStream, framer: Framer) -> None:
-        self.stream += half.next
-        self.frames += framer.pdu_bytes
-        self.skipped += framer.skipped
-        self.gaps += half.gap_bytes
-        self.gap_count += half.gaps
-        self.retransmitted += half.retransmitted
-        self.overlap_conflicts += half.overlap_conflicts
-        self.pdus += framer.frames
-        self.limit_gaps += half.limit_gaps
-        self.uncaptured += half.uncaptured
-
-
-@dataclass(slots=True)
-class EngineStats:
-    flows: FlowStats = field(default_factory=FlowStats)
-    connections: int = 0
-    kafka_connections: int = 0
-    non_kafka_connections: int = 0
-    non_kafka_bytes: int = 0
-    empty_connections: int = 0  # no payload at all (refused, probes, idle)
-    stray_packets: int = 0  # payload-less segments of connections not open (e.g. the last ACK)
-    client: DirectionTotals = field(default_factory=DirectionTotals)
-    broker: DirectionTotals = field(default_factory=DirectionTotals)
-    # stream events worth showing: (connection id, side, code, stream offset, packet, message)
-    events: list[tuple[int, str, str, int, int, str]] = field(default_factory=list)
-    max_events: int = 10_000
-    events_dropped: int = 0
-    event_counts: dict[str, int] = field(default_factory=dict)  # every stream event by code, kept or dropped
-    limit_hits: dict[str, int] = field(default_factory=dict)  # engine-wide bounds hit: option name -> times
-    buffered: int = 0  # bytes buffered right now across connections
-    buffered_peak: int = 0
-    open_peak: int = 0  # most connections open at once
-    # connections judged not Kafka, for the "nothing analyzed" explanation: (client, broker, tls)
-    non_kafka_flows: list[tuple[str, str, bool]] = field(default_factory=list)
-    tls_connections: int = 0  # TLS records seen where Kafka was expected (a TLS listener)
-
-    def not_kafka(self, conn: Connection) -> None:
-        """Count a connection judged not Kafka (its flow named in the first 20)."""
-        self.non_kafka_connections += 1
-        self.tls_connections += conn.tls
-        if len(self.non_kafka_flows) < 20:
-            self.non_kafka_flows.append((conn.info.client, conn.info.broker, conn.tls))
+EARLY_RESPONSES = 64  # broker frames kept while the client side has not yet confirmed Kafka
 
 
 def looks_like_tls(payload: bytes) -> bool:
@@ -139,7 +71,9 @@ class Connection:
         "early",
     )
 
-    def __init__(self, engine: Engine, info: ConnInfo, client_key: tuple, forced: bool, syn_seen: bool) -> None:
+    def __init__(
+        self, engine: Engine, info: ConnInfo, client_key: FlowKey, forced: bool, syn_seen: bool
+    ) -> None:
         self.info = info
         self.client_key = client_key
         self.forced = forced
@@ -155,8 +89,10 @@ class Connection:
         self.early: list[Pdu] = []
         self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending, engine.peers)
         mf = engine.opts.max_frame
-        self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen)
-        self.sf = Framer(False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending)
+        self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen, None, info.id)
+        self.sf = Framer(
+            False, self._server_pdu, self.corr.expects, mf, syn_seen, self.corr.pending, info.id
+        )
         self.c2s = HalfStream(self.cf, engine.opts.reassembly)
         self.s2c = HalfStream(self.sf, engine.opts.reassembly)
 
@@ -178,7 +114,14 @@ class Connection:
                 self.corr.response(p)
         if not self.corr.request(pdu):
             self.cf.events.append(
-                ("bad_header", pdu.offset, pdu.last_pkt, "frame does not parse as a Kafka request header")
+                StreamEvent(
+                    self.info.id,
+                    "client",
+                    Code.BAD_HEADER,
+                    pdu.offset,
+                    pdu.last_pkt,
+                    "frame does not parse as a Kafka request header",
+                )
             )
 
     def _server_pdu(self, pdu: Pdu) -> None:
@@ -201,14 +144,14 @@ class Undecided:
     def __init__(self, conn_id: int, key: tuple, ts_ns: int) -> None:
         self.id = conn_id
         self.key = key  # the 4-tuple of the first packet seen
-        self.held: list[tuple[object, int, int]] = []  # (segment, packet no, ts)
+        self.held: list[tuple[Segment, int, int]] = []  # (segment, packet no, ts)
         self.data: dict[tuple, bytearray] = {}  # the first bytes each direction sent
         self.first_ts = ts_ns
         self.nbytes = 0
 
-    def add(self, seg, key: tuple, pkt_no: int, ts_ns: int) -> None:  # noqa: ANN001
+    def add(self, seg: Segment, key: FlowKey, pkt_no: int, ts_ns: int) -> None:
         payload = bytes(seg.payload)  # a copy: the payload may be a view into a capture block
-        self.held.append((dataclasses.replace(seg, payload=payload), pkt_no, ts_ns))
+        self.held.append((seg._replace(payload=payload), pkt_no, ts_ns))
         if payload:
             self.nbytes += len(payload)
             self.data.setdefault(key, bytearray()).extend(payload)
@@ -216,8 +159,8 @@ class Undecided:
     def verdict(self, max_frame: int) -> bool | None:
         """Whether the first packet's sender is the client, judged from both directions' bytes."""
         k = self.key
-        empty = bytearray()
-        return judge(self.data.get(k, empty), self.data.get((k[2], k[3], k[0], k[1]), empty), max_frame)
+        mine, theirs = self.data.get(k, b""), self.data.get((k[2], k[3], k[0], k[1]), b"")
+        return judge(bytes(mine), bytes(theirs), max_frame)
 
     def out_of_patience(self) -> bool:
         return len(self.held) >= ROLE_PACKETS or self.nbytes >= ROLE_BYTES
@@ -234,11 +177,13 @@ class _At:
 class Engine:
     """Push packets in, get exchanges out through `on_exchange`, in start-time order."""
 
-    def __init__(self, on_exchange: Callable[[Exchange], None], opts: EngineOptions | None = None) -> None:
+    def __init__(
+        self, on_exchange: Callable[[Exchange], None], opts: EngineOptions | None = None
+    ) -> None:
         self.opts = opts or EngineOptions()
         self.on_exchange = on_exchange
         self.stats = EngineStats()
-        self.conns: dict[tuple, Connection] = {}
+        self.conns: dict[FlowKey, Connection] = {}  # both directions' keys
         self.order: dict[int, Connection] = {}  # open connections by id, in order of appearance
         self.next_id = 1
         self.done: list[tuple[int, int, Exchange]] = []  # completed exchanges by start time
@@ -277,8 +222,9 @@ class Engine:
         seg = decode_segment(pkt.linktype, pkt.data, self.stats.flows)
         if seg is None:
             return
-        if pkt.ts_ns > self.now:
-            self.now = pkt.ts_ns
+        ts = pkt.ts_ns
+        if ts > self.now:
+            self.now = ts
         key = (seg.src, seg.sport, seg.dst, seg.dport)
         flags = seg.flags
         if self.undecided:
@@ -301,7 +247,7 @@ class Engine:
             return
         self._segment(seg, key, conn, pkt)
 
-    def _port_decides(self, seg) -> bool:  # noqa: ANN001
+    def _port_decides(self, seg: Segment) -> bool:
         """`--port` names exactly one side of this segment's connection."""
         ports = self.opts.ports
         return bool(ports) and (seg.dport in ports) != (seg.sport in ports)
@@ -323,16 +269,17 @@ class Engine:
             key = (seg.src, seg.sport, seg.dst, seg.dport)
             self._segment(seg, key, self.conns.get(key), _At(no, ts))
 
-    def _segment(self, seg, key: tuple, conn: Connection | None, pkt) -> None:  # noqa: ANN001
+    def _segment(self, seg: Segment, key: FlowKey, conn: Connection | None, pkt) -> None:  # noqa: ANN001
         """One TCP segment of a connection whose roles are known (`conn` None: not open yet)."""
-        flags = seg.flags
+        src, sport, dst, dport, seq, ack, flags, payload, cut = seg  # one unpack: cheaper than lookups
+        ts = pkt.ts_ns
         if flags & SYN and not flags & ACK and conn is not None and not conn.ignored:
             base = conn.c2s.base
-            if key == conn.client_key and base is not None and base != (seg.seq + 1) & 0xFFFFFFFF:
+            if key == conn.client_key and base is not None and base != (seq + 1) & SEQ_MASK:
                 self._close(conn, pkt)  # port reuse: a new SYN on the same 4-tuple
                 conn = None
         if conn is None:
-            if not seg.payload and not seg.cut and not flags & SYN:
+            if not payload and not cut and not flags & SYN:
                 # a pure ACK/FIN/RST of a connection already closed (or not yet seen carrying
                 # data): nothing to reassemble, and no reason to open a connection for it
                 self.stats.stray_packets += 1
@@ -341,24 +288,24 @@ class Engine:
                 self._close_least_recent(pkt)
             conn = self._open(seg, key, flags)
         if conn.ignored:
-            conn.last_seen = pkt.ts_ns
-            self.stats.non_kafka_bytes += len(seg.payload)
+            conn.last_seen = ts
+            self.stats.non_kafka_bytes += len(payload)
             if flags & (FIN | RST):
                 self._forget(conn)
             return
         conn.clock += 1
-        conn.last_seen = pkt.ts_ns
+        conn.last_seen = ts
         from_client = key == conn.client_key
         half, other = (conn.c2s, conn.s2c) if from_client else (conn.s2c, conn.c2s)
         if flags & SYN and half.base is None:
-            half.start(seg.seq, True)
+            half.start(seq, True)
             (conn.cf if from_client else conn.sf).synced = True
         held = conn.held
         if flags & ACK:
-            other.peer_ack(seg.ack)
+            other.peer_ack(ack)
             if other.heap:
-                other.check_hole(conn.clock, pkt.no, pkt.ts_ns, now=bool(seg.payload or seg.cut))
-        half.segment(seg.seq, seg.payload, bool(flags & FIN), pkt.no, pkt.ts_ns, conn.clock, seg.cut)
+                other.check_hole(conn.clock, pkt.no, ts, now=bool(payload or cut))
+        half.segment(seq, payload, bool(flags & FIN), pkt.no, ts, conn.clock, cut)
         now_held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
         if now_held != held:
             conn.held = now_held
@@ -369,23 +316,31 @@ class Engine:
                     self._evict_buffers(pkt)
                 st.buffered_peak = max(st.buffered_peak, st.buffered)
         if not conn.kafka and not conn.ignored:
-            if seg.payload and conn.cf.pdu_bytes + conn.sf.pdu_bytes == 0 and looks_like_tls(seg.payload):
+            if payload and conn.cf.pdu_bytes + conn.sf.pdu_bytes == 0 and looks_like_tls(payload):
                 conn.tls = conn.ignored = True
             elif conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
                 conn.ignored = True
         if conn.ignored:
-            self.stats.not_kafka(conn)
+            self.stats.not_kafka(conn.info.client, conn.info.broker, conn.tls)
             self.stats.non_kafka_bytes += conn.c2s.delivered + conn.s2c.delivered
             self._drop_state(conn)
         elif flags & RST or (
-            conn.c2s.fin_at is not None and conn.s2c.fin_at is not None and conn.c2s.finished and conn.s2c.finished
+            conn.c2s.fin_at is not None
+            and conn.s2c.fin_at is not None
+            and conn.c2s.finished
+            and conn.s2c.finished
         ):
             self._close(conn, pkt)
         if self.done:
             self._release()
 
     def _open(
-        self, seg, key: tuple, flags: int, conn_id: int | None = None, verdict: bool | None = None  # noqa: ANN001
+        self,
+        seg: Segment,
+        key: FlowKey,
+        flags: int,
+        conn_id: int | None = None,
+        verdict: bool | None = None,
     ) -> Connection:
         """Open a connection at `seg`; `verdict` (from the bytes) says whether its sender is the
         client. Precedence: SYN, `--port`, the bytes, a well-known Kafka port, the lower port."""
@@ -424,10 +379,12 @@ class Engine:
         """Count an engine-wide bound being hit and report it as a stream event of `conn`."""
         st = self.stats
         st.limit_hits[limit] = st.limit_hits.get(limit, 0) + 1
-        code = "buffer_limit" if limit == "max_buffered" else "connection_limit"
+        code = Code.BUFFER_LIMIT if limit == "max_buffered" else Code.CONNECTION_LIMIT
         st.event_counts[code] = st.event_counts.get(code, 0) + 1
         if len(st.events) < st.max_events:
-            st.events.append((conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message))
+            st.events.append(
+                StreamEvent(conn.info.id, "client", code, conn.cf.stream_offset, pkt.no, message)
+            )
         else:
             st.events_dropped += 1
 
@@ -437,16 +394,26 @@ class Engine:
         at 3/4 of the bound; one sort per eviction round keeps a flood linear."""
         st = self.stats
         target = self.opts.max_buffered * 3 // 4
-        for conn in sorted((c for c in self.order.values() if c.held), key=lambda c: c.held, reverse=True):
+        for conn in sorted(
+            (c for c in self.order.values() if c.held), key=lambda c: c.held, reverse=True
+        ):
             if st.buffered <= target:
                 break
             dropped = conn.held
             for half, framer in ((conn.c2s, conn.cf), (conn.s2c, conn.sf)):
                 half.flush(pkt.no, pkt.ts_ns, "buffers evicted: --max-buffered")
                 framer.evict("buffers evicted: --max-buffered")
-            conn.held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+            conn.held = (
+                len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+            )
             st.buffered -= dropped - conn.held
-            self._hit("max_buffered", conn, pkt, f"{dropped} buffered bytes given up: {st.buffered + dropped} bytes buffered in total")
+            self._hit(
+                "max_buffered",
+                conn,
+                pkt,
+                f"{dropped} buffered bytes given up: "
+                f"{st.buffered + dropped} bytes buffered in total",
+            )
 
     def _close_least_recent(self, pkt: Packet) -> None:
         """At `max_connections`: close the least recently active 1/8 of the open connections
@@ -464,7 +431,8 @@ class Engine:
                 del self.conns[key]
 
     def _drop_state(self, conn: Connection) -> None:
-        """A connection judged not Kafka: free its buffers, keep a tombstone to ignore its packets."""
+        """A connection judged not Kafka: free its buffers, keep a tombstone to ignore its
+        packets."""
         conn.c2s.heap.clear()
         conn.s2c.heap.clear()
         conn.c2s.ooo_bytes = conn.s2c.ooo_bytes = 0
@@ -489,7 +457,7 @@ class Engine:
             for p in conn.early:
                 conn.corr.response(p)
             conn.early.clear()
-        conn.corr.close(tuple(pk for code, _o, pk, _m in conn.sf.events if code == "gap"))
+        conn.corr.close(tuple(e.frame for e in conn.sf.events if e.code == Code.GAP))
         self.stats.buffered -= conn.held
         conn.held = 0
         self._forget(conn)
@@ -499,7 +467,7 @@ class Engine:
         if not conn.kafka:
             carried = conn.c2s.delivered + conn.s2c.delivered
             if carried:
-                self.stats.not_kafka(conn)
+                self.stats.not_kafka(conn.info.client, conn.info.broker, conn.tls)
                 self.stats.non_kafka_bytes += carried
             else:
                 self.stats.empty_connections += 1
@@ -509,15 +477,34 @@ class Engine:
         st.client.add(conn.c2s, conn.cf)
         st.broker.add(conn.s2c, conn.sf)
         counts = st.event_counts
-        for side, fr in (("client", conn.cf), ("broker", conn.sf)):
+        for fr in (conn.cf, conn.sf):
             for code, n in fr.event_counts.items():
                 counts[code] = counts.get(code, 0) + n
             st.events_dropped += fr.events_dropped
-            for code, off, pk, msg in fr.events:
-                if len(st.events) < st.max_events:
-                    st.events.append((conn.info.id, side, code, off, pk, msg))
-                else:
-                    st.events_dropped += 1
+            room = max(st.max_events - len(st.events), 0)
+            st.events.extend(fr.events[:room])
+            st.events_dropped += max(len(fr.events) - room, 0)
+
+    # -- live mode -------------------------------------------------------------------------------
+    @property
+    def pending_count(self) -> int:
+        """Requests waiting for a response on the open connections (acks=0 Produce excluded)."""
+        return sum(c.corr.count for c in self.order.values())
+
+    @property
+    def open_count(self) -> int:
+        """Connections open right now."""
+        return len(self.order)
+
+    def settle_unanswered(self, older_than_ns: int) -> None:
+        """Settle acks=0 Produce requests sent before `older_than_ns` (status ok, no response,
+        as at the end of a capture). The correlator holds them until a later response proves
+        none is coming, which on a produce-only connection never happens; `expire` leaves them
+        alone, so live mode calls this with a short grace period."""
+        for conn in self.order.values():
+            if conn.corr.unanswered:
+                conn.corr.settle_unanswered(older_than_ns)
+        self._release()
 
     def _decide_all(self, older_than_ns: int | None = None) -> None:
         """Settle held connections (all, or those first seen before `older_than_ns`)."""

@@ -4,71 +4,31 @@ A framer is either in sync (the next bytes are a size prefix) or searching:
 at a mid-stream start, after a gap that did not fall inside a known frame, or
 after an absurd size. Searching looks for a plausible request header (client
 side) or for a response whose correlation id a pending request is waiting for
-(broker side); every byte passed over is counted as skipped.
+(broker side; the search itself is `resync.py`); every byte passed over is counted as skipped.
 Accounting per direction: bytes delivered = bytes in frames + bytes skipped.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from dissectors.apis import REQUEST_VERSIONS
-from dissectors.quirks import request_header_version
+from dissectors import Code
+from kanalyze.headers import MIN_REQUEST, UINT32
+from kanalyze.reassembly import SNAPLEN
+from kanalyze.resync import MIN_RESPONSE, find_frame_start
 
 SEARCH_WINDOW = 1024 * 1024  # bytes searched before older unsynced bytes are dropped
 KEEP_TAIL = 64  # bytes kept from a fruitless search (a header may straddle chunks)
-MIN_REQUEST = 8  # api_key + api_version + correlation_id (+ client id in v1+)
-MIN_RESPONSE = 4  # correlation_id
-VERSION_SLACK = 0  # versions accepted above the newest known, when searching
 MAX_EVENTS = 1000  # stream events kept per direction (the rest are counted)
+# builds a Pdu at C speed (a NamedTuple's own __new__ is a Python function)
+_new = tuple.__new__
 
 
-def _request_candidates(top: int) -> re.Pattern[bytes]:
-    """Positions that could start a request header: size's first byte <= `top` (max_frame >> 24)
-    and size >= MIN_REQUEST, api key and version of a known request, correlation id >= 0 (a
-    necessary condition of `plausible_request`). Scanning with it runs in C, so a client-side
-    search judges only candidates in Python, not every byte."""
-    alts = []
-    for api, (lo, hi) in sorted(REQUEST_VERSIONS.items()):
-        hi += VERSION_SLACK
-        assert 0 <= api < 256 and 0 <= lo <= hi < 256
-        alts.append(re.escape(bytes([api])) + b"\\x00[" + re.escape(bytes([lo])) + b"-" + re.escape(bytes([hi])) + b"]")
-    return re.compile(
-        b"(?=[\\x00-" + re.escape(bytes([top])) + b"])(?!\\x00\\x00\\x00[\\x00-\\x07])"
-        b"(?=.{4}\\x00(?:" + b"|".join(alts) + b")[\\x00-\\x7f])",
-        re.S,
-    )
+class Pdu(NamedTuple):
+    """One Kafka frame. `data` excludes the size prefix; `missing` > 0 when a gap cut it short.
 
-
-_REQUEST_CANDIDATE: dict[int, re.Pattern[bytes]] = {}
-
-
-def request_candidates(top: int) -> re.Pattern[bytes]:
-    pat = _REQUEST_CANDIDATE.get(top)
-    if pat is None:
-        pat = _REQUEST_CANDIDATE[top] = _request_candidates(top)
-    return pat
-
-
-_SIZE_CANDIDATE: dict[int, re.Pattern[bytes]] = {}
-
-
-def size_candidates(top: int) -> re.Pattern[bytes]:
-    """Positions whose 4 bytes could be a response size: first byte <= `top` (max_frame >> 24),
-    value >= MIN_RESPONSE (a necessary condition of `_response_chain`)."""
-    pat = _SIZE_CANDIDATE.get(top)
-    if pat is None:
-        first = re.escape(bytes([top]))
-        pat = _SIZE_CANDIDATE[top] = re.compile(b"(?=[\\x00-" + first + b"].{3})(?!\\x00\\x00\\x00[\\x00-\\x03])", re.S)
-    return pat
-
-
-@dataclass(slots=True)
-class Pdu:
-    """One Kafka frame. `data` excludes the size prefix; `missing` > 0 when a gap cut it short."""
+    Immutable; a NamedTuple because one is built per frame (built at C speed)."""
 
     data: bytes
     size: int  # the size prefix's value
@@ -80,36 +40,16 @@ class Pdu:
     missing: int = 0
 
 
-def plausible_request(buf: bytes | bytearray, p: int, max_frame: int = 0x7FFFFFFF) -> int:
-    """Whether a request header starts at buf[p]: 1 yes, 0 no, -1 not enough bytes to say."""
-    n = len(buf)
-    if n - p < 12:
-        return -1
-    size = int.from_bytes(buf[p : p + 4], "big")
-    if size < MIN_REQUEST or size > max_frame:
-        return 0
-    api = int.from_bytes(buf[p + 4 : p + 6], "big", signed=True)
-    ver = int.from_bytes(buf[p + 6 : p + 8], "big", signed=True)
-    rng = REQUEST_VERSIONS.get(api)
-    if rng is None or ver < rng[0] or ver > rng[1] + VERSION_SLACK:
-        return 0
-    if int.from_bytes(buf[p + 8 : p + 12], "big", signed=True) < 0:
-        return 0
-    if request_header_version(api, ver) == 0:
-        return 1
-    if n - p < 14:
-        return -1
-    clen = int.from_bytes(buf[p + 12 : p + 14], "big", signed=True)
-    if clen == -1:
-        return 1
-    if clen < 0 or 10 + clen > size:
-        return 0
-    cid = buf[p + 14 : p + 14 + clen]
-    if len(cid) < clen:
-        return -1
-    if any(b < 0x20 or b > 0x7E for b in cid):
-        return 0
-    return 1
+class StreamEvent(NamedTuple):
+    """Something worth reporting about one direction's byte stream: a gap, skipped bytes, an
+    implausible size, a bound hit. `frame` is the packet number it was seen at."""
+
+    connection: int
+    side: str  # "client" or "broker"
+    code: Code
+    stream_offset: int
+    frame: int
+    message: str
 
 
 class Framer:
@@ -136,6 +76,8 @@ class Framer:
         "events",
         "events_dropped",
         "event_counts",
+        "conn_id",
+        "side",
         "cut",
     )
 
@@ -147,8 +89,11 @@ class Framer:
         max_frame: int,
         synced: bool,
         awaited: Collection[int] | None = None,
+        conn_id: int = 0,
     ) -> None:
         self.client_side = client_side
+        self.conn_id = conn_id  # the connection's id, for the stream events
+        self.side = "client" if client_side else "broker"
         self.on_pdu = on_pdu
         self.expects = expects  # broker side: is a response with this correlation id awaited?
         # broker side, optional: the awaited correlation ids themselves (a live view), which
@@ -158,7 +103,9 @@ class Framer:
         self.synced = synced
         self.buf = bytearray()
         self.buf_offset = 0  # stream offset of buf[0]
-        self.marks: list[tuple[int, int, int]] = []  # (stream offset, pkt, ts) where buffered chunks begin
+        self.marks: list[
+            tuple[int, int, int]
+        ] = []  # (stream offset, pkt, ts) where buffered chunks begin
         self.stream_offset = 0  # stream offset just past the last byte received
         self.skip = 0  # bytes still to drop: the rest of a frame broken by a gap
         self.pdu_bytes = 0
@@ -167,9 +114,9 @@ class Framer:
         self.resyncs = 0
         self.last_pkt = 0
         self.last_ts = 0
-        self.events: list[tuple[str, int, int, str]] = []  # (code, stream offset, pkt, message)
+        self.events: list[StreamEvent] = []
         self.events_dropped = 0
-        self.event_counts: dict[str, int] = {}  # every event by code, kept or dropped
+        self.event_counts: dict[str, int] = {}  # every event by Code, kept or dropped
         # a frame broken by a gap, held until its tail has been skipped: it is then dated by the
         # packet carrying its last byte, as an unbroken frame is
         self.cut: Pdu | None = None
@@ -208,10 +155,10 @@ class Framer:
         gap_start = self.stream_offset
         self.stream_offset += nbytes
         self.last_pkt, self.last_ts = pkt_no, ts_ns
-        if why == "snaplen":  # bytes not captured (snaplen): counted, not listed one by one
-            code, why = "snaplen", ""
+        if why == SNAPLEN:  # bytes not captured (snaplen): counted, not listed one by one
+            code, why = Code.SNAPLEN, ""
         else:
-            code = "buffer_limit" if why else "gap"
+            code = Code.BUFFER_LIMIT if why else Code.GAP
             why = f"{nbytes} bytes given up ({why})" if why else f"{nbytes} bytes lost in a capture gap"
         if self.skip:
             used = min(self.skip, nbytes)
@@ -224,7 +171,7 @@ class Framer:
             return
         self._note(code, gap_start, pkt_no, why)
         if self.synced and len(self.buf) >= 4:
-            size = int.from_bytes(self.buf[:4], "big")
+            size = UINT32.unpack_from(self.buf, 0)[0]
             frame_end = self.buf_offset + 4 + size
             if size <= self.max_frame and frame_end >= gap_start + nbytes:
                 # the gap lies inside a frame whose size is known: keep its head, skip its tail
@@ -256,15 +203,15 @@ class Framer:
         pdu, self.cut = self.cut, None
         if pdu is not None:
             if pkt_no is not None:
-                pdu = dataclasses.replace(pdu, last_pkt=pkt_no, last_ts=ts_ns)
+                pdu = pdu._replace(last_pkt=pkt_no, last_ts=ts_ns)
             self.on_pdu(pdu)
 
-    def _note(self, code: str, offset: int, pkt: int, message: str) -> None:
+    def _note(self, code: Code, offset: int, pkt: int, message: str) -> None:
         self.event_counts[code] = self.event_counts.get(code, 0) + 1
         if not message:
             return  # counted only (snaplen cuts: one per packet, summarized once)
         if len(self.events) < MAX_EVENTS:
-            self.events.append((code, offset, pkt, message))
+            self.events.append(StreamEvent(self.conn_id, self.side, code, offset, pkt, message))
         else:
             self.events_dropped += 1
 
@@ -272,13 +219,14 @@ class Framer:
         self.synced = False
 
     def _frames_in(self, chunk: bytes, pkt_no: int, ts_ns: int, start: int) -> int:
-        """Emit every complete frame in a chunk that starts on a frame boundary; return where the rest begins."""
+        """Emit every complete frame in a chunk that starts on a frame boundary; return where
+        the rest begins."""
         n = len(chunk)
         pos = 0
         mf = self.max_frame
         on_pdu = self.on_pdu
         while pos + 4 <= n:
-            size = int.from_bytes(chunk[pos : pos + 4], "big")
+            size = UINT32.unpack_from(chunk, pos)[0]
             end = pos + 4 + size
             if size > mf or size < MIN_RESPONSE:
                 return pos  # let _process report it and resync
@@ -286,7 +234,21 @@ class Framer:
                 return pos
             self.pdu_bytes += 4 + size
             self.frames += 1
-            on_pdu(Pdu(bytes(chunk[pos + 4 : end]), size, start + pos, pkt_no, ts_ns, pkt_no, ts_ns))
+            on_pdu(
+                _new(
+                    Pdu,
+                    (
+                        bytes(chunk[pos + 4 : end]),
+                        size,
+                        start + pos,
+                        pkt_no,
+                        ts_ns,
+                        pkt_no,
+                        ts_ns,
+                        0,
+                    ),
+                )
+            )
             pos = end
         return pos
 
@@ -322,10 +284,10 @@ class Framer:
                 return
             if len(buf) < 4:
                 return
-            size = int.from_bytes(buf[:4], "big")
+            size = UINT32.unpack_from(buf, 0)[0]
             if size > self.max_frame or size < MIN_RESPONSE:
                 self._note(
-                    "frame_too_large" if size > self.max_frame else "bad_length",
+                    Code.FRAME_TOO_LARGE if size > self.max_frame else Code.BAD_LENGTH,
                     self.buf_offset,
                     self.last_pkt,
                     f"frame size {size} is not plausible; searching for the next frame",
@@ -338,7 +300,7 @@ class Framer:
             fp, fts = self._first_mark(self.buf_offset)
             lp, lts = self._mark_holding(self.buf_offset + 3 + size)
             data = bytes(memoryview(buf)[4 : 4 + size])
-            pdu = Pdu(data, size, self.buf_offset, fp, fts, lp, lts)
+            pdu = _new(Pdu, (data, size, self.buf_offset, fp, fts, lp, lts, 0))
             self.pdu_bytes += 4 + size
             self.frames += 1
             self._consume(4 + size)
@@ -348,54 +310,10 @@ class Framer:
         """Find a plausible frame start in the buffer; drop what precedes it. True when synced."""
         buf = self.buf
         n = len(buf)
-        p = 0
-        found = -1
-        top = self.max_frame >> 24
-        if self.client_side:
-            # a position up to n - 12 that is no regex candidate is no request (judged in C);
-            # the last 11 positions go through the byte loop below, which may wait for more bytes
-            p = max(n - 11, 0)
-            for m in request_candidates(top).finditer(buf, 0, max(n - 3, 0)):  # 9-byte pattern: q <= n - 12
-                q = m.start()
-                if buf[q] <= top and plausible_request(buf, q, self.max_frame) != 0:
-                    p = q
-                    break
-        else:
-            limit = self._last_awaited(buf)
-            sizes = size_candidates(top)
-        while p + 4 <= n:
-            if buf[p] > top:  # the size's first byte alone rules this position out
-                p += 1
-                continue
-            if self.client_side:
-                v = plausible_request(buf, p, self.max_frame)
-                if v == 1:
-                    found = p
-                    break
-                if v == -1:
-                    break  # wait for more bytes before judging this position
-            else:
-                if p and p < n - 7:
-                    # below n - 7 only a sure "yes" counts (an undecided chain only at 0): skip
-                    # the positions after the last awaited id (chains only go forward) and, in
-                    # C, those whose 4 bytes are no frame size; the tail still loops
-                    if limit < p:
-                        p = n - 7
-                        continue
-                    m = sizes.search(buf, p)
-                    q = m.start() if m else n
-                    if q > p:
-                        p = min(q, n - 7)
-                        continue
-                if n - p < 8:
-                    break
-                v = self._response_chain(buf, p)
-                if v == 1:
-                    found = p
-                    break
-                if v == -1 and p == 0:
-                    break  # the buffer may start on a frame whose successor has not arrived yet
-            p += 1
+        at_start = self.buf_offset == 0 and not self.resyncs
+        found, p = find_frame_start(
+            buf, self.client_side, self.max_frame, self.expects, self.awaited, at_start
+        )
         if found >= 0:
             if found:
                 self._skip_bytes(found, "resync")
@@ -412,50 +330,8 @@ class Framer:
             self._skip_bytes(drop, "search")
         return False
 
-    def _last_awaited(self, buf: bytearray) -> int:
-        """The last position whose correlation-id bytes (4 on) hold an awaited id; -1 when
-        none does; len(buf) when unknown (no `awaited`, or too many ids to look for)."""
-        ids = self.awaited
-        if ids is None or len(ids) > 32:
-            return len(buf)
-        last = -1
-        for corr in ids:
-            at = buf.rfind(corr.to_bytes(4, "big", signed=True), 4)
-            if at - 4 > last:
-                last = at - 4
-        return last
-
-    def _response_chain(self, buf: bytearray, p: int, hops: int = 8) -> int:
-        """Whether a response starts at buf[p]: 1 when it, or a frame reached by following
-        sizes from it, carries a correlation id a pending request awaits; 0 no; -1 undecided.
-        The chain lets a mid-stream start keep the responses before the first awaited one
-        (reported as request_missing) instead of skipping them."""
-        n = len(buf)
-        q = p
-        # at the very start of a mid-stream capture the first responses answer requests sent
-        # before it: frames that chain from the first byte exactly to the end of what arrived
-        # (or 3 in a row) with sane correlation ids are accepted as responses (orphans)
-        start = p == 0 and self.buf_offset == 0 and not self.resyncs
-        for hop in range(hops):
-            if start and q == n and hop:
-                return 1
-            if n - q < 8:
-                return -1
-            size = int.from_bytes(buf[q : q + 4], "big")
-            if size < MIN_RESPONSE or size > self.max_frame:
-                return 0
-            corr = int.from_bytes(buf[q + 4 : q + 8], "big", signed=True)
-            if self.expects(corr):
-                return 1
-            if start and corr < 0:
-                start = False
-            q += 4 + size
-            if start and hop >= 2 and q <= n:
-                return 1
-        return 0
-
     def _skip_bytes(self, k: int, why: str) -> None:
-        self._note("skipped_bytes", self.buf_offset, self.last_pkt, f"{k} bytes skipped ({why})")
+        self._note(Code.SKIPPED_BYTES, self.buf_offset, self.last_pkt, f"{k} bytes skipped ({why})")
         self.skipped += k
         self._consume(k)
 
@@ -467,26 +343,36 @@ class Framer:
         if not n:
             return 0
         if self.synced and n >= 4:
-            size = int.from_bytes(self.buf[:4], "big")
+            size = UINT32.unpack_from(self.buf, 0)[0]
             if MIN_RESPONSE <= size <= self.max_frame:
                 self.skip = self.buf_offset + 4 + size - self.stream_offset
         if not self.skip:
             self._lose_sync()
-        self._note("skipped_bytes", self.buf_offset, self.last_pkt, f"{n} bytes skipped ({why})")
+        self._note(Code.SKIPPED_BYTES, self.buf_offset, self.last_pkt, f"{n} bytes skipped ({why})")
         self.skipped += n
         self.buf = bytearray()  # a new buffer: the old one may have grown large
         self.marks.clear()
         return n
 
     def close(self) -> None:
-        """End of stream: a partial frame becomes a truncated PDU (if its header is there) or skipped bytes."""
+        """End of stream: a partial frame becomes a truncated PDU (if its header is there) or
+        skipped bytes."""
         self._release_cut(None, 0)
         if self.buf and self.synced and len(self.buf) >= 4 + MIN_REQUEST:
-            size = int.from_bytes(self.buf[:4], "big")
+            size = UINT32.unpack_from(self.buf, 0)[0]
             if size <= self.max_frame:
                 fp, fts = self._first_mark(self.buf_offset)
                 have = bytes(self.buf[4:])
-                pdu = Pdu(have, size, self.buf_offset, fp, fts, self.last_pkt, self.last_ts, 4 + size - len(self.buf))
+                pdu = Pdu(
+                    have,
+                    size,
+                    self.buf_offset,
+                    fp,
+                    fts,
+                    self.last_pkt,
+                    self.last_ts,
+                    4 + size - len(self.buf),
+                )
                 self.pdu_bytes += len(self.buf)
                 self.frames += 1
                 self.buf.clear()
@@ -494,7 +380,12 @@ class Framer:
                 self.on_pdu(pdu)
                 return
         if self.buf:
-            self._note("incomplete_frame", self.buf_offset, self.last_pkt, f"{len(self.buf)} bytes at end of stream are not a whole frame")
+            self._note(
+                Code.INCOMPLETE_FRAME,
+                self.buf_offset,
+                self.last_pkt,
+                f"{len(self.buf)} bytes at end of stream are not a whole frame",
+            )
             self.skipped += len(self.buf)
             self.buf.clear()
             self.marks.clear()

@@ -95,10 +95,6 @@ class HalfStream:
         """Fix stream offset 0 (the SYN consumes one sequence number)."""
         self.base = (seq + 1) & MASK if syn else seq
 
-    def _rel(self, seq: int) -> int:
-        d = (seq - self.base - self.next) & MASK  # type: ignore[operator]
-        return self.next + (d - (MASK + 1) if d >= HALF else d)
-
     @property
     def finished(self) -> bool:
         return self.fin_at is not None and self.next >= self.fin_at and not self.heap
@@ -108,16 +104,20 @@ class HalfStream:
     ) -> None:
         """Take one segment's payload (and FIN) at raw sequence number `seq`; `cut` more bytes
         followed the payload on the wire but were not captured (snaplen): a gap of known size."""
-        if self.base is None:
+        base = self.base
+        if base is None:
             self.start(seq, False)
+            base = seq
         self.clock = clock
         n = len(payload)
-        rel = self._rel(seq)
+        nxt = self.next
+        # unwrapped relative to the next expected byte (inline: runs once per packet)
+        d = (seq - base - nxt) & MASK
+        rel = nxt + (d - (MASK + 1) if d >= HALF else d)
         if fin:
             self.fin_at = max(self.fin_at or 0, rel + n + cut)
         if not n and not cut:
             return
-        nxt = self.next
         if rel == nxt and not self.heap:
             if n:
                 self._deliver(payload, rel, pkt_no, ts_ns)
@@ -147,13 +147,21 @@ class HalfStream:
         lim = self.limits
         if self.ooo_bytes > lim.max_ooo_bytes or len(self.heap) > lim.max_ooo_segments:
             self.limit_gaps += 1
-            self._gap_to(self.heap[0][0], pkt_no, ts_ns, "out-of-order data over --max-ooo-bytes/--max-ooo-segments")
+            self._gap_to(
+                self.heap[0][0],
+                pkt_no,
+                ts_ns,
+                "out-of-order data over --max-ooo-bytes/--max-ooo-segments",
+            )
 
     def peer_ack(self, ack: int) -> None:
         """The other side acknowledged up to raw sequence number `ack`."""
-        if self.base is None:
+        base = self.base
+        if base is None:
             return
-        rel = self._rel(ack)
+        nxt = self.next
+        d = (ack - base - nxt) & MASK  # unwrapped like a segment's sequence number
+        rel = nxt + (d - (MASK + 1) if d >= HALF else d)
         if rel > self.acked:
             self.acked = rel
 
@@ -177,11 +185,15 @@ class HalfStream:
             self._gap_to(self.heap[0][0], pkt_no, ts_ns, why)
 
     def _deliver(self, chunk: bytes, rel: int, pkt_no: int, ts_ns: int) -> None:
-        self.next = rel + len(chunk)
-        self.delivered += len(chunk)
-        tail = chunk[-TAIL_KEPT:] if len(chunk) > TAIL_KEPT else chunk
-        self.last_chunk = bytes(tail)  # a copy: the chunk may be a view into a capture block
-        self.last_chunk_at = rel + len(chunk) - len(tail)
+        n = len(chunk)
+        end = self.next = rel + n
+        self.delivered += n
+        if n > TAIL_KEPT:
+            self.last_chunk = bytes(chunk[-TAIL_KEPT:])  # a copy: chunk may view a capture block
+            self.last_chunk_at = end - TAIL_KEPT
+        else:
+            self.last_chunk = bytes(chunk)
+            self.last_chunk_at = rel
         self.sink.data(chunk, pkt_no, ts_ns)
 
     def _uncaptured(self, target: int, pkt_no: int, ts_ns: int) -> None:

@@ -18,7 +18,8 @@ is wrong as often as it is right. The bytes decide instead:
 
 from __future__ import annotations
 
-from kanalyze.framing import plausible_request, request_candidates
+from kanalyze.headers import plausible_request
+from kanalyze.resync import request_candidates
 
 MAX_CHAIN = 32  # frames followed per direction; enough evidence, bounded work
 

@@ -22,7 +22,8 @@ class Session:
     on_packet: Callable[[Packet], None] | None = None  # sees each packet before the engine
 
     def exchanges(self) -> Iterator[Exchange]:
-        """Exchanges in start-time order; raises CaptureError before yielding if an input is not a capture."""
+        """Exchanges in start-time order; raises CaptureError before yielding if an input is
+        not a capture."""
         out: list[Exchange] = []
         engine = Engine(out.append, self.opts)
         self.engine = engine

@@ -21,7 +21,7 @@ from kanalyze.capture import CaptureStats, read_captures
 from kanalyze.commands.live import NdjsonOutput, listen_address
 from kanalyze.engine import EngineOptions
 from kanalyze.export import ExchangeEncoder
-from kanalyze.live import CaptureCounters, ExchangeQueue, LiveOptions, LiveSession
+from kanalyze.live import CaptureCounters, LiveOptions, LiveSession
 from kanalyze.session import Session
 from tests.support.engine import apiv_request, apiv_response
 from tests.support.packets import Conversation
@@ -145,15 +145,6 @@ def test_max_packets_and_duration() -> None:
     assert s.source.counters.packets == 10
     s = LiveSession(FakeSource([], lt), LiveOptions(tick_s=1e9, duration_s=0.1))
     assert s.run().stop_reason == "duration reached"
-
-
-def test_exchange_queue_is_bounded() -> None:
-    q = ExchangeQueue(maxlen=3)
-    for i in range(5):
-        q.put(i)  # type: ignore[arg-type]
-    assert q.dropped == 2
-    assert q.drain() == [2, 3, 4]
-    assert q.drain() == []
 
 
 # -- the command, with the capture backend replaced ------------------------------------------

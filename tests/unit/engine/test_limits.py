@@ -10,6 +10,7 @@ import zlib
 import pytest
 
 from dissectors.context import DecodeContext, Limits
+from dissectors.diagnostics import Code
 from dissectors.records import decode_records
 from kanalyze.analysis.summary import Summary
 from kanalyze.capture import CaptureStats, Packet
@@ -77,7 +78,7 @@ def test_total_buffered_bytes_stay_under_the_bound():
     st = r.engine.stats
     assert st.limit_hits["max_buffered"] >= 10  # 40 kB offered, 20 kB allowed
     assert st.buffered_peak <= cap
-    events = [e for e in st.events if e[2] == "buffer_limit"]
+    events = [e for e in st.events if e.code == Code.BUFFER_LIMIT]
     assert events and all(e[3] > 0 for e in events)  # stream offset of the connection
     r.close()
     doc = _summary(r.engine)
@@ -134,8 +135,8 @@ def test_connections_over_the_bound_close_the_least_recent():
     st = r.engine.stats
     assert st.limit_hits["max_connections"] == cap // 8  # one batch: the oldest eighth
     assert st.open_peak == cap
-    closed = [e for e in st.events if e[2] == "connection_limit"]
-    assert [e[0] for e in closed] == [1, 2]  # the least recently active
+    closed = [e for e in st.events if e.code == Code.CONNECTION_LIMIT]
+    assert [e.connection for e in closed] == [1, 2]  # the least recently active
     for c in convs[cap // 8 :]:  # the open ones are answered; the closed ones gave up their request
         r.feed(c.send(False, apiv_response(1)))
     r.close()
@@ -171,8 +172,8 @@ def test_reassembly_limit_is_told_apart_from_capture_loss():
     st = r.engine.stats
     assert st.client.limit_gaps == 1
     assert st.event_counts.get("buffer_limit") == 1
-    (ev,) = [e for e in st.events if e[2] == "buffer_limit"]
-    assert "--max-ooo" in ev[5] and ev[3] > 0
+    (ev,) = [e for e in st.events if e.code == Code.BUFFER_LIMIT]
+    assert "--max-ooo" in ev.message and ev.stream_offset > 0
     doc = _summary(r.engine)
     assert doc["limits"]["max_ooo"] == 1
     assert doc["stream_event_counts"]["buffer_limit"] == 1

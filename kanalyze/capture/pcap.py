@@ -1,0 +1,111 @@
+"""The classic pcap format: global header, packet records, the magic numbers.
+
+One description of the format for the streaming reader, the Spark probe and split walker
+(`split.py`) and the writer (`writer.py`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import BinaryIO, NamedTuple
+
+from kanalyze.capture.packets import BLOCK, MAX_RECORD, CaptureError, CaptureStats, Packet
+
+PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1_000),  # little endian, microseconds
+    b"\xa1\xb2\xc3\xd4": (">", 1_000),
+    b"\x4d\x3c\xb2\xa1": ("<", 1),  # nanoseconds
+    b"\xa1\xb2\x3c\x4d": (">", 1),
+}
+NS_MAGIC_LE = 0xA1B23C4D  # written little endian: b"\x4d\x3c\xb2\xa1"
+GLOBAL_HEADER = 24
+RECORD_HEADER = 16
+LINKTYPE_MASK = 0x0FFFFFFF  # the upper bits of the network field carry FCS information
+
+
+class PcapHeader(NamedTuple):
+    """A pcap global header: byte order, ns per timestamp fraction unit, snap length, link type."""
+
+    endian: str
+    ns_mult: int
+    snaplen: int
+    linktype: int
+
+    def record(self) -> struct.Struct:
+        """The packet record header: seconds, fraction, captured length, original length."""
+        return struct.Struct(self.endian + "IIII")
+
+
+def parse_header(magic: bytes, rest: bytes, name: str = "") -> PcapHeader:
+    """The global header from its magic and the 20 bytes after it (CaptureError if short)."""
+    endian, ns_mult = PCAP_MAGICS[magic]
+    if len(rest) < GLOBAL_HEADER - 4:
+        raise CaptureError(
+            f"{name}: pcap global header is truncated"
+            if name
+            else "pcap global header is truncated"
+        )
+    _vmaj, _vmin, _zone, _sigfigs, snaplen, network = struct.unpack(endian + "HHiIII", rest[:20])
+    return PcapHeader(endian, ns_mult, snaplen, network & LINKTYPE_MASK)
+
+
+def header_bytes(linktype: int, snaplen: int) -> bytes:
+    """A nanosecond, little-endian pcap global header (what the writer produces)."""
+    return struct.pack("<IHHiIII", NS_MAGIC_LE, 2, 4, 0, 0, snaplen, linktype)
+
+
+def read_pcap(
+    f: BinaryIO, magic: bytes, name: str, stats: CaptureStats, fi: int, views: bool = False
+) -> Iterator[Packet]:
+    """The packets of a pcap stream whose 4-byte magic was already read."""
+    hdr = parse_header(magic, f.read(GLOBAL_HEADER - 4), name)
+    ns_mult, linktype = hdr.ns_mult, hdr.linktype
+    unpack = hdr.record().unpack_from
+    buf = b""
+    mv = memoryview(buf)
+    pos = 0
+    base = GLOBAL_HEADER  # file offset of buf[0]
+    no = 0
+    nbytes = 0
+    try:
+        while True:
+            n = len(buf)
+            if n - pos < RECORD_HEADER:
+                more = f.read(BLOCK)
+                if not more:
+                    if n - pos:
+                        stats.damage(
+                            name, base + pos, f"truncated packet record header ({n - pos} bytes)"
+                        )
+                    return
+                buf, base, pos = buf[pos:] + more, base + pos, 0
+                mv = memoryview(buf)
+                continue
+            sec, frac, incl, _orig = unpack(buf, pos)
+            if incl > MAX_RECORD:
+                stats.damage(
+                    name, base + pos, f"packet record claims {incl} bytes; file damaged, stopping"
+                )
+                return
+            end = pos + RECORD_HEADER + incl
+            if end > n:
+                more = f.read(max(BLOCK, end - n))
+                if not more:
+                    stats.damage(
+                        name,
+                        base + pos,
+                        f"truncated packet record: {incl} bytes announced, {n - pos - 16} present",
+                    )
+                    return
+                buf, base, pos = buf[pos:] + more, base + pos, 0
+                mv = memoryview(buf)
+                continue
+            no += 1
+            nbytes += incl
+            data = mv[pos + RECORD_HEADER : end] if views else buf[pos + RECORD_HEADER : end]
+            yield Packet(0, sec * 1_000_000_000 + frac * ns_mult, linktype, data, fi, no)  # type: ignore[arg-type]
+            pos = end
+    finally:
+        stats.packets += no
+        stats.bytes += nbytes

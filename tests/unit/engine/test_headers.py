@@ -1,0 +1,53 @@
+"""Request and response headers: the one parser and the stream plausibility check agree."""
+
+from __future__ import annotations
+
+import struct
+
+from dissectors import ApiKey, Code
+from kanalyze.headers import plausible_request, read_request_header, read_response_header
+from tests.support.packets import request_frame, response_frame
+
+
+def test_request_header_v2_with_tagged_fields() -> None:
+    frame = request_frame(ApiKey.METADATA, 12, 7, "cli", flexible=True)
+    frame = frame[:-1] + b"\x01\x05\x02ab"  # one tagged field: tag 5, 2 bytes
+    frame = struct.pack("!i", len(frame) - 4) + frame[4:]
+    h = read_request_header(frame[4:])
+    assert h is not None
+    assert (h.api_key, h.api_version, h.correlation_id, h.client_id) == (3, 12, 7, "cli")
+    assert h.fields == {
+        "request_api_key": 3,
+        "request_api_version": 12,
+        "correlation_id": 7,
+        "client_id": "cli",
+        "tagged_fields": {"5": "6162"},
+    }
+    assert h.body_offset == len(frame) - 4 and h.diagnostics == ()
+    assert plausible_request(frame, 0) == 1
+
+
+def test_request_header_damage_is_a_diagnostic() -> None:
+    h = read_request_header(request_frame(ApiKey.FETCH, 11, 1, "x" * 20)[4:14])
+    assert h is not None and h.client_id is None and h.fields["client_id"] is None
+    assert [d.code for d in h.diagnostics] == [Code.TRUNCATED]
+    assert read_request_header(struct.pack("!hhi", 999, 0, 1)) is None  # unknown api key
+    v0 = read_request_header(struct.pack("!hhi", ApiKey.CONTROLLED_SHUTDOWN, 0, 1) + b"body")
+    assert v0 is not None and v0.client_id is None and "client_id" not in v0.fields
+    assert v0.body_offset == 8  # header v0 has no client id
+
+
+def test_plausible_request_waits_for_bytes() -> None:
+    frame = request_frame(ApiKey.API_VERSIONS, 3, 1, "client", flexible=True)
+    assert plausible_request(frame[:11], 0) == -1  # not even the fixed part
+    assert plausible_request(frame[:16], 0) == -1  # the client id is cut
+    assert plausible_request(frame, 0) == 1
+    assert plausible_request(b"\0\0\0\x20" + struct.pack("!hhi", 18, 3, -1) + b"\0\0", 0) == 0
+
+
+def test_response_header_follows_the_request() -> None:
+    flex = response_frame(9, b"\0\0", flexible=True)[4:]
+    assert read_response_header(flex, ApiKey.METADATA, 12)[1:3] == ({"correlation_id": 9}, 5)
+    assert read_response_header(flex, ApiKey.API_VERSIONS, 3).body_offset == 4  # always v0
+    orphan = read_response_header(b"\0\1", None, None)
+    assert orphan.correlation_id is None and orphan.diagnostics[0].code == Code.TRUNCATED
