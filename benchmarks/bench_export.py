@@ -81,11 +81,52 @@ def free_port() -> int:
 
 
 WORDS = [
-    "order", "customer", "payment", "shipped", "pending", "warehouse", "invoice", "refund", "cart",
-    "checkout", "session", "mobile", "desktop", "campaign", "click", "view", "search", "product",
-    "category", "price", "currency", "EUR", "USD", "GBP", "region", "eu-west", "us-east", "ap-south",
-    "status", "ok", "retry", "timeout", "accepted", "rejected", "user", "account", "premium", "basic",
-    "trial", "discount", "coupon", "inventory", "sku", "quantity", "delivered", "returned",
+    "order",
+    "customer",
+    "payment",
+    "shipped",
+    "pending",
+    "warehouse",
+    "invoice",
+    "refund",
+    "cart",
+    "checkout",
+    "session",
+    "mobile",
+    "desktop",
+    "campaign",
+    "click",
+    "view",
+    "search",
+    "product",
+    "category",
+    "price",
+    "currency",
+    "EUR",
+    "USD",
+    "GBP",
+    "region",
+    "eu-west",
+    "us-east",
+    "ap-south",
+    "status",
+    "ok",
+    "retry",
+    "timeout",
+    "accepted",
+    "rejected",
+    "user",
+    "account",
+    "premium",
+    "basic",
+    "trial",
+    "discount",
+    "coupon",
+    "inventory",
+    "sku",
+    "quantity",
+    "delivered",
+    "returned",
 ]
 
 
@@ -112,14 +153,22 @@ def value_pool(seed: int, n: int = 3000) -> list[bytes]:
     return pool
 
 
-def producer_proc(port: int, codec: str | None, stop: Any, produced: Any, done: Any, seed: int) -> None:
+def producer_proc(
+    port: int, codec: str | None, stop: Any, produced: Any, done: Any, seed: int
+) -> None:
     from kafka import KafkaProducer
 
     pool = value_pool(seed)
     topics = list(TOPICS)
     p = KafkaProducer(
-        bootstrap_servers=f"{HOST}:{port}", api_version=API_VERSION, client_id=f"bench-producer-{codec or 'none'}",
-        acks=1, linger_ms=5, batch_size=16 * 1024, compression_type=codec, metadata_max_age_ms=2000,
+        bootstrap_servers=f"{HOST}:{port}",
+        api_version=API_VERSION,
+        client_id=f"bench-producer-{codec or 'none'}",
+        acks=1,
+        linger_ms=5,
+        batch_size=16 * 1024,
+        compression_type=codec,
+        metadata_max_age_ms=2000,
         max_request_size=4 * 1024 * 1024,
     )
     n = 0
@@ -127,8 +176,12 @@ def producer_proc(port: int, codec: str | None, stop: Any, produced: Any, done: 
     while not stop.is_set():
         for _ in range(200):
             v = pool[n % len(pool)]
-            p.send(topics[n % len(topics)], key=f"user-{n % 9973}".encode(), value=v,
-                   headers=headers if n % 3 == 0 else None)
+            p.send(
+                topics[n % len(topics)],
+                key=f"user-{n % 9973}".encode(),
+                value=v,
+                headers=headers if n % 3 == 0 else None,
+            )
             n += 1
         with produced.get_lock():
             produced.value += 200
@@ -142,8 +195,14 @@ def trickle_proc(port: int, stop: Any, produced: Any, done: Any) -> None:
     from kafka import KafkaProducer
 
     pool = value_pool(99, 300)
-    p = KafkaProducer(bootstrap_servers=f"{HOST}:{port}", api_version=API_VERSION, client_id="bench-audit-logger",
-                      acks=1, linger_ms=0, metadata_max_age_ms=2000)
+    p = KafkaProducer(
+        bootstrap_servers=f"{HOST}:{port}",
+        api_version=API_VERSION,
+        client_id="bench-audit-logger",
+        acks=1,
+        linger_ms=0,
+        metadata_max_age_ms=2000,
+    )
     n = 0
     while not stop.is_set():
         p.send("bench-audit", key=f"audit-{n}".encode(), value=pool[n % len(pool)][:200]).get(10)
@@ -162,10 +221,18 @@ def consumer_proc(port: int, produced: Any, producers_done: Any, consumed: Any) 
     from kafka import KafkaConsumer
 
     c = KafkaConsumer(
-        *TOPICS, bootstrap_servers=f"{HOST}:{port}", api_version=API_VERSION, client_id="bench-consumer",
-        group_id="bench-group", auto_offset_reset="earliest", enable_auto_commit=True,
-        auto_commit_interval_ms=1000, metadata_max_age_ms=2000, fetch_max_bytes=1024 * 1024,
-        max_partition_fetch_bytes=256 * 1024, fetch_max_wait_ms=100,
+        *TOPICS,
+        bootstrap_servers=f"{HOST}:{port}",
+        api_version=API_VERSION,
+        client_id="bench-consumer",
+        group_id="bench-group",
+        auto_offset_reset="earliest",
+        enable_auto_commit=True,
+        auto_commit_interval_ms=1000,
+        metadata_max_age_ms=2000,
+        fetch_max_bytes=1024 * 1024,
+        max_partition_fetch_bytes=256 * 1024,
+        fetch_max_wait_ms=100,
     )
     n = 0
     idle_since = None
@@ -203,9 +270,24 @@ def build_capture(path: Path, size_mb: int, compressed: bool) -> dict[str, Any]:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         tcpdump = subprocess.Popen(
-            ["tcpdump", "-i", "lo", "-s", "0", "-B", "131072", "-n", "-Z", "root", "-w", str(path),
-             f"tcp port {port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                "tcpdump",
+                "-i",
+                "lo",
+                "-s",
+                "0",
+                "-B",
+                "131072",
+                "-n",
+                "-Z",
+                "root",
+                "-w",
+                str(path),
+                f"tcp port {port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         assert tcpdump.stderr is not None
         line = tcpdump.stderr.readline()
@@ -217,12 +299,16 @@ def build_capture(path: Path, size_mb: int, compressed: bool) -> dict[str, Any]:
         produced = ctx.Value("q", 0)
         consumed = ctx.Value("q", 0)
         producers_done = ctx.Event()
-        consumer = ctx.Process(target=consumer_proc, args=(port, produced, producers_done, consumed))
+        consumer = ctx.Process(
+            target=consumer_proc, args=(port, produced, producers_done, consumed)
+        )
         consumer.start()
         codecs: list[str | None] = list(CODECS_COMPRESSED) if compressed else [None]
         target = size_mb * MB
         trickle_stop, trickle_done = ctx.Event(), ctx.Event()
-        trickle = ctx.Process(target=trickle_proc, args=(port, trickle_stop, produced, trickle_done))
+        trickle = ctx.Process(
+            target=trickle_proc, args=(port, trickle_stop, produced, trickle_done)
+        )
         trickle.start()
         for i, codec in enumerate(codecs):
             stop, done = ctx.Event(), ctx.Event()
@@ -295,7 +381,9 @@ class Run:
 REPEAT = 1
 
 
-def timed(cmd: list[str], out: Path | None = None, repeat: int | None = None) -> tuple[float, float, float]:
+def timed(
+    cmd: list[str], out: Path | None = None, repeat: int | None = None
+) -> tuple[float, float, float]:
     """Best of `repeat` (default REPEAT) runs of cmd, stdout to out (or /dev/null): (wall s, peak RSS MB, CPU s)."""
     return min((_timed_once(cmd, out) for _ in range(repeat or REPEAT)), key=lambda r: r[2])
 
@@ -310,7 +398,9 @@ def _timed_once(cmd: list[str], out: Path | None) -> tuple[float, float, float]:
         err.seek(0)
         msg = err.read()
     if proc.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}): {msg[-2000:].decode(errors='replace')}")
+        raise RuntimeError(
+            f"{cmd[0]} failed ({proc.returncode}): {msg[-2000:].decode(errors='replace')}"
+        )
     return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
@@ -321,7 +411,7 @@ def count_in_file(path: Path, needle: bytes) -> int:
         while chunk := f.read(1 << 24):
             buf = tail + chunk
             n += buf.count(needle)
-            tail = buf[-(len(needle) - 1):]
+            tail = buf[-(len(needle) - 1) :]
             n -= tail.count(needle)  # counted again in the next round
     return n + tail.count(needle)
 
@@ -337,8 +427,19 @@ KANALYZE_ENV["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
 
 def compile_kanalyze() -> None:
     """Compile this checkout's kanalyze into PYCACHE (untimed), as installing it would."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "kanalyze"), str(REPO / "dissectors")],
-                   env=KANALYZE_ENV, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compileall",
+            "-q",
+            str(REPO / "kanalyze"),
+            str(REPO / "dissectors"),
+        ],
+        env=KANALYZE_ENV,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def kanalyze_cmd() -> list[str]:
@@ -348,10 +449,21 @@ def kanalyze_cmd() -> list[str]:
 
 
 def tshark_base(pcap: Path, port: int) -> list[str]:
-    return ["tshark", "-n", "-r", str(pcap), "-o", "tcp.reassemble_out_of_order:TRUE", "-d", f"tcp.port=={port},kafka"]
+    return [
+        "tshark",
+        "-n",
+        "-r",
+        str(pcap),
+        "-o",
+        "tcp.reassemble_out_of_order:TRUE",
+        "-d",
+        f"tcp.port=={port},kafka",
+    ]
 
 
-def bench(pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path, quick: bool = False) -> list[Run]:
+def bench(
+    pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path, quick: bool = False
+) -> list[Run]:
     """The timed runs; `quick`: only kanalyze's full export and tshark -V (the ratio that matters)."""
     port = int(meta["port"])
     size = pcap.stat().st_size / MB
@@ -360,8 +472,11 @@ def bench(pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path
     compile_kanalyze()
 
     say("kanalyze summary --json" + (" (untimed)" if quick else "") + " ...")
-    wall, rss, cpu = timed([*kan, "summary", str(pcap), "--port", str(port), "--json"], scratch / "summary.json",
-                           repeat=1 if quick else None)
+    wall, rss, cpu = timed(
+        [*kan, "summary", str(pcap), "--port", str(port), "--json"],
+        scratch / "summary.json",
+        repeat=1 if quick else None,
+    )
     summary = json.loads((scratch / "summary.json").read_text())
     packets, exchanges = int(summary["packets"]), int(summary["exchanges"])
     if quick:
@@ -370,7 +485,9 @@ def bench(pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path
 
     say("kanalyze export --header-only ...")
     out = scratch / "header.ndjson"
-    wall, rss, cpu = timed([*kan, "export", str(pcap), "--port", str(port), "--header-only", "-o", str(out)])
+    wall, rss, cpu = timed(
+        [*kan, "export", str(pcap), "--port", str(port), "--header-only", "-o", str(out)]
+    )
     lines = count_in_file(out, b"\n")
     runs.append(Run("kanalyze export --header-only", wall, cpu, rss, size, packets, lines, None))
     out.unlink()
@@ -380,8 +497,19 @@ def bench(pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path
     wall, rss, cpu = timed([*kan, "export", str(pcap), "--port", str(port), "-o", str(out)])
     records = count_in_file(out, b'"offset_delta":')
     out_mb = out.stat().st_size / MB
-    runs.append(Run("kanalyze export (full)", wall, cpu, rss, size, packets, count_in_file(out, b"\n"), records,
-                    f"NDJSON {out_mb:.0f} MB"))
+    runs.append(
+        Run(
+            "kanalyze export (full)",
+            wall,
+            cpu,
+            rss,
+            size,
+            packets,
+            count_in_file(out, b"\n"),
+            records,
+            f"NDJSON {out_mb:.0f} MB",
+        )
+    )
     out.unlink()
 
     base = tshark_base(pcap, port)
@@ -390,13 +518,23 @@ def bench(pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path
     return runs
 
 
-def quick_runs(kan: list[str], pcap: Path, port: int, size: float, packets: int, exchanges: int,
-               tshark_full_mb: float, scratch: Path) -> list[Run]:
+def quick_runs(
+    kan: list[str],
+    pcap: Path,
+    port: int,
+    size: float,
+    packets: int,
+    exchanges: int,
+    tshark_full_mb: float,
+    scratch: Path,
+) -> list[Run]:
     """kanalyze export (full) and tshark -V, alternating REPEAT times, the least CPU time of each:
     on a shared machine the load drifts, and alternating exposes both to the same drift."""
     out = scratch / "full.ndjson"
     kan_cmd = [*kan, "export", str(pcap), "--port", str(port), "-o", str(out)]
-    full_args, sub = tshark_full_args(tshark_base(pcap, port), tshark_full_mb, size, packets, exchanges)
+    full_args, sub = tshark_full_args(
+        tshark_base(pcap, port), tshark_full_mb, size, packets, exchanges
+    )
     kan_best = tshark_best = None
     for i in range(REPEAT):
         say(f"kanalyze export (full), tshark -V {sub['note']} ({i + 1}/{REPEAT}) ...")
@@ -406,17 +544,36 @@ def quick_runs(kan: list[str], pcap: Path, port: int, size: float, packets: int,
         tshark_best = t if tshark_best is None or t[2] < tshark_best[2] else tshark_best
     records = count_in_file(out, b'"offset_delta":')
     note = f"NDJSON {out.stat().st_size / MB:.0f} MB; best of {REPEAT}, alternating with tshark -V"
-    kan_run = Run("kanalyze export (full)", kan_best[0], kan_best[2], kan_best[1], size, packets,
-                  count_in_file(out, b"\n"), records, note)
+    kan_run = Run(
+        "kanalyze export (full)",
+        kan_best[0],
+        kan_best[2],
+        kan_best[1],
+        size,
+        packets,
+        count_in_file(out, b"\n"),
+        records,
+        note,
+    )
     out.unlink()
     frac = sub["mb"] / size
-    tshark_run = Run("tshark -V (full dissection)", tshark_best[0], tshark_best[2], tshark_best[1], sub["mb"],
-                     sub["packets"], sub["exchanges"], int(records * frac), sub["note"])
+    tshark_run = Run(
+        "tshark -V (full dissection)",
+        tshark_best[0],
+        tshark_best[2],
+        tshark_best[1],
+        sub["mb"],
+        sub["packets"],
+        sub["exchanges"],
+        int(records * frac),
+        sub["note"],
+    )
     return [kan_run, tshark_run]
 
 
-def tshark_full_args(base: list[str], tshark_full_mb: float, size: float, packets: int,
-                     exchanges: int) -> tuple[list[str], dict[str, Any]]:
+def tshark_full_args(
+    base: list[str], tshark_full_mb: float, size: float, packets: int, exchanges: int
+) -> tuple[list[str], dict[str, Any]]:
     """tshark -V's arguments (less -V) and what it covers: the whole capture or its first ~N MB."""
     args = list(base)
     sub: dict[str, Any] = {"mb": size, "packets": packets, "exchanges": exchanges, "note": ""}
@@ -424,40 +581,86 @@ def tshark_full_args(base: list[str], tshark_full_mb: float, size: float, packet
         frac = tshark_full_mb / size
         sub_packets = int(packets * frac)
         args += ["-c", str(sub_packets)]
-        sub.update(mb=tshark_full_mb, packets=sub_packets, exchanges=int(exchanges * frac),
-                   note=f"first {sub_packets} packets (~{tshark_full_mb:.0f} MB), rates pro rata")
+        sub.update(
+            mb=tshark_full_mb,
+            packets=sub_packets,
+            exchanges=int(exchanges * frac),
+            note=f"first {sub_packets} packets (~{tshark_full_mb:.0f} MB), rates pro rata",
+        )
     return args, sub
 
 
-def tshark_fields_runs(base: list[str], size: float, packets: int, exchanges: int, scratch: Path) -> list[Run]:
+def tshark_fields_runs(
+    base: list[str], size: float, packets: int, exchanges: int, scratch: Path
+) -> list[Run]:
     """tshark extracting the oracle's header fields, then every record's attributes."""
     runs: list[Run] = []
     say("tshark -T fields (headers) ...")
-    fields = ["-e", "frame.number", "-e", "kafka.request_key", "-e", "kafka.request.version", "-e",
-              "kafka.response_key", "-e", "kafka.correlation_id", "-e", "kafka.request_frame"]
+    fields = [
+        "-e",
+        "frame.number",
+        "-e",
+        "kafka.request_key",
+        "-e",
+        "kafka.request.version",
+        "-e",
+        "kafka.response_key",
+        "-e",
+        "kafka.correlation_id",
+        "-e",
+        "kafka.request_frame",
+    ]
     out = scratch / "tshark.tsv"
-    wall, rss, cpu = timed([*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|",
-                          *fields], out)
+    wall, rss, cpu = timed(
+        [*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", *fields],
+        out,
+    )
     out.unlink()
     runs.append(Run("tshark -T fields (headers)", wall, cpu, rss, size, packets, exchanges, None))
 
     say("tshark -T fields (every record) ...")
-    wall, rss, cpu = timed([*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
-                          "-e", "kafka.record_attributes"], out)
+    wall, rss, cpu = timed(
+        [
+            *base,
+            "-Y",
+            "kafka",
+            "-T",
+            "fields",
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+            "-e",
+            "kafka.record_attributes",
+        ],
+        out,
+    )
     t_records = sum(len(line.split(b",")) for line in out.read_bytes().splitlines() if line)
     out.unlink()
-    runs.append(Run("tshark -T fields (records)", wall, cpu, rss, size, packets, exchanges, t_records))
+    runs.append(
+        Run("tshark -T fields (records)", wall, cpu, rss, size, packets, exchanges, t_records)
+    )
     return runs
 
 
-def tshark_full_run(base: list[str], tshark_full_mb: float, size: float, packets: int, exchanges: int,
-                    records: int) -> Run:
+def tshark_full_run(
+    base: list[str], tshark_full_mb: float, size: float, packets: int, exchanges: int, records: int
+) -> Run:
     """tshark's full text dissection (-V), of the whole capture or of its first ~N MB."""
     full_args, sub = tshark_full_args(base, tshark_full_mb, size, packets, exchanges)
     say(f"tshark -V {sub['note']}".rstrip() + " ...")
     wall, rss, cpu = timed([*full_args, "-V"])
-    return Run("tshark -V (full dissection)", wall, cpu, rss, sub["mb"], sub["packets"], sub["exchanges"],
-               int(records * sub["mb"] / size), sub["note"])
+    return Run(
+        "tshark -V (full dissection)",
+        wall,
+        cpu,
+        rss,
+        sub["mb"],
+        sub["packets"],
+        sub["exchanges"],
+        int(records * sub["mb"] / size),
+        sub["note"],
+    )
 
 
 def rate(n: float | None, s: float) -> str:
@@ -476,8 +679,10 @@ def table(runs: list[Run]) -> str:
     def speed(r: Run) -> float:  # capture MB per CPU second
         return r.mb / r.cpu_s
 
-    head = (f"{'run':32} {'wall s':>7} {'cpu s':>7} {'MB/s':>7} {'pkt/s':>7} {'exch/s':>7} {'rec/s':>7} "
-            f"{'RSS MB':>7}  kanalyze/tshark (CPU time)")
+    head = (
+        f"{'run':32} {'wall s':>7} {'cpu s':>7} {'MB/s':>7} {'pkt/s':>7} {'exch/s':>7} {'rec/s':>7} "
+        f"{'RSS MB':>7}  kanalyze/tshark (CPU time)"
+    )
     rows = [head, "-" * len(head)]
     for r in runs:
         ratio = ""
@@ -488,27 +693,53 @@ def table(runs: list[Run]) -> str:
                     parts.append(f"{speed(r) / speed(recs):.2f}x fields-records")
                 parts.append(f"{speed(r) / speed(full):.2f}x -V")
             ratio = ", ".join(parts)
-        rows.append(f"{r.name:32} {r.wall_s:7.2f} {r.cpu_s:7.2f} {r.mb / r.cpu_s:7.1f} {rate(r.packets, r.cpu_s):>7} "
-                    f"{rate(r.exchanges, r.cpu_s):>7} {rate(r.records, r.cpu_s):>7} {r.rss_mb:7.0f}  {ratio}")
+        rows.append(
+            f"{r.name:32} {r.wall_s:7.2f} {r.cpu_s:7.2f} {r.mb / r.cpu_s:7.1f} {rate(r.packets, r.cpu_s):>7} "
+            f"{rate(r.exchanges, r.cpu_s):>7} {rate(r.records, r.cpu_s):>7} {r.rss_mb:7.0f}  {ratio}"
+        )
     notes = [f"  {r.name}: {r.note}" for r in runs if r.note]
-    notes.append("  rates are per CPU second (user+sys of the child; both tools are single-threaded), "
-                 "so a busy machine skews them less than wall time")
+    notes.append(
+        "  rates are per CPU second (user+sys of the child; both tools are single-threaded), "
+        "so a busy machine skews them less than wall time"
+    )
     return "\n".join([*rows, "notes:", *notes])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=int, default=250, help="capture size to build (default 250)")
-    ap.add_argument("--reuse", action="store_true", help="reuse the cached capture of this size/variant if present")
-    ap.add_argument("--compressed", action="store_true", help="records compressed with lz4, zstd and gzip")
-    ap.add_argument("--tshark-full-mb", type=float, default=0,
-                    help="run tshark -V on only about this many MB from the start of the capture "
-                         "(default 0: the whole capture)")
-    ap.add_argument("--repeat", type=int, default=1, help="time each run this many times, keep the best (default 1)")
-    ap.add_argument("--pcap", type=Path, help="benchmark this capture instead (needs its .json beside it, or --port)")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="reuse the cached capture of this size/variant if present",
+    )
+    ap.add_argument(
+        "--compressed", action="store_true", help="records compressed with lz4, zstd and gzip"
+    )
+    ap.add_argument(
+        "--tshark-full-mb",
+        type=float,
+        default=0,
+        help="run tshark -V on only about this many MB from the start of the capture "
+        "(default 0: the whole capture)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="time each run this many times, keep the best (default 1)",
+    )
+    ap.add_argument(
+        "--pcap",
+        type=Path,
+        help="benchmark this capture instead (needs its .json beside it, or --port)",
+    )
     ap.add_argument("--port", type=int, help="Kafka port of --pcap")
-    ap.add_argument("--quick", action="store_true",
-                    help="time only kanalyze export (full) and tshark -V, alternating --repeat times")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="time only kanalyze export (full) and tshark -V, alternating --repeat times",
+    )
     args = ap.parse_args(argv)
     global REPEAT
     REPEAT = max(1, args.repeat)
@@ -530,10 +761,14 @@ def main(argv: list[str] | None = None) -> int:
             meta = json.loads(pcap.with_suffix(".json").read_text())
             say(f"reusing {pcap}")
         else:
-            say(f"building {pcap} ({args.size_mb} MB, {'lz4/zstd/gzip' if args.compressed else 'uncompressed'}) ...")
+            say(
+                f"building {pcap} ({args.size_mb} MB, {'lz4/zstd/gzip' if args.compressed else 'uncompressed'}) ..."
+            )
             meta = build_capture(pcap, args.size_mb, args.compressed)
-            say(f"built in {meta['build_s']} s: {meta['records_produced']} records produced, "
-                f"{meta['records_consumed']} consumed; tcpdump: {meta['tcpdump']}")
+            say(
+                f"built in {meta['build_s']} s: {meta['records_produced']} records produced, "
+                f"{meta['records_consumed']} consumed; tcpdump: {meta['tcpdump']}"
+            )
 
     scratch = Path(tempfile.mkdtemp(prefix="kanalyze-bench-", dir=DATA if DATA.exists() else None))
     try:
@@ -542,10 +777,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     size = pcap.stat().st_size / MB
     by = {r.name: r for r in runs}
-    tshark_records = by["tshark -T fields (records)"].records if "tshark -T fields (records)" in by else "-"
-    print(f"capture: {pcap.name}, {size:.1f} MB, {runs[0].packets} packets, {runs[0].exchanges} exchanges, "
-          f"{by['kanalyze export (full)'].records} records (kanalyze), {tshark_records} records (tshark); "
-          f"clients: {meta.get('client', '?')} api_version={meta.get('api_version', '?')} codecs={meta.get('codecs', '?')}")
+    tshark_records = (
+        by["tshark -T fields (records)"].records if "tshark -T fields (records)" in by else "-"
+    )
+    print(
+        f"capture: {pcap.name}, {size:.1f} MB, {runs[0].packets} packets, {runs[0].exchanges} exchanges, "
+        f"{by['kanalyze export (full)'].records} records (kanalyze), {tshark_records} records (tshark); "
+        f"clients: {meta.get('client', '?')} api_version={meta.get('api_version', '?')} codecs={meta.get('codecs', '?')}"
+    )
     print(table(runs))
     return 0
 

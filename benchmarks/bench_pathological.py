@@ -68,7 +68,9 @@ class Result:
         return self.nbytes / self.cpu / 1e6 if self.cpu > 0 else float("inf")
 
 
-def timed(fn: Callable[[], int], limit: float, trace_memory: bool = False) -> tuple[float, int, bool, float | None]:
+def timed(
+    fn: Callable[[], int], limit: float, trace_memory: bool = False
+) -> tuple[float, int, bool, float | None]:
     """(CPU seconds, units, finished, peak MB). The limit is in CPU seconds of this process
     (ITIMER_PROF), so a busy machine does not turn a slow scenario into a false hang. With
     `trace_memory`, a second run under tracemalloc measures the peak of Python allocations."""
@@ -158,7 +160,9 @@ def tiny_frames(pairs: int) -> Builder:
     step = 100
     for k in range(0, pairs, step):
         ids = range(k, min(k + step, pairs))
-        b.stream(True, [struct.pack(">ihhih", 10, 18, 0, i, -1) for i in ids])  # ApiVersions v0, null client id
+        b.stream(
+            True, [struct.pack(">ihhih", 10, 18, 0, i, -1) for i in ids]
+        )  # ApiVersions v0, null client id
         b.stream(False, [struct.pack(">ii", 4, i) for i in ids])  # bare responses
     return b
 
@@ -197,7 +201,7 @@ def overlapping(frames, target: int, conflict: bool) -> Builder:
                 back = min(i, MSS // 2)
                 again = f[i - back : i + len(piece)]
                 if conflict:
-                    again = bytes(x ^ 0xFF for x in again[: back]) + again[back:]
+                    again = bytes(x ^ 0xFF for x in again[:back]) + again[back:]
                 ack = conv.bseq if from_client else conv.cseq
                 b.raw.append(conv.segment_at(from_client, start - back, again, ack))
             total += len(f)
@@ -240,7 +244,9 @@ def many_connections(n: int, head: int) -> list[Packet]:
     raw: list[bytes] = []
     frame = P.request_frame(0, 3, 1, "c", b"\xff\xff\x00\x01" + bytes(1 << 20))
     for i in range(n):
-        conv = P.Conversation(client=f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}", cport=40000 + i % 20000)
+        conv = P.Conversation(
+            client=f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}", cport=40000 + i % 20000
+        )
         raw += conv.handshake()
         raw.append(conv.send(True, frame[:head]))
     base = 1_700_000_000_000_000_000
@@ -252,13 +258,21 @@ def syn_flood(n: int) -> list[Packet]:
     base = 1_700_000_000_000_000_000
     pkts = []
     for i in range(n):
-        conv = P.Conversation(client=f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}", cport=40000 + i % 20000)
+        conv = P.Conversation(
+            client=f"10.{1 + i // 62500}.{i // 250 % 250}.{i % 250 + 1}", cport=40000 + i % 20000
+        )
         pkts.append(Packet(i + 1, base + i * 1000, LINKTYPE_RAW, conv.handshake()[0]))
     return pkts
 
 
-def run_engine(name: str, b: Builder | list[Packet], limit: float, opts: EngineOptions | None = None, note: str = "",
-               whole_packets: bool = False) -> Result:
+def run_engine(
+    name: str,
+    b: Builder | list[Packet],
+    limit: float,
+    opts: EngineOptions | None = None,
+    note: str = "",
+    whole_packets: bool = False,
+) -> Result:
     """`whole_packets`: count whole packets as the input bytes (inputs with little or no payload)."""
     pkts = b.packets() if isinstance(b, Builder) else b
     nbytes = sum(len(p.data) for p in pkts) if whole_packets else payload_bytes(pkts)
@@ -290,11 +304,15 @@ def real_bodies() -> list[tuple[int, int, bool, bytes]]:
                 continue
             for msg, is_req in ex.messages():
                 if not msg.pdu.missing:
-                    out.append((ex.api_key, ex.api_version, is_req, bytes(msg.pdu.data[msg.body_offset :])))
+                    out.append(
+                        (ex.api_key, ex.api_version, is_req, bytes(msg.pdu.data[msg.body_offset :]))
+                    )
     return out
 
 
-def run_decode(name: str, items: list[tuple[int, int, bool, bytes]], limit: float, note: str = "") -> Result:
+def run_decode(
+    name: str, items: list[tuple[int, int, bool, bytes]], limit: float, note: str = ""
+) -> Result:
     nbytes = sum(len(b) for *_, b in items)
 
     def go() -> int:
@@ -340,15 +358,26 @@ def real_record_fields(bodies) -> list[bytes]:
         if api not in (0, 1):
             continue
         node = decode_body(api, v, is_req, body, 0, len(body), DecodeContext(decode_records=False))
-        out.extend(body[n.offset : n.offset + n.length] for n in node.walk() if n.kind == RECORDS and n.length > 0)
+        out.extend(
+            body[n.offset : n.offset + n.length]
+            for n in node.walk()
+            if n.kind == RECORDS and n.length > 0
+        )
     return out
 
 
 # ---------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", type=float, default=1.0, help="input size factor (1.0: ~8 MB per engine scenario)")
-    ap.add_argument("--limit", type=float, default=60.0, help="CPU seconds before a scenario counts as a hang")
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="input size factor (1.0: ~8 MB per engine scenario)",
+    )
+    ap.add_argument(
+        "--limit", type=float, default=60.0, help="CPU seconds before a scenario counts as a hang"
+    )
     args = ap.parse_args(argv)
     mb = int(8_000_000 * args.scale)
     lim = args.limit
@@ -361,66 +390,193 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         print(line(r, None), flush=True)
 
-    print(f"inputs: {len(frames)} real frames, {len(bodies)} real bodies; scale {args.scale}; limit {lim:.0f} s\n")
+    print(
+        f"inputs: {len(frames)} real frames, {len(bodies)} real bodies; scale {args.scale}; limit {lim:.0f} s\n"
+    )
     print(header())
     # engine
-    run_engine("warm-up", normal_traffic(frames, mb // 4), lim)  # first-run effects (allocator, caches)
-    add(run_engine("normal", normal_traffic(frames, mb), lim, note="real frames, 1448-byte segments"))
-    add(run_engine("tiny frames", tiny_frames(int(500_000 * args.scale)), lim,
-                   note="ApiVersions v0 requests (14 B) + bare responses (8 B), packed"))
-    add(run_engine("2 GB length prefix, client", prefix_then_normal(frames, mb, b"\x7f\xff\xff\xf0", True), lim,
-                   note="size 0x7ffffff0, then normal traffic"))
-    add(run_engine("2 GB length prefix, broker", prefix_then_normal(frames, mb, b"\x7f\xff\xff\xf0", False), lim,
-                   note="size 0x7ffffff0, then normal traffic"))
-    add(run_engine("prefix just under max_frame", prefix_then_normal(frames, mb, b"\x0f\xff\xff\xf0", True), lim,
-                   note="client frame of 256 MiB - 16 that never completes: buffered"))
-    add(run_engine("prefix just over max_frame", prefix_then_normal(
-        frames, mb, b"\x10\x00\x00\x01\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff", True), min(lim, 10.0),
-        note="0x10000001 + ApiVersions header (was an endless loop before 37e7d40)"))
+    run_engine(
+        "warm-up", normal_traffic(frames, mb // 4), lim
+    )  # first-run effects (allocator, caches)
+    add(
+        run_engine(
+            "normal", normal_traffic(frames, mb), lim, note="real frames, 1448-byte segments"
+        )
+    )
+    add(
+        run_engine(
+            "tiny frames",
+            tiny_frames(int(500_000 * args.scale)),
+            lim,
+            note="ApiVersions v0 requests (14 B) + bare responses (8 B), packed",
+        )
+    )
+    add(
+        run_engine(
+            "2 GB length prefix, client",
+            prefix_then_normal(frames, mb, b"\x7f\xff\xff\xf0", True),
+            lim,
+            note="size 0x7ffffff0, then normal traffic",
+        )
+    )
+    add(
+        run_engine(
+            "2 GB length prefix, broker",
+            prefix_then_normal(frames, mb, b"\x7f\xff\xff\xf0", False),
+            lim,
+            note="size 0x7ffffff0, then normal traffic",
+        )
+    )
+    add(
+        run_engine(
+            "prefix just under max_frame",
+            prefix_then_normal(frames, mb, b"\x0f\xff\xff\xf0", True),
+            lim,
+            note="client frame of 256 MiB - 16 that never completes: buffered",
+        )
+    )
+    add(
+        run_engine(
+            "prefix just over max_frame",
+            prefix_then_normal(
+                frames, mb, b"\x10\x00\x00\x01\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff", True
+            ),
+            min(lim, 10.0),
+            note="0x10000001 + ApiVersions header (was an endless loop before 37e7d40)",
+        )
+    )
     for kb in (64, 128):
         for side, fc in (("client", True), ("broker", False)):
-            add(run_engine(f"{kb} KiB unframeable, {side}", unframeable(fc, kb * 1024), lim,
-                           note="zero bytes after sync, searched (was quadratic before 37e7d40)"))
-    add(run_engine("overlapping retransmissions", overlapping(frames, mb // 2, False), lim,
-                   note="each segment re-sent with half of the previous one"))
-    add(run_engine("conflicting retransmissions", overlapping(frames, mb // 2, True), lim,
-                   note="as above, overlapping bytes differ"))
-    add(run_engine("reordered segments", reordered(frames, mb, 16), lim, note="reversed in windows of 16"))
+            add(
+                run_engine(
+                    f"{kb} KiB unframeable, {side}",
+                    unframeable(fc, kb * 1024),
+                    lim,
+                    note="zero bytes after sync, searched (was quadratic before 37e7d40)",
+                )
+            )
+    add(
+        run_engine(
+            "overlapping retransmissions",
+            overlapping(frames, mb // 2, False),
+            lim,
+            note="each segment re-sent with half of the previous one",
+        )
+    )
+    add(
+        run_engine(
+            "conflicting retransmissions",
+            overlapping(frames, mb // 2, True),
+            lim,
+            note="as above, overlapping bytes differ",
+        )
+    )
+    add(
+        run_engine(
+            "reordered segments", reordered(frames, mb, 16), lim, note="reversed in windows of 16"
+        )
+    )
     nconn = max(1, int(5000 * args.scale))
-    add(run_engine("connections buffering", many_connections(nconn, MSS), lim, note=f"{nconn} connections, each a partial 1 MiB frame"))
-    add(run_engine("connections buffering, bound hit", many_connections(nconn, MSS), lim,
-                   EngineOptions(max_buffered=1 << 20), note="as above, --max-buffered 1 MiB"))
+    add(
+        run_engine(
+            "connections buffering",
+            many_connections(nconn, MSS),
+            lim,
+            note=f"{nconn} connections, each a partial 1 MiB frame",
+        )
+    )
+    add(
+        run_engine(
+            "connections buffering, bound hit",
+            many_connections(nconn, MSS),
+            lim,
+            EngineOptions(max_buffered=1 << 20),
+            note="as above, --max-buffered 1 MiB",
+        )
+    )
     nsyn = max(1, int(200_000 * args.scale))
-    add(run_engine("SYN flood", syn_flood(nsyn), lim, note=f"{nsyn} new 4-tuples; bytes = whole packets", whole_packets=True))
-    add(run_engine("SYN flood, bound hit", syn_flood(nsyn), lim, EngineOptions(max_connections=nsyn // 10),
-                   note=f"as above, --max-connections {nsyn // 10}", whole_packets=True))
+    add(
+        run_engine(
+            "SYN flood",
+            syn_flood(nsyn),
+            lim,
+            note=f"{nsyn} new 4-tuples; bytes = whole packets",
+            whole_packets=True,
+        )
+    )
+    add(
+        run_engine(
+            "SYN flood, bound hit",
+            syn_flood(nsyn),
+            lim,
+            EngineOptions(max_connections=nsyn // 10),
+            note=f"as above, --max-connections {nsyn // 10}",
+            whole_packets=True,
+        )
+    )
     # decoder
     reps = max(1, int(4_000_000 * args.scale) // max(1, sum(len(b) for *_, b in bodies)))
     add(run_decode("normal decode", bodies * reps, lim, note=f"every real body x{reps}"))
     n = int(1_000_000 * args.scale)
-    add(run_decode("huge array", [(3, 0, True, struct.pack(">i", n) + b"\x00\x00" * n)], lim,
-                   note=f"Metadata v0 request, {n} empty topic names"))
-    add(run_decode("array count bomb", [(3, 0, True, struct.pack(">i", 0x7FFFFFFF) + b"\x00\x00" * 8)] * 10000, lim,
-                   note="count 2^31-1 over 16 bytes, x10000"))
+    add(
+        run_decode(
+            "huge array",
+            [(3, 0, True, struct.pack(">i", n) + b"\x00\x00" * n)],
+            lim,
+            note=f"Metadata v0 request, {n} empty topic names",
+        )
+    )
+    add(
+        run_decode(
+            "array count bomb",
+            [(3, 0, True, struct.pack(">i", 0x7FFFFFFF) + b"\x00\x00" * 8)] * 10000,
+            lim,
+            note="count 2^31-1 over 16 bytes, x10000",
+        )
+    )
     topics, parts = int(2000 * args.scale) or 1, 500
     part = struct.pack(">ii", 0, -1)
     topic = struct.pack(">h", 1) + b"t" + struct.pack(">i", parts) + part * parts
     produce = struct.pack(">hhi", -1, 1, 1000) + struct.pack(">i", topics) + topic * topics
-    add(run_decode("nested arrays", [(0, 3, True, produce)], lim,
-                   note=f"Produce v3, {topics} topics x {parts} partitions"))
+    add(
+        run_decode(
+            "nested arrays",
+            [(0, 3, True, produce)],
+            lim,
+            note=f"Produce v3, {topics} topics x {parts} partitions",
+        )
+    )
     k = int(500_000 * args.scale)
     storm = b"\x01\x01" + uvarint(k) + b"".join(uvarint(i) + b"\x00" for i in range(k))
-    add(run_decode("tagged-field storm", [(18, 3, True, storm)], lim, note=f"ApiVersions v3 request, {k} unknown tags"))
+    add(
+        run_decode(
+            "tagged-field storm",
+            [(18, 3, True, storm)],
+            lim,
+            note=f"ApiVersions v3 request, {k} unknown tags",
+        )
+    )
     fields = real_record_fields(bodies)
     rrep = max(1, int(2_000_000 * args.scale) // max(1, sum(len(f) for f in fields)))
     add(run_records("normal records", fields * rrep, lim, note=f"real records fields x{rrep}"))
     tiny = bytes([12, 0, 0, 0, 1, 1, 0])
     for name, batch, what in (
         ("tiny records (zstd)", zstd_batch(tiny * ((4 << 20) // 7), 1), "7-byte valid records"),
-        ("bad-record storm (zstd)", zstd_batch(b"\x04\x04\x04" * ((4 << 20) // 3), 3), "3-byte bad records"),
+        (
+            "bad-record storm (zstd)",
+            zstd_batch(b"\x04\x04\x04" * ((4 << 20) // 3), 3),
+            "3-byte bad records",
+        ),
     ):
-        add(run_records(name, [batch], lim, note=f"{what}; {len(batch)} B in, inflated to the 250x ratio cap "
-                        "(records-unbounded-count)"))
+        add(
+            run_records(
+                name,
+                [batch],
+                lim,
+                note=f"{what}; {len(batch)} B in, inflated to the 250x ratio cap "
+                "(records-unbounded-count)",
+            )
+        )
 
     print("\nratios against the normal run of the same kind")
     print(header())
@@ -435,12 +591,22 @@ def header() -> str:
 
 
 def line(r: Result, base: Result | None) -> str:
-    ratio = f"{r.mbps / base.mbps:7.3f}" if base is not None and r.finished else ("   HANG" if not r.finished else "      -")
+    ratio = (
+        f"{r.mbps / base.mbps:7.3f}"
+        if base is not None and r.finished
+        else ("   HANG" if not r.finished else "      -")
+    )
     peak = f"{r.peak_mb:8.1f}" if r.peak_mb is not None else "       -"
-    rate = f"{r.units / r.cpu:10.0f} {r.unit[:1]}" if r.cpu > 0 and r.finished else f"{'>' + str(round(r.cpu)) + ' s':>12s}"
+    rate = (
+        f"{r.units / r.cpu:10.0f} {r.unit[:1]}"
+        if r.cpu > 0 and r.finished
+        else f"{'>' + str(round(r.cpu)) + ' s':>12s}"
+    )
     done = "" if r.finished else " [did not finish: interrupted]"
-    return (f"{r.name:32s} {r.nbytes / 1e6:8.2f} {r.cpu:8.2f} {r.mbps:9.2f} {rate:>12s} {peak} {ratio}  "
-            f"{r.note}{done}")
+    return (
+        f"{r.name:32s} {r.nbytes / 1e6:8.2f} {r.cpu:8.2f} {r.mbps:9.2f} {rate:>12s} {peak} {ratio}  "
+        f"{r.note}{done}"
+    )
 
 
 if __name__ == "__main__":

@@ -148,7 +148,9 @@ async def measure(paths: list[str], label: str) -> dict:
         n = max(1, len(store))
         out["rss_growth_b_per_row"] = round((cur - rss_before) * 2**20 / n)
         # the columnar data: header fields, the summary index, the table's row list
-        out["columns_b_per_row"] = round((store.rows.nbytes() + len(store._summary) * 4 + len(table.rows) * 8) / n)
+        out["columns_b_per_row"] = round(
+            (store.rows.nbytes() + len(store._summary) * 4 + len(table.rows) * 8) / n
+        )
         out["distinct_summaries"] = len(store._summary_values)
         out["spill_mb"] = round(store.spill.size / 2**20, 1)  # frames on disk, not in memory
         await pilot.press("q")
@@ -156,10 +158,17 @@ async def measure(paths: list[str], label: str) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--pcap", action="append", default=[], help="capture(s) to open (repeatable)")
-    ap.add_argument("--synthetic", type=int, default=1_000_000, metavar="N",
-                    help="also a synthetic capture of N exchanges (0: none; default 1000000)")
+    ap.add_argument(
+        "--synthetic",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="also a synthetic capture of N exchanges (0: none; default 1000000)",
+    )
     args = ap.parse_args()
     runs: list[tuple[list[str], str]] = []
     if args.pcap:

@@ -51,7 +51,9 @@ LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / "kanalyze-captures-logs"
 
 
 def tansu_version() -> str:
-    out = subprocess.run([tansu_binary() or "tansu", "--version"], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [tansu_binary() or "tansu", "--version"], capture_output=True, text=True, check=False
+    )
     return out.stdout.strip()
 
 
@@ -89,7 +91,10 @@ def hdrs(h: Any) -> list[list[str | None]]:
 def make_records(prefix: str, n: int, headers: bool = True) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
-        rec: dict[str, Any] = {"key": f"{prefix}-k{i:03d}", "value": f"{prefix} value {i:03d} " + "x" * (i % 7)}
+        rec: dict[str, Any] = {
+            "key": f"{prefix}-k{i:03d}",
+            "value": f"{prefix} value {i:03d} " + "x" * (i % 7),
+        }
         rec["headers"] = [["h-idx", str(i)], ["h-src", prefix]] if headers else []
         out.append(rec)
     return out
@@ -136,8 +141,14 @@ def cfk_ts(msg: Any) -> int | None:
     return ts if kind != 0 and ts >= 0 else None
 
 
-def cfk_produce(port: int, topic: str, records: list[dict[str, Any]], conf: dict[str, Any],
-                partition: int | None = None, flush: bool = True) -> list[dict[str, Any]]:
+def cfk_produce(
+    port: int,
+    topic: str,
+    records: list[dict[str, Any]],
+    conf: dict[str, Any],
+    partition: int | None = None,
+    flush: bool = True,
+) -> list[dict[str, Any]]:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": f"{HOST}:{port}", "linger.ms": 20, **conf})
@@ -145,9 +156,13 @@ def cfk_produce(port: int, topic: str, records: list[dict[str, Any]], conf: dict
 
     def report(err: Any, msg: Any, rec: dict[str, Any]) -> None:
         entry = {
-            "topic": msg.topic(), "partition": msg.partition(), "key": rec["key"], "value": rec["value"],
+            "topic": msg.topic(),
+            "partition": msg.partition(),
+            "key": rec["key"],
+            "value": rec["value"],
             "headers": rec.get("headers", []),
-            "offset": cfk_offset(err, msg), "timestamp_ms": cfk_ts(msg),
+            "offset": cfk_offset(err, msg),
+            "timestamp_ms": cfk_ts(msg),
             "error": None if err is None else str(err.name()),
         }
         out.append(entry)
@@ -165,14 +180,25 @@ def cfk_produce(port: int, topic: str, records: list[dict[str, Any]], conf: dict
     return out
 
 
-def cfk_consume(port: int, topics: list[str], expect: int, group: str, conf: dict[str, Any] | None = None,
-                timeout: float = 20.0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def cfk_consume(
+    port: int,
+    topics: list[str],
+    expect: int,
+    group: str,
+    conf: dict[str, Any] | None = None,
+    timeout: float = 20.0,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({
-        "bootstrap.servers": f"{HOST}:{port}", "group.id": group, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, **(conf or {}),
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": f"{HOST}:{port}",
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **(conf or {}),
+        }
+    )
     c.subscribe(topics)
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
@@ -195,8 +221,13 @@ def cfk_consume(port: int, topics: list[str], expect: int, group: str, conf: dic
 
 def cfk_msg(m: Any) -> dict[str, Any]:
     return {
-        "topic": m.topic(), "partition": m.partition(), "offset": m.offset(), "timestamp_ms": cfk_ts(m),
-        "key": b(m.key()), "value": b(m.value()), "headers": hdrs(m.headers()),
+        "topic": m.topic(),
+        "partition": m.partition(),
+        "offset": m.offset(),
+        "timestamp_ms": cfk_ts(m),
+        "key": b(m.key()),
+        "value": b(m.value()),
+        "headers": hdrs(m.headers()),
     }
 
 
@@ -236,15 +267,27 @@ class Ctx:
         """Start tcpdump; everything a scenario does after this is in the pcap."""
         self.tcpdump = Tcpdump(self.port, self.pcap)
 
-    def client(self, name: str, info: dict[str, Any], config: dict[str, Any],
-               api_versions_pinned: Any = None) -> str:
+    def client(
+        self,
+        name: str,
+        info: dict[str, Any],
+        config: dict[str, Any],
+        api_versions_pinned: Any = None,
+    ) -> str:
         safe = {k: ("<redacted>" if "password" in k else v) for k, v in config.items()}
-        self.truth["clients"].append({
-            "name": name, **info, "config": safe, "api_versions_pinned": api_versions_pinned,
-        })
+        self.truth["clients"].append(
+            {
+                "name": name,
+                **info,
+                "config": safe,
+                "api_versions_pinned": api_versions_pinned,
+            }
+        )
         return name
 
-    def produced(self, client: str, codec: str, entries: list[dict[str, Any]], **extra: Any) -> None:
+    def produced(
+        self, client: str, codec: str, entries: list[dict[str, Any]], **extra: Any
+    ) -> None:
         for e in entries:
             self.truth["produced"].append({"client": client, "codec": codec, **e, **extra})
 
@@ -263,7 +306,9 @@ class Ctx:
 SCENARIOS: dict[str, tuple[str, Callable[[Ctx], None], dict[str, Any]]] = {}
 
 
-def scenario(name: str, description: str, **opts: Any) -> Callable[[Callable[[Ctx], None]], Callable[[Ctx], None]]:
+def scenario(
+    name: str, description: str, **opts: Any
+) -> Callable[[Callable[[Ctx], None]], Callable[[Ctx], None]]:
     """Register a scenario; ``opts`` may say ``authentication=True`` for the broker."""
 
     def deco(fn: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
@@ -278,10 +323,26 @@ def tshark_requests(pcap: Path, port: int) -> dict[str, int]:
     if not shutil.which("tshark"):
         return {}
     out = subprocess.run(
-        ["tshark", "-r", str(pcap), "-o", "tcp.reassemble_out_of_order:TRUE",
-         "-d", f"tcp.port=={port},kafka", "-Y", "kafka.request_key and tcp.dstport == " + str(port),
-         "-T", "fields", "-e", "kafka.request_key", "-e", "kafka.api_version"],
-        capture_output=True, text=True, check=False,
+        [
+            "tshark",
+            "-r",
+            str(pcap),
+            "-o",
+            "tcp.reassemble_out_of_order:TRUE",
+            "-d",
+            f"tcp.port=={port},kafka",
+            "-Y",
+            "kafka.request_key and tcp.dstport == " + str(port),
+            "-T",
+            "fields",
+            "-e",
+            "kafka.request_key",
+            "-e",
+            "kafka.api_version",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     counts: dict[str, int] = {}
     for line in out.stdout.splitlines():
@@ -306,7 +367,12 @@ def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
     port = free_port(used_ports)
     t0 = time.monotonic()
     cluster = f"kanalyze-{name}".replace("_", "-")
-    broker = Broker(port, cluster, LOG_DIR / f"{cluster}.broker.log", authentication=opts.get("authentication", False))
+    broker = Broker(
+        port,
+        cluster,
+        LOG_DIR / f"{cluster}.broker.log",
+        authentication=opts.get("authentication", False),
+    )
     ctx = Ctx(name, port, description)
     error = None
     try:
@@ -322,22 +388,31 @@ def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
         ctx.note("the broker process exited during the scenario")
     stats = [ln for ln in tcpdump_msg.splitlines() if "packets" in ln]
     ctx.truth["tcpdump"] = stats
-    counts = {ln.split(" packets ")[1]: int(ln.split()[0]) for ln in stats if ln.split()[0].isdigit()}
+    counts = {
+        ln.split(" packets ")[1]: int(ln.split()[0]) for ln in stats if ln.split()[0].isdigit()
+    }
     # on lo the filter sees (almost) every packet twice, outgoing and incoming, and libpcap keeps one
     # copy; a lost tail shows as a much larger difference (without --immediate-mode: 40 % lost)
     in_file = pcap_packet_count(ctx.pcap)
     ctx.truth["packets"] = in_file
     received = counts.get("received by filter", 0)
-    if (counts.get("captured", 0) * 2 < received - 2 - received // 100 or counts.get("dropped by kernel", 0)
-            or in_file != counts.get("captured", -1)):
+    if (
+        counts.get("captured", 0) * 2 < received - 2 - received // 100
+        or counts.get("dropped by kernel", 0)
+        or in_file != counts.get("captured", -1)
+    ):
         error = error or f"tcpdump lost packets: {stats}"
         ctx.note(f"tcpdump lost packets: {stats}")
     ctx.truth["tshark_requests"] = tshark_requests(ctx.pcap, port) if ctx.pcap.exists() else {}
     ctx.truth["duration_s"] = round(time.monotonic() - t0, 2)
     (HERE / f"{name}.truth.json").write_text(json.dumps(ctx.truth, indent=1) + "\n")
-    return {"name": name, "error": error, "duration_s": ctx.truth["duration_s"],
-            "size": ctx.pcap.stat().st_size if ctx.pcap.exists() else 0,
-            "tshark": ctx.truth["tshark_requests"]}
+    return {
+        "name": name,
+        "error": error,
+        "duration_s": ctx.truth["duration_s"],
+        "size": ctx.pcap.stat().st_size if ctx.pcap.exists() else 0,
+        "tshark": ctx.truth["tshark_requests"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,10 +448,16 @@ def main(argv: list[str] | None = None) -> int:
 # ---------------------------------------------------------------------------------------------
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-GROUP_FAST = {"session.timeout.ms": 6000, "max.poll.interval.ms": 6000, "heartbeat.interval.ms": 1000}
+GROUP_FAST = {
+    "session.timeout.ms": 6000,
+    "max.poll.interval.ms": 6000,
+    "heartbeat.interval.ms": 1000,
+}
 
 
-@scenario("lib_codecs", "librdkafka producer per codec (none/gzip/snappy/lz4/zstd) + one group consumer")
+@scenario(
+    "lib_codecs", "librdkafka producer per codec (none/gzip/snappy/lz4/zstd) + one group consumer"
+)
 def sc_lib_codecs(ctx: Ctx) -> None:
     topics = {f"lib-{c}": 1 for c in CODECS}
     create_topics_cfk(ctx.port, topics)
@@ -394,7 +475,9 @@ def sc_lib_codecs(ctx: Ctx) -> None:
     ctx.truth["groups"].append({"group_id": "lib-codecs", "members": [name], "protocol": "classic"})
 
 
-@scenario("lib_group_rebalance", "librdkafka consumer group: two members, a rebalance, offset commits")
+@scenario(
+    "lib_group_rebalance", "librdkafka consumer group: two members, a rebalance, offset commits"
+)
 def sc_lib_group(ctx: Ctx) -> None:
     from confluent_kafka import Consumer
 
@@ -409,18 +492,36 @@ def sc_lib_group(ctx: Ctx) -> None:
     recs = make_records("grp", 24)
 
     def mk(member: str) -> Any:
-        conf = {"bootstrap.servers": ctx.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                "enable.auto.commit": False, "client.id": f"lib-{member}", **GROUP_FAST}
-        ctx.client(member, cfk_client_info(), {k: v for k, v in conf.items() if k != "bootstrap.servers"})
+        conf = {
+            "bootstrap.servers": ctx.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "client.id": f"lib-{member}",
+            **GROUP_FAST,
+        }
+        ctx.client(
+            member, cfk_client_info(), {k: v for k, v in conf.items() if k != "bootstrap.servers"}
+        )
         c = Consumer(conf)
 
         def on_assign(_c: Any, parts: Any, member: str = member) -> None:
-            events.append({"member": member, "event": "assigned",
-                           "partitions": sorted([p.topic, p.partition] for p in parts)})
+            events.append(
+                {
+                    "member": member,
+                    "event": "assigned",
+                    "partitions": sorted([p.topic, p.partition] for p in parts),
+                }
+            )
 
         def on_revoke(_c: Any, parts: Any, member: str = member) -> None:
-            events.append({"member": member, "event": "revoked",
-                           "partitions": sorted([p.topic, p.partition] for p in parts)})
+            events.append(
+                {
+                    "member": member,
+                    "event": "revoked",
+                    "partitions": sorted([p.topic, p.partition] for p in parts),
+                }
+            )
 
         c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         members[member] = c
@@ -435,7 +536,10 @@ def sc_lib_group(ctx: Ctx) -> None:
                     ctx.consumed(member, group, [cfk_msg(m)])
                     c.commit(message=m, asynchronous=False)
             if len(ctx.truth["consumed"]) >= expect_total and all(
-                any(e["member"] == mm and e["event"] == "assigned" and e["partitions"] for e in events)
+                any(
+                    e["member"] == mm and e["event"] == "assigned" and e["partitions"]
+                    for e in events
+                )
                 for mm in members
             ):
                 break
@@ -452,11 +556,19 @@ def sc_lib_group(ctx: Ctx) -> None:
     for member, c in members.items():
         parts = c.assignment()
         for tp in c.committed(parts, timeout=10) if parts else []:
-            ctx.committed(member, group, [{"topic": tp.topic, "partition": tp.partition, "offset": tp.offset}])
+            ctx.committed(
+                member, group, [{"topic": tp.topic, "partition": tp.partition, "offset": tp.offset}]
+            )
     members["member-b"].close()
     members["member-a"].close()
-    ctx.truth["groups"].append({"group_id": group, "members": ["member-a", "member-b"],
-                                "protocol": "classic", "events": events})
+    ctx.truth["groups"].append(
+        {
+            "group_id": group,
+            "members": ["member-a", "member-b"],
+            "protocol": "classic",
+            "events": events,
+        }
+    )
 
 
 @scenario("lib_idempotent", "librdkafka idempotent producer (enable.idempotence=true)")
@@ -473,7 +585,10 @@ def sc_lib_idem(ctx: Ctx) -> None:
     ctx.note("librdkafka does not expose its producer id; it is in the InitProducerId response")
 
 
-@scenario("lib_transactions", "librdkafka transactional producer: one committed, one aborted transaction; read_committed consumer")
+@scenario(
+    "lib_transactions",
+    "librdkafka transactional producer: one committed, one aborted transaction; read_committed consumer",
+)
 def sc_lib_txn(ctx: Ctx) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -489,25 +604,47 @@ def sc_lib_txn(ctx: Ctx) -> None:
         entries: list[dict[str, Any]] = []
 
         def report(err: Any, msg: Any, entries: list[dict[str, Any]] = entries) -> None:
-            entries.append({"topic": msg.topic(), "partition": msg.partition(), "key": b(msg.key()),
-                            "value": b(msg.value()), "headers": hdrs(msg.headers()),
-                            "offset": cfk_offset(err, msg), "timestamp_ms": cfk_ts(msg),
-                            "error": None if err is None else err.name()})
+            entries.append(
+                {
+                    "topic": msg.topic(),
+                    "partition": msg.partition(),
+                    "key": b(msg.key()),
+                    "value": b(msg.value()),
+                    "headers": hdrs(msg.headers()),
+                    "offset": cfk_offset(err, msg),
+                    "timestamp_ms": cfk_ts(msg),
+                    "error": None if err is None else err.name(),
+                }
+            )
 
         p.begin_transaction()
         for r in make_records(f"txn-{outcome}", 5):
-            p.produce(topic, key=r["key"], value=r["value"],
-                      headers=[(k, v.encode()) for k, v in r["headers"]], on_delivery=report)
+            p.produce(
+                topic,
+                key=r["key"],
+                value=r["value"],
+                headers=[(k, v.encode()) for k, v in r["headers"]],
+                on_delivery=report,
+            )
         p.flush(15)
         if outcome == "commit":
             p.commit_transaction(15)
         else:
             p.abort_transaction(15)
         ctx.produced(name, "none", entries, transaction=outcome)
-        ctx.truth["transactions"].append({"transactional_id": "lib-txn-1", "outcome": outcome,
-                                          "keys": [e["key"] for e in entries]})
-    cconf = {"group.id": "lib-txn-reader", "isolation.level": "read_committed", "client.id": "lib-txn-consumer",
-             "enable.auto.commit": False}
+        ctx.truth["transactions"].append(
+            {
+                "transactional_id": "lib-txn-1",
+                "outcome": outcome,
+                "keys": [e["key"] for e in entries],
+            }
+        )
+    cconf = {
+        "group.id": "lib-txn-reader",
+        "isolation.level": "read_committed",
+        "client.id": "lib-txn-consumer",
+        "enable.auto.commit": False,
+    }
     cname = ctx.client("consumer-read-committed", cfk_client_info(), cconf)
     c = Consumer({"bootstrap.servers": ctx.bootstrap, **cconf})
     c.assign([TopicPartition(topic, 0, 0)])
@@ -523,8 +660,10 @@ def sc_lib_txn(ctx: Ctx) -> None:
     ctx.note("read_committed consumer: assign() to partition 0 from offset 0, no group membership")
     aborted = {e["key"] for e in ctx.truth["produced"] if e.get("transaction") == "abort"}
     if any(g["key"] in aborted for g in got):
-        ctx.note("tansu returned the aborted records to the read_committed consumer (it does not filter "
-                 "aborted transactions); 'consumed' is what the client actually delivered")
+        ctx.note(
+            "tansu returned the aborted records to the read_committed consumer (it does not filter "
+            "aborted transactions); 'consumed' is what the client actually delivered"
+        )
 
 
 @scenario("lib_acks", "librdkafka producers with acks=0 and acks=1")
@@ -534,27 +673,56 @@ def sc_lib_acks(ctx: Ctx) -> None:
     ctx.truth["topics"] = {topic: 1}
     ctx.start_capture()
     for acks in ("0", "1"):
-        conf = {"acks": acks, "client.id": f"lib-acks{acks}", "linger.ms": 0, "batch.num.messages": 1}
+        conf = {
+            "acks": acks,
+            "client.id": f"lib-acks{acks}",
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+        }
         name = ctx.client(f"producer-acks{acks}", cfk_client_info(), conf)
-        ctx.produced(name, "none", cfk_produce(ctx.port, topic, make_records(f"acks{acks}", 6), conf),
-                     acks=int(acks))
-    ctx.note("acks=0: librdkafka reports delivery without an offset (offset null); no Produce response on the wire")
+        ctx.produced(
+            name,
+            "none",
+            cfk_produce(ctx.port, topic, make_records(f"acks{acks}", 6), conf),
+            acks=int(acks),
+        )
+    ctx.note(
+        "acks=0: librdkafka reports delivery without an offset (offset null); no Produce response on the wire"
+    )
 
 
-@scenario("lib_legacy", "librdkafka with api.version.request=false, broker.version.fallback=0.9.0 (magic 0 message sets)")
+@scenario(
+    "lib_legacy",
+    "librdkafka with api.version.request=false, broker.version.fallback=0.9.0 (magic 0 message sets)",
+)
 def sc_lib_legacy(ctx: Ctx) -> None:
     topic = "lib-legacy"
     create_topics_cfk(ctx.port, {topic: 1})
     ctx.truth["topics"] = {topic: 1}
     ctx.start_capture()
     for codec in ("none", "gzip"):
-        conf = {"api.version.request": False, "broker.version.fallback": "0.9.0", "compression.type": codec,
-                "client.id": f"lib-legacy-{codec}", "message.timeout.ms": 5000, "retries": 0}
-        name = ctx.client(f"producer-{codec}", cfk_client_info(), conf,
-                          api_versions_pinned={"broker.version.fallback": "0.9.0"})
-        ctx.produced(name, codec, cfk_produce(ctx.port, topic, make_records(f"legacy-{codec}", 4, headers=False), conf))
-    ctx.note("tansu rejects magic 0/1 produce batches: the delivery reports carry the error, offsets are null")
-
+        conf = {
+            "api.version.request": False,
+            "broker.version.fallback": "0.9.0",
+            "compression.type": codec,
+            "client.id": f"lib-legacy-{codec}",
+            "message.timeout.ms": 5000,
+            "retries": 0,
+        }
+        name = ctx.client(
+            f"producer-{codec}",
+            cfk_client_info(),
+            conf,
+            api_versions_pinned={"broker.version.fallback": "0.9.0"},
+        )
+        ctx.produced(
+            name,
+            codec,
+            cfk_produce(ctx.port, topic, make_records(f"legacy-{codec}", 4, headers=False), conf),
+        )
+    ctx.note(
+        "tansu rejects magic 0/1 produce batches: the delivery reports carry the error, offsets are null"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,16 +744,34 @@ def kp_producer_id(p: Any) -> dict[str, Any] | None:
     return {"producer_id": pie.producer_id, "producer_epoch": pie.epoch}
 
 
-def kp_produce(ctx: Ctx, client: str, topic: str, records: list[dict[str, Any]], conf: dict[str, Any],
-               codec: str, partition: int | None = None, flush_timeout: float = 20) -> Any:
+def kp_produce(
+    ctx: Ctx,
+    client: str,
+    topic: str,
+    records: list[dict[str, Any]],
+    conf: dict[str, Any],
+    codec: str,
+    partition: int | None = None,
+    flush_timeout: float = 20,
+) -> Any:
     from kafka import KafkaProducer
 
     p = KafkaProducer(bootstrap_servers=ctx.bootstrap, linger_ms=20, **conf)
     futures = []
     for r in records:
         headers = [(k, v.encode()) for k, v in r["headers"]] or None
-        futures.append((r, p.send(topic, key=r["key"].encode(), value=r["value"].encode(),
-                                  headers=headers, partition=partition)))
+        futures.append(
+            (
+                r,
+                p.send(
+                    topic,
+                    key=r["key"].encode(),
+                    value=r["value"].encode(),
+                    headers=headers,
+                    partition=partition,
+                ),
+            )
+        )
     try:
         p.flush(flush_timeout)
     except Exception as e:  # noqa: BLE001 - e.g. a batch never sent; the futures below say which
@@ -594,13 +780,30 @@ def kp_produce(ctx: Ctx, client: str, topic: str, records: list[dict[str, Any]],
     for r, f in futures:
         try:
             md = f.get(timeout=1)
-            entries.append({"topic": md.topic, "partition": md.partition, "key": r["key"], "value": r["value"],
-                            "headers": r["headers"], "offset": md.offset if md.offset >= 0 else None,
-                            "timestamp_ms": md.timestamp if md.timestamp >= 0 else None,
-                            "error": None})
+            entries.append(
+                {
+                    "topic": md.topic,
+                    "partition": md.partition,
+                    "key": r["key"],
+                    "value": r["value"],
+                    "headers": r["headers"],
+                    "offset": md.offset if md.offset >= 0 else None,
+                    "timestamp_ms": md.timestamp if md.timestamp >= 0 else None,
+                    "error": None,
+                }
+            )
         except Exception as e:  # noqa: BLE001 - a rejected record is part of the truth
-            entries.append({"topic": topic, "partition": partition, "key": r["key"], "value": r["value"],
-                            "headers": r["headers"], "offset": None, "error": type(e).__name__ + ": " + str(e)})
+            entries.append(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "key": r["key"],
+                    "value": r["value"],
+                    "headers": r["headers"],
+                    "offset": None,
+                    "error": type(e).__name__ + ": " + str(e),
+                }
+            )
     ctx.produced(client, codec, entries)
     pid = kp_producer_id(p)
     if pid:
@@ -610,32 +813,63 @@ def kp_produce(ctx: Ctx, client: str, topic: str, records: list[dict[str, Any]],
     return entries
 
 
-def kp_consume(ctx: Ctx, client: str, topics: list[str], expect: int, group: str | None,
-               conf: dict[str, Any], timeout: float = 25.0) -> None:
+def kp_consume(
+    ctx: Ctx,
+    client: str,
+    topics: list[str],
+    expect: int,
+    group: str | None,
+    conf: dict[str, Any],
+    timeout: float = 25.0,
+) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(*topics, bootstrap_servers=ctx.bootstrap, group_id=group, auto_offset_reset="earliest",
-                      enable_auto_commit=False, **conf)
+    c = KafkaConsumer(
+        *topics,
+        bootstrap_servers=ctx.bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **conf,
+    )
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     while len(got) < expect and time.monotonic() < deadline:
         for tp_recs in c.poll(timeout_ms=500).values():
-            got.extend({"topic": m.topic, "partition": m.partition, "offset": m.offset, "timestamp_ms": m.timestamp,
-                        "key": b(m.key),
-                        "value": b(m.value), "headers": hdrs(m.headers)} for m in tp_recs)
+            got.extend(
+                {
+                    "topic": m.topic,
+                    "partition": m.partition,
+                    "offset": m.offset,
+                    "timestamp_ms": m.timestamp,
+                    "key": b(m.key),
+                    "value": b(m.value),
+                    "headers": hdrs(m.headers),
+                }
+                for m in tp_recs
+            )
     ctx.consumed(client, group, got)
     if group and got:
         c.commit()
         for t, p in sorted({(g["topic"], g["partition"]) for g in got}):
-            ctx.committed(client, group, [{"topic": t, "partition": p,
-                                           "offset": c.committed(TopicPartition(t, p))}])
+            ctx.committed(
+                client,
+                group,
+                [{"topic": t, "partition": p, "offset": c.committed(TopicPartition(t, p))}],
+            )
     c.close()
 
 
-KP_GROUP_FAST = {"session_timeout_ms": 6000, "max_poll_interval_ms": 6000, "heartbeat_interval_ms": 1000}
+KP_GROUP_FAST = {
+    "session_timeout_ms": 6000,
+    "max_poll_interval_ms": 6000,
+    "heartbeat_interval_ms": 1000,
+}
 
 
-@scenario("kp_codecs", "kafka-python producer per codec (none/gzip/snappy/lz4/zstd) + group consumer")
+@scenario(
+    "kp_codecs", "kafka-python producer per codec (none/gzip/snappy/lz4/zstd) + group consumer"
+)
 def sc_kp_codecs(ctx: Ctx) -> None:
     topics = {f"kp-{c}": 1 for c in CODECS}
     create_topics_cfk(ctx.port, topics)
@@ -651,24 +885,35 @@ def sc_kp_codecs(ctx: Ctx) -> None:
     ctx.truth["groups"].append({"group_id": "kp-codecs", "members": [name], "protocol": "classic"})
 
 
-@scenario("kp_v25", "kafka-python pinned to api_version=(2, 5) (versions tshark 4.0 fully decodes): codecs, group, commits")
+@scenario(
+    "kp_v25",
+    "kafka-python pinned to api_version=(2, 5) (versions tshark 4.0 fully decodes): codecs, group, commits",
+)
 def sc_kp_v25(ctx: Ctx) -> None:
     topics = {f"kp25-{c}": 1 for c in CODECS}
     create_topics_cfk(ctx.port, topics)
     ctx.truth["topics"] = topics
     ctx.start_capture()
     for c in CODECS:
-        conf = {"compression_type": None if c == "none" else c, "client_id": f"kp25-producer-{c}",
-                "api_version": (2, 5)}
+        conf = {
+            "compression_type": None if c == "none" else c,
+            "client_id": f"kp25-producer-{c}",
+            "api_version": (2, 5),
+        }
         name = ctx.client(f"producer-{c}", kp_client_info(), conf, api_versions_pinned=[2, 5])
         kp_produce(ctx, name, f"kp25-{c}", make_records(f"kp25-{c}", 8), conf, c)
     conf = {"client_id": "kp25-consumer", "api_version": (2, 5), **KP_GROUP_FAST}
-    name = ctx.client("consumer", kp_client_info(), {"group_id": "kp25-group", **conf}, api_versions_pinned=[2, 5])
+    name = ctx.client(
+        "consumer", kp_client_info(), {"group_id": "kp25-group", **conf}, api_versions_pinned=[2, 5]
+    )
     kp_consume(ctx, name, list(topics), 8 * len(CODECS), "kp25-group", conf)
     ctx.truth["groups"].append({"group_id": "kp25-group", "members": [name], "protocol": "classic"})
 
 
-@scenario("kp_legacy", "kafka-python pinned to api_version=(0, 10, 0) (magic 1) and (0, 9) (magic 0), each codec; tansu rejects them")
+@scenario(
+    "kp_legacy",
+    "kafka-python pinned to api_version=(0, 10, 0) (magic 1) and (0, 9) (magic 0), each codec; tansu rejects them",
+)
 def sc_kp_legacy(ctx: Ctx) -> None:
     topic = "kp-legacy"
     create_topics_cfk(ctx.port, {topic: 1})
@@ -676,15 +921,30 @@ def sc_kp_legacy(ctx: Ctx) -> None:
     ctx.start_capture()
     for ver, magic in (((0, 10, 0), 1), ((0, 9), 0)):
         for c in ("none", "gzip", "snappy", "lz4"):
-            conf = {"compression_type": None if c == "none" else c, "api_version": ver, "retries": 0,
-                    "client_id": f"kp-legacy-m{magic}-{c}"}
-            name = ctx.client(f"producer-magic{magic}-{c}", kp_client_info(), conf, api_versions_pinned=list(ver))
-            kp_produce(ctx, name, topic, make_records(f"kp-m{magic}-{c}", 4, headers=False), conf, c,
-                       flush_timeout=5)
+            conf = {
+                "compression_type": None if c == "none" else c,
+                "api_version": ver,
+                "retries": 0,
+                "client_id": f"kp-legacy-m{magic}-{c}",
+            }
+            name = ctx.client(
+                f"producer-magic{magic}-{c}", kp_client_info(), conf, api_versions_pinned=list(ver)
+            )
+            kp_produce(
+                ctx,
+                name,
+                topic,
+                make_records(f"kp-m{magic}-{c}", 4, headers=False),
+                conf,
+                c,
+                flush_timeout=5,
+            )
             for e in ctx.truth["produced"]:
                 if e["client"] == name:
                     e["magic"] = magic
-    ctx.note("tansu rejects magic 0/1 produce batches; each record's error is what kafka-python reported")
+    ctx.note(
+        "tansu rejects magic 0/1 produce batches; each record's error is what kafka-python reported"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -717,23 +977,49 @@ def sc_aio_group(ctx: Ctx) -> None:
         try:
             entries = []
             for i, r in enumerate(recs):
-                md = await prod.send_and_wait(topic, key=r["key"].encode(), value=r["value"].encode(),
-                                              headers=[(k, v.encode()) for k, v in r["headers"]],
-                                              partition=i % 2)
-                entries.append({"topic": md.topic, "partition": md.partition, "key": r["key"],
-                                "value": r["value"], "headers": r["headers"], "offset": md.offset, "timestamp_ms": md.timestamp, "error": None})
+                md = await prod.send_and_wait(
+                    topic,
+                    key=r["key"].encode(),
+                    value=r["value"].encode(),
+                    headers=[(k, v.encode()) for k, v in r["headers"]],
+                    partition=i % 2,
+                )
+                entries.append(
+                    {
+                        "topic": md.topic,
+                        "partition": md.partition,
+                        "key": r["key"],
+                        "value": r["value"],
+                        "headers": r["headers"],
+                        "offset": md.offset,
+                        "timestamp_ms": md.timestamp,
+                        "error": None,
+                    }
+                )
             ctx.produced(pname, "gzip", entries)
             tm = getattr(prod, "_txn_manager", None)
             if tm is not None and getattr(tm, "producer_id", -1) >= 0:
-                ctx.truth["producer_ids"].append({"client": pname, "producer_id": tm.producer_id,
-                                                  "producer_epoch": tm.producer_epoch})
+                ctx.truth["producer_ids"].append(
+                    {
+                        "client": pname,
+                        "producer_id": tm.producer_id,
+                        "producer_epoch": tm.producer_epoch,
+                    }
+                )
         finally:
             await prod.stop()
         consumers = {}
         for member in ("member-a", "member-b"):
-            cconf = {"client_id": f"aio-{member}", "group_id": group, "auto_offset_reset": "earliest",
-                     "enable_auto_commit": False, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000,
-                     "max_poll_interval_ms": 6000, "rebalance_timeout_ms": 6000}
+            cconf = {
+                "client_id": f"aio-{member}",
+                "group_id": group,
+                "auto_offset_reset": "earliest",
+                "enable_auto_commit": False,
+                "session_timeout_ms": 6000,
+                "heartbeat_interval_ms": 1000,
+                "max_poll_interval_ms": 6000,
+                "rebalance_timeout_ms": 6000,
+            }
             ctx.client(member, aio_client_info(), cconf)
             consumers[member] = AIOKafkaConsumer(topic, bootstrap_servers=ctx.bootstrap, **cconf)
         await asyncio.gather(*(c.start() for c in consumers.values()))
@@ -743,10 +1029,22 @@ def sc_aio_group(ctx: Ctx) -> None:
                 for member, c in consumers.items():
                     batch = await c.getmany(timeout_ms=300)
                     for msgs in batch.values():
-                        ctx.consumed(member, group, [
-                            {"topic": m.topic, "partition": m.partition, "offset": m.offset,
-                             "timestamp_ms": m.timestamp, "key": b(m.key),
-                             "value": b(m.value), "headers": hdrs(m.headers)} for m in msgs])
+                        ctx.consumed(
+                            member,
+                            group,
+                            [
+                                {
+                                    "topic": m.topic,
+                                    "partition": m.partition,
+                                    "offset": m.offset,
+                                    "timestamp_ms": m.timestamp,
+                                    "key": b(m.key),
+                                    "value": b(m.value),
+                                    "headers": hdrs(m.headers),
+                                }
+                                for m in msgs
+                            ],
+                        )
                     if batch:
                         await c.commit()
             assignments = {}
@@ -754,17 +1052,35 @@ def sc_aio_group(ctx: Ctx) -> None:
                 parts = sorted(c.assignment(), key=lambda tp: (tp.topic, tp.partition))
                 assignments[member] = [[tp.topic, tp.partition] for tp in parts]
                 for tp in parts:
-                    ctx.committed(member, group, [{"topic": tp.topic, "partition": tp.partition,
-                                                   "offset": await c.committed(tp)}])
-            ctx.truth["groups"].append({"group_id": group, "members": list(consumers), "protocol": "classic",
-                                        "final_assignment": assignments})
+                    ctx.committed(
+                        member,
+                        group,
+                        [
+                            {
+                                "topic": tp.topic,
+                                "partition": tp.partition,
+                                "offset": await c.committed(tp),
+                            }
+                        ],
+                    )
+            ctx.truth["groups"].append(
+                {
+                    "group_id": group,
+                    "members": list(consumers),
+                    "protocol": "classic",
+                    "final_assignment": assignments,
+                }
+            )
         finally:
             await asyncio.gather(*(c.stop() for c in consumers.values()))
 
     asyncio.run(run())
 
 
-@scenario("admin", "admin APIs: create topics, metadata, describe configs, list/describe groups (librdkafka and kafka-python)")
+@scenario(
+    "admin",
+    "admin APIs: create topics, metadata, describe configs, list/describe groups (librdkafka and kafka-python)",
+)
 def sc_admin(ctx: Ctx) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
@@ -776,41 +1092,69 @@ def sc_admin(ctx: Ctx) -> None:
         try:
             admin_ops.append({"client": client, "op": name, "ok": True, "result": fn()})
         except Exception as e:  # noqa: BLE001 - an unsupported admin call is part of the truth
-            admin_ops.append({"client": client, "op": name, "ok": False, "error": f"{type(e).__name__}: {e}"})
+            admin_ops.append(
+                {"client": client, "op": name, "ok": False, "error": f"{type(e).__name__}: {e}"}
+            )
 
     conf = {"client.id": "lib-admin"}
     lib = ctx.client("lib-admin", cfk_client_info(), conf)
     a = AdminClient({"bootstrap.servers": ctx.bootstrap, **conf})
 
     def create() -> Any:
-        fs = a.create_topics([NewTopic("admin-a", 3, 1), NewTopic("admin-b", 1, 1,
-                                                                    config={"cleanup.policy": "compact"})],
-                             operation_timeout=10)
+        fs = a.create_topics(
+            [
+                NewTopic("admin-a", 3, 1),
+                NewTopic("admin-b", 1, 1, config={"cleanup.policy": "compact"}),
+            ],
+            operation_timeout=10,
+        )
         return {t: (f.result(15) is None) for t, f in fs.items()}
 
     op(lib, "create_topics", create)
     ctx.truth["topics"] = {"admin-a": 3, "admin-b": 1}
-    op(lib, "list_topics", lambda: sorted(
-        (t, len(md.partitions)) for t, md in a.list_topics(timeout=10).topics.items()))
+    op(
+        lib,
+        "list_topics",
+        lambda: sorted(
+            (t, len(md.partitions)) for t, md in a.list_topics(timeout=10).topics.items()
+        ),
+    )
 
     def describe() -> Any:
         fs = a.describe_configs([ConfigResource("topic", "admin-b")])
-        return {str(r): {k: v.value for k, v in f.result(15).items() if k == "cleanup.policy"}
-                for r, f in fs.items()}
+        return {
+            str(r): {k: v.value for k, v in f.result(15).items() if k == "cleanup.policy"}
+            for r, f in fs.items()
+        }
 
     op(lib, "describe_configs", describe)
+
     def commit_offsets() -> Any:
         from confluent_kafka import Consumer, TopicPartition
 
-        c = Consumer({"bootstrap.servers": ctx.bootstrap, "group.id": "admin-group", "client.id": "lib-admin-committer",
-                      "enable.auto.commit": False})
-        c.commit(offsets=[TopicPartition("admin-a", 0, 0), TopicPartition("admin-a", 1, 0)], asynchronous=False)
+        c = Consumer(
+            {
+                "bootstrap.servers": ctx.bootstrap,
+                "group.id": "admin-group",
+                "client.id": "lib-admin-committer",
+                "enable.auto.commit": False,
+            }
+        )
+        c.commit(
+            offsets=[TopicPartition("admin-a", 0, 0), TopicPartition("admin-a", 1, 0)],
+            asynchronous=False,
+        )
         c.close()
         return {"group": "admin-group", "offsets": [["admin-a", 0, 0], ["admin-a", 1, 0]]}
 
     op(lib, "commit_offsets", commit_offsets)
-    op(lib, "list_consumer_groups", lambda: sorted(
-        g.group_id for g in a.list_consumer_groups(request_timeout=10).result(15).valid))
+    op(
+        lib,
+        "list_consumer_groups",
+        lambda: sorted(
+            g.group_id for g in a.list_consumer_groups(request_timeout=10).result(15).valid
+        ),
+    )
 
     from kafka.admin import ConfigResource as KpConfigResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
@@ -820,22 +1164,38 @@ def sc_admin(ctx: Ctx) -> None:
     ka = KafkaAdminClient(bootstrap_servers=ctx.bootstrap, **kconf)
     try:
         op(kp, "list_topics", lambda: sorted(ka.list_topics()))
-        op(kp, "describe_topics", lambda: sorted(
-            (t.get("topic") or t.get("name"), len(t["partitions"]))
-            for t in ka.describe_topics(["admin-a", "admin-b"])))
-        op(kp, "describe_configs", lambda: str(ka.describe_configs(
-            [KpConfigResource(ConfigResourceType.TOPIC, "admin-a")]))[:400])
+        op(
+            kp,
+            "describe_topics",
+            lambda: sorted(
+                (t.get("topic") or t.get("name"), len(t["partitions"]))
+                for t in ka.describe_topics(["admin-a", "admin-b"])
+            ),
+        )
+        op(
+            kp,
+            "describe_configs",
+            lambda: str(
+                ka.describe_configs([KpConfigResource(ConfigResourceType.TOPIC, "admin-a")])
+            )[:400],
+        )
         op(kp, "list_groups", lambda: sorted(str(g) for g in ka.list_groups()))
         op(kp, "describe_groups", lambda: str(ka.describe_groups(["admin-group"]))[:400])
         op(kp, "list_group_offsets", lambda: str(ka.list_group_offsets("admin-group"))[:400])
         op(kp, "describe_cluster", lambda: ka.describe_cluster()["cluster_id"])
     finally:
         ka.close()
-    ctx.note("admin results are summaries of what each admin call returned ('ok' false = the call failed)")
+    ctx.note(
+        "admin results are summaries of what each admin call returned ('ok' false = the call failed)"
+    )
 
 
-@scenario("sasl_scram_rejected", "librdkafka SASL/SCRAM-SHA-256 against tansu --authentication: handshake, "
-          "client-first message, broker rejects the unknown user", authentication=True)
+@scenario(
+    "sasl_scram_rejected",
+    "librdkafka SASL/SCRAM-SHA-256 against tansu --authentication: handshake, "
+    "client-first message, broker rejects the unknown user",
+    authentication=True,
+)
 def sc_sasl_scram(ctx: Ctx) -> None:
     from confluent_kafka import Producer
 
@@ -844,19 +1204,40 @@ def sc_sasl_scram(ctx: Ctx) -> None:
     # broker answers every SaslHandshake with UNSUPPORTED_SASL_MECHANISM. So this capture shows the
     # SCRAM exchange up to the broker's rejection of the client-first message.
     ctx.start_capture()
-    conf = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": "kanalyze-user", "sasl.password": "kanalyze-S3cret-pw",
-            "client.id": "lib-scram", "reconnect.backoff.ms": 500, "reconnect.backoff.max.ms": 500}
+    conf = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "kanalyze-user",
+        "sasl.password": "kanalyze-S3cret-pw",
+        "client.id": "lib-scram",
+        "reconnect.backoff.ms": 500,
+        "reconnect.backoff.max.ms": 500,
+    }
     name = ctx.client("producer", cfk_client_info(), conf)
     errors: list[str] = []
-    p = Producer({"bootstrap.servers": ctx.bootstrap, "error_cb": lambda e: errors.append(e.name()), **conf})
+    p = Producer(
+        {"bootstrap.servers": ctx.bootstrap, "error_cb": lambda e: errors.append(e.name()), **conf}
+    )
     p.poll(2.5)
-    ctx.truth["sasl"] = {"mechanism": "SCRAM-SHA-256", "username": "kanalyze-user", "authenticated": False,
-                         "client_errors": sorted(set(errors))}
-    ctx.truth["secrets"].append({"kind": "sasl-scram-password", "client": name, "value": "kanalyze-S3cret-pw",
-                                 "on_wire": False})
-    ctx.note("SCRAM never reaches the client-final message (proof), so neither the password nor a proof is on "
-             "the wire; the username and client nonce are")
+    ctx.truth["sasl"] = {
+        "mechanism": "SCRAM-SHA-256",
+        "username": "kanalyze-user",
+        "authenticated": False,
+        "client_errors": sorted(set(errors)),
+    }
+    ctx.truth["secrets"].append(
+        {
+            "kind": "sasl-scram-password",
+            "client": name,
+            "value": "kanalyze-S3cret-pw",
+            "on_wire": False,
+        }
+    )
+    ctx.note(
+        "SCRAM never reaches the client-final message (proof), so neither the password nor a proof is on "
+        "the wire; the username and client nonce are"
+    )
+
 
 if __name__ == "__main__":
     sys.exit(main())

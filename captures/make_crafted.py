@@ -39,7 +39,17 @@ BASE_NS = 1_700_000_000_123_456_789
 STEP_NS = 100_123  # 100.123 µs between packets: ns timestamps have non-zero sub-µs digits
 
 # link types
-LT_NULL, LT_EN10MB, LT_RAW, LT_LOOP, LT_SLL, LT_SLL2, LT_IPV4, LT_IPV6, LT_USER0 = 0, 1, 101, 108, 113, 276, 228, 229, 147
+LT_NULL, LT_EN10MB, LT_RAW, LT_LOOP, LT_SLL, LT_SLL2, LT_IPV4, LT_IPV6, LT_USER0 = (
+    0,
+    1,
+    101,
+    108,
+    113,
+    276,
+    228,
+    229,
+    147,
+)
 
 # ---------------------------------------------------------------------------------------------
 # reading the source capture (dpkt, not kanalyze)
@@ -98,7 +108,7 @@ def stream_of(segs: Iterable[Seg], d: str) -> bytes:
         if s.off == len(buf):
             buf += s.data
         elif s.off < len(buf) < s.off + len(s.data):
-            buf += s.data[len(buf) - s.off:]
+            buf += s.data[len(buf) - s.off :]
     return bytes(buf)
 
 
@@ -162,8 +172,13 @@ def hits(f: Frame, ranges: list[tuple[int, int]]) -> bool:
     return any(a < f.end and f.off < b for a, b in ranges)
 
 
-def expected_exchanges(c2s: bytes, s2c: bytes, conn: int = 0, c2s_lost: list[tuple[int, int]] | None = None,
-                       s2c_lost: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+def expected_exchanges(
+    c2s: bytes,
+    s2c: bytes,
+    conn: int = 0,
+    c2s_lost: list[tuple[int, int]] | None = None,
+    s2c_lost: list[tuple[int, int]] | None = None,
+) -> list[dict[str, Any]]:
     """Exchanges of one connection given the full streams and the byte ranges a capture lacks.
 
     A frame is lost when any of its bytes is in a lost range (it may show up truncated)."""
@@ -185,11 +200,18 @@ def expected_exchanges(c2s: bytes, s2c: bytes, conn: int = 0, c2s_lost: list[tup
             status = "request_missing"
         else:
             status = "lost"
-        out.append({
-            "connection": conn, "api_key": q.api_key, "api_version": q.api_version,
-            "correlation_id": q.correlation_id, "has_response": r is not None, "expected_status": status,
-            "request_bytes": [q.off, q.end], "response_bytes": [r.off, r.end] if r else None,
-        })
+        out.append(
+            {
+                "connection": conn,
+                "api_key": q.api_key,
+                "api_version": q.api_version,
+                "correlation_id": q.correlation_id,
+                "has_response": r is not None,
+                "expected_status": status,
+                "request_bytes": [q.off, q.end],
+                "response_bytes": [r.off, r.end] if r else None,
+            }
+        )
     return out
 
 
@@ -210,7 +232,9 @@ class Conn:
         c, s = (CLIENT6, BROKER6) if self.v6 else (CLIENT4, BROKER4)
         return (c, s, self.cport, self.sport) if d == "c2s" else (s, c, self.sport, self.cport)
 
-    def ip(self, d: str, flags: int, data: bytes = b"", off: int | None = None, seq: int | None = None) -> bytes:
+    def ip(
+        self, d: str, flags: int, data: bytes = b"", off: int | None = None, seq: int | None = None
+    ) -> bytes:
         import socket
 
         src, dst, sp, dp = self.addrs(d)
@@ -220,19 +244,38 @@ class Conn:
         ack = self.isn[other] + 1 + self.sent[other]
         if flags & dpkt.tcp.TH_SYN and not flags & dpkt.tcp.TH_ACK:
             ack = 0
-        tcp = dpkt.tcp.TCP(sport=sp, dport=dp, seq=seq % (1 << 32), ack=ack % (1 << 32), flags=flags,
-                           win=65535, data=data)
+        tcp = dpkt.tcp.TCP(
+            sport=sp,
+            dport=dp,
+            seq=seq % (1 << 32),
+            ack=ack % (1 << 32),
+            flags=flags,
+            win=65535,
+            data=data,
+        )
         if off is not None:
             self.sent[d] = max(self.sent[d], off + len(data))
         if self.v6:
-            ip6 = dpkt.ip6.IP6(src=socket.inet_pton(socket.AF_INET6, src), dst=socket.inet_pton(socket.AF_INET6, dst),
-                               nxt=dpkt.ip.IP_PROTO_TCP, hlim=64, data=tcp, plen=len(bytes(tcp)))
+            ip6 = dpkt.ip6.IP6(
+                src=socket.inet_pton(socket.AF_INET6, src),
+                dst=socket.inet_pton(socket.AF_INET6, dst),
+                nxt=dpkt.ip.IP_PROTO_TCP,
+                hlim=64,
+                data=tcp,
+                plen=len(bytes(tcp)),
+            )
             tcp.sum = 0
             ip6.data = tcp
             ip6.plen = len(tcp)
             return bytes(ip6)
-        ip4 = dpkt.ip.IP(src=socket.inet_aton(src), dst=socket.inet_aton(dst), p=dpkt.ip.IP_PROTO_TCP, ttl=64,
-                         data=tcp, id=0)
+        ip4 = dpkt.ip.IP(
+            src=socket.inet_aton(src),
+            dst=socket.inet_aton(dst),
+            p=dpkt.ip.IP_PROTO_TCP,
+            ttl=64,
+            data=tcp,
+            id=0,
+        )
         ip4.len = 20 + len(tcp)
         return bytes(ip4)
 
@@ -260,7 +303,7 @@ class Conn:
 def resegment(segs: list[Seg], size: int) -> list[Seg]:
     out = []
     for s in segs:
-        out.extend(Seg(s.dir, s.off + i, s.data[i:i + size]) for i in range(0, len(s.data), size))
+        out.extend(Seg(s.dir, s.off + i, s.data[i : i + size]) for i in range(0, len(s.data), size))
     return out
 
 
@@ -294,7 +337,10 @@ def sll(ip: bytes) -> bytes:
 
 
 def sll2(ip: bytes) -> bytes:
-    return struct.pack(">HHIHBB8s", 0x86DD if is_v6(ip) else 0x0800, 0, 1, 772, 0, 6, MAC_C + b"\0\0") + ip
+    return (
+        struct.pack(">HHIHBB8s", 0x86DD if is_v6(ip) else 0x0800, 0, 1, 772, 0, 6, MAC_C + b"\0\0")
+        + ip
+    )
 
 
 def null(ip: bytes, big: bool) -> bytes:
@@ -315,8 +361,9 @@ def ts_of(i: int) -> int:
     return BASE_NS + i * STEP_NS
 
 
-def pcap_bytes(linktype: int, frames: list[bytes], nano: bool = False, big: bool = False,
-               first_index: int = 0) -> bytes:
+def pcap_bytes(
+    linktype: int, frames: list[bytes], nano: bool = False, big: bool = False, first_index: int = 0
+) -> bytes:
     e = ">" if big else "<"
     magic = 0xA1B23C4D if nano else 0xA1B2C3D4
     out = bytearray(struct.pack(e + "IHHiIII", magic, 2, 4, 0, 0, 262144, linktype))
@@ -339,12 +386,18 @@ def pcapng_option(e: str, code: int, value: bytes) -> bytes:
     return struct.pack(e + "HH", code, len(value)) + value + b"\0" * (-len(value) % 4)
 
 
-def pcapng_section(big: bool, interfaces: list[tuple[int, int]], packets: list[tuple[int, int, bytes]],
-                   comment: str) -> bytes:
+def pcapng_section(
+    big: bool,
+    interfaces: list[tuple[int, int]],
+    packets: list[tuple[int, int, bytes]],
+    comment: str,
+) -> bytes:
     """interfaces: (linktype, tsresol exponent); packets: (interface, ts_ns, frame)."""
     e = ">" if big else "<"
     opts = pcapng_option(e, 1, comment.encode()) + pcapng_option(e, 0, b"")
-    out = bytearray(pcapng_block(e, 0x0A0D0D0A, struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1) + opts))
+    out = bytearray(
+        pcapng_block(e, 0x0A0D0D0A, struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1) + opts)
+    )
     for lt, res in interfaces:
         o = pcapng_option(e, 9, bytes([res])) if res != 6 else b""
         o += pcapng_option(e, 2, f"if{lt}".encode()) + pcapng_option(e, 0, b"")
@@ -376,28 +429,64 @@ class Crafter:
         fmt = "[{}]:{}" if conn.v6 else "{}:{}"
         return {"client": fmt.format(c, cp), "broker": fmt.format(s, sp)}
 
-    def write(self, name: str, files: dict[str, bytes], description: str, connections: list[dict[str, Any]],
-              exchanges: list[dict[str, Any]], **extra: Any) -> None:
+    def write(
+        self,
+        name: str,
+        files: dict[str, bytes],
+        description: str,
+        connections: list[dict[str, Any]],
+        exchanges: list[dict[str, Any]],
+        **extra: Any,
+    ) -> None:
         for fname, data in files.items():
             (OUT / fname).write_bytes(data)
             self.written.append((fname, len(data)))
         expect = {
-            "schema": EXPECT_SCHEMA, "name": name, "files": list(files), "description": description,
-            "source": {"pcap": self.src.pcap, "broker_port": self.src.port, "client_port": self.src.client_port},
-            "kafka_port": self.src.port, "connections": connections, "exchanges": exchanges,
-            "lost": [x for x in exchanges if x["expected_status"] != "ok" and x["expected_status"] != "no_response"],
+            "schema": EXPECT_SCHEMA,
+            "name": name,
+            "files": list(files),
+            "description": description,
+            "source": {
+                "pcap": self.src.pcap,
+                "broker_port": self.src.port,
+                "client_port": self.src.client_port,
+            },
+            "kafka_port": self.src.port,
+            "connections": connections,
+            "exchanges": exchanges,
+            "lost": [
+                x
+                for x in exchanges
+                if x["expected_status"] != "ok" and x["expected_status"] != "no_response"
+            ],
             **extra,
         }
         (OUT / f"{name}.expect.json").write_text(json.dumps(expect, indent=1) + "\n")
 
-    def simple(self, name: str, description: str, segs: list[Seg], linktype: int = LT_EN10MB,
-               wrap: Any = ether, v6: bool = False, nano: bool = False, big: bool = False,
-               exchanges: list[dict[str, Any]] | None = None, **extra: Any) -> list[bytes]:
+    def simple(
+        self,
+        name: str,
+        description: str,
+        segs: list[Seg],
+        linktype: int = LT_EN10MB,
+        wrap: Any = ether,
+        v6: bool = False,
+        nano: bool = False,
+        big: bool = False,
+        exchanges: list[dict[str, Any]] | None = None,
+        **extra: Any,
+    ) -> list[bytes]:
         conn = self.conn(v6=v6)
         frames = [wrap(p) for p in conversation(conn, segs)]
-        self.write(name, {f"{name}.pcap": pcap_bytes(linktype, frames, nano=nano, big=big)}, description,
-                   [self.endpoints(conn)], exchanges if exchanges is not None else self.base,
-                   linktype=linktype, **extra)
+        self.write(
+            name,
+            {f"{name}.pcap": pcap_bytes(linktype, frames, nano=nano, big=big)},
+            description,
+            [self.endpoints(conn)],
+            exchanges if exchanges is not None else self.base,
+            linktype=linktype,
+            **extra,
+        )
         return frames
 
     # -- reassembly ----------------------------------------------------------------------------
@@ -405,7 +494,9 @@ class Crafter:
     def reassembly_cases(self) -> None:
         segs = self.src.segs
         small = resegment(segs, 64)
-        self.simple("baseline", "the source connection re-emitted unchanged (Ethernet, µs pcap)", segs)
+        self.simple(
+            "baseline", "the source connection re-emitted unchanged (Ethernet, µs pcap)", segs
+        )
 
         ooo = list(small)
         swaps = []
@@ -413,29 +504,47 @@ class Crafter:
             if ooo[i].dir == ooo[i + 1].dir:
                 ooo[i], ooo[i + 1] = ooo[i + 1], ooo[i]
                 swaps.append(i)
-        self.simple("out_of_order", "64-byte segments; every fifth pair of same-direction segments swapped",
-                    ooo, swapped_positions=swaps)
+        self.simple(
+            "out_of_order",
+            "64-byte segments; every fifth pair of same-direction segments swapped",
+            ooo,
+            swapped_positions=swaps,
+        )
 
         retr = []
         for i, s in enumerate(small):
             retr.append(s)
             if i % 4 == 2:
                 retr.append(s)
-        self.simple("retransmissions", "64-byte segments; every fourth segment sent twice (exact duplicate)",
-                    retr)
+        self.simple(
+            "retransmissions",
+            "64-byte segments; every fourth segment sent twice (exact duplicate)",
+            retr,
+        )
 
         ov = []
         overlaps = []
         for i, s in enumerate(small):
             ov.append(s)
             nxt = small[i + 1] if i + 1 < len(small) else None
-            if i % 6 == 3 and nxt is not None and nxt.dir == s.dir and nxt.off == s.off + len(s.data):
+            if (
+                i % 6 == 3
+                and nxt is not None
+                and nxt.dir == s.dir
+                and nxt.off == s.off + len(s.data)
+            ):
                 stream = self.src.c2s if s.dir == "c2s" else self.src.s2c
                 a, b = s.off + len(s.data) // 2, min(s.off + len(s.data) + 32, len(stream))
-                ov.append(Seg(s.dir, a, stream[a:b]))  # overlaps the sent tail and the next, unsent, head
+                ov.append(
+                    Seg(s.dir, a, stream[a:b])
+                )  # overlaps the sent tail and the next, unsent, head
                 overlaps.append({"direction": s.dir, "range": [a, b]})
-        self.simple("overlap_same", "64-byte segments plus segments overlapping sent and unsent bytes, same bytes",
-                    ov, overlaps=overlaps)
+        self.simple(
+            "overlap_same",
+            "64-byte segments plus segments overlapping sent and unsent bytes, same bytes",
+            ov,
+            overlaps=overlaps,
+        )
 
         od = []
         conflicts = []
@@ -445,30 +554,53 @@ class Crafter:
                 bad = bytes(x ^ 0x5A for x in s.data)
                 od.append(Seg(s.dir, s.off, bad))
                 conflicts.append({"direction": s.dir, "range": [s.off, s.off + len(s.data)]})
-        self.simple("overlap_conflict",
-                    "64-byte segments; some retransmitted later with DIFFERENT bytes (each byte XOR 0x5A)", od,
-                    overlaps=conflicts,
-                    policy="first-seen bytes win: the later, conflicting copies are ignored (and may be flagged), "
-                           "so every exchange decodes exactly as in baseline")
+        self.simple(
+            "overlap_conflict",
+            "64-byte segments; some retransmitted later with DIFFERENT bytes (each byte XOR 0x5A)",
+            od,
+            overlaps=conflicts,
+            policy="first-seen bytes win: the later, conflicting copies are ignored (and may be flagged), "
+            "so every exchange decodes exactly as in baseline",
+        )
 
         # a lost segment in each direction, in the middle of a frame
         reqs = walk_requests(self.src.c2s)
         resps = walk_responses(self.src.s2c)
         q = reqs[1]  # second request
         r = max(resps, key=lambda f: f.end - f.off)  # the largest response (Fetch)
-        drop_c = next(s for s in small if s.dir == "c2s" and s.off > q.off and s.off + len(s.data) <= q.end) \
-            if q.end - q.off > 70 else next(s for s in small if s.dir == "c2s" and s.off <= q.off + 5 < s.off + len(s.data))
-        drop_s = next(s for s in small if s.dir == "s2c" and s.off >= r.off + 64 and s.off + len(s.data) <= r.end)
+        drop_c = (
+            next(
+                s
+                for s in small
+                if s.dir == "c2s" and s.off > q.off and s.off + len(s.data) <= q.end
+            )
+            if q.end - q.off > 70
+            else next(
+                s for s in small if s.dir == "c2s" and s.off <= q.off + 5 < s.off + len(s.data)
+            )
+        )
+        drop_s = next(
+            s
+            for s in small
+            if s.dir == "s2c" and s.off >= r.off + 64 and s.off + len(s.data) <= r.end
+        )
         gapped = [s for s in small if s not in (drop_c, drop_s)]
         c_lost = [(drop_c.off, drop_c.off + len(drop_c.data))]
         s_lost = [(drop_s.off, drop_s.off + len(drop_s.data))]
-        self.simple("gap", "64-byte segments; one client segment inside a request and one broker segment inside "
-                    "the largest response are missing (never captured)", gapped,
-                    exchanges=expected_exchanges(self.src.c2s, self.src.s2c, 0, c_lost, s_lost),
-                    gaps=[{"direction": "c2s", "range": list(c_lost[0])}, {"direction": "s2c", "range": list(s_lost[0])}],
-                    policy="the gap is explicit (never zero-filled); frames touching it are missing or truncated "
-                           "('request_missing' = request bytes lost, 'response_lost' = response bytes lost); framing "
-                           "resyncs on the next frame; all other exchanges are intact")
+        self.simple(
+            "gap",
+            "64-byte segments; one client segment inside a request and one broker segment inside "
+            "the largest response are missing (never captured)",
+            gapped,
+            exchanges=expected_exchanges(self.src.c2s, self.src.s2c, 0, c_lost, s_lost),
+            gaps=[
+                {"direction": "c2s", "range": list(c_lost[0])},
+                {"direction": "s2c", "range": list(s_lost[0])},
+            ],
+            policy="the gap is explicit (never zero-filled); frames touching it are missing or truncated "
+            "('request_missing' = request bytes lost, 'response_lost' = response bytes lost); framing "
+            "resyncs on the next frame; all other exchanges are intact",
+        )
 
         # starts mid-connection: no handshake, first packet of each direction mid-frame
         q2 = reqs[2]
@@ -481,18 +613,26 @@ class Crafter:
         conn = self.conn()
         conn.sent = {"c2s": cut_c.off, "s2c": first_s.off if first_s else 0}
         frames = [ether(conn.data(s)) for s in tail] + [ether(p) for p in conn.fin()]
-        self.write("midstream", {"midstream.pcap": pcap_bytes(LT_EN10MB, frames)},
-                   "capture starts mid-connection: no SYN, the first client packet begins inside a request frame",
-                   [self.endpoints(conn)], expected_exchanges(self.src.c2s, self.src.s2c, 0, c_lost, s_lost),
-                   linktype=LT_EN10MB, stream_starts={"c2s": cut_c.off, "s2c": first_s.off if first_s else None},
-                   policy="frames before the first captured byte are unknown; the partial frame at the start is "
-                          "skipped (counted), framing resyncs on the next request/response")
+        self.write(
+            "midstream",
+            {"midstream.pcap": pcap_bytes(LT_EN10MB, frames)},
+            "capture starts mid-connection: no SYN, the first client packet begins inside a request frame",
+            [self.endpoints(conn)],
+            expected_exchanges(self.src.c2s, self.src.s2c, 0, c_lost, s_lost),
+            linktype=LT_EN10MB,
+            stream_starts={"c2s": cut_c.off, "s2c": first_s.off if first_s else None},
+            policy="frames before the first captured byte are unknown; the partial frame at the start is "
+            "skipped (counted), framing resyncs on the next request/response",
+        )
 
         # many frames in one segment: each direction's whole stream in one segment
         one = [Seg("c2s", 0, self.src.c2s), Seg("s2c", 0, self.src.s2c)]
-        self.simple("many_frames_one_segment", "the whole client stream in one segment, then the whole broker "
-                    "stream in one segment", one,
-                    frames_per_segment={"c2s": len(reqs), "s2c": len(resps)})
+        self.simple(
+            "many_frames_one_segment",
+            "the whole client stream in one segment, then the whole broker stream in one segment",
+            one,
+            frames_per_segment={"c2s": len(reqs), "s2c": len(resps)},
+        )
 
         # one large frame across hundreds of segments
         big = r
@@ -503,8 +643,13 @@ class Crafter:
             else:
                 split.append(s)
         n_small = sum(1 for s in split if len(s.data) <= 8 and s.dir == "s2c")
-        self.simple("large_frame_split", f"the largest response ({big.end - big.off} bytes) split into "
-                    f"{n_small} segments of 8 bytes", split, split_segments=n_small)
+        self.simple(
+            "large_frame_split",
+            f"the largest response ({big.end - big.off} bytes) split into "
+            f"{n_small} segments of 8 bytes",
+            split,
+            split_segments=n_small,
+        )
 
         # FIN then port reuse: same 4-tuple, new SYN, new ISN; second connection ends with RST while a
         # request is still unanswered
@@ -515,62 +660,125 @@ class Crafter:
         last = reqs[-1]
         segs2 = [s for s in segs if s.dir == "c2s" or s.off < resps[-1].off]
         p2 = conversation(c2, segs2, close="rst")
-        ex2 = expected_exchanges(self.src.c2s, self.src.s2c[:resps[-1].off], 1)
+        ex2 = expected_exchanges(self.src.c2s, self.src.s2c[: resps[-1].off], 1)
         frames = [ether(p) for p in p1 + p2]
-        self.write("port_reuse", {"port_reuse.pcap": pcap_bytes(LT_EN10MB, frames)},
-                   "connection 0 closes with FIN; connection 1 reuses the same 4-tuple (new SYN, new ISN), "
-                   f"the broker never answers correlation id {last.correlation_id} and resets the connection",
-                   [self.endpoints(c1), self.endpoints(c2)], self.base + ex2, linktype=LT_EN10MB,
-                   policy="a new SYN on a 4-tuple starts a new connection; correlation ids repeat across the two "
-                          "connections and are NOT duplicates; the unanswered request is 'no_response'")
+        self.write(
+            "port_reuse",
+            {"port_reuse.pcap": pcap_bytes(LT_EN10MB, frames)},
+            "connection 0 closes with FIN; connection 1 reuses the same 4-tuple (new SYN, new ISN), "
+            f"the broker never answers correlation id {last.correlation_id} and resets the connection",
+            [self.endpoints(c1), self.endpoints(c2)],
+            self.base + ex2,
+            linktype=LT_EN10MB,
+            policy="a new SYN on a 4-tuple starts a new connection; correlation ids repeat across the two "
+            "connections and are NOT duplicates; the unanswered request is 'no_response'",
+        )
 
     # -- link layers and file formats --------------------------------------------------------
 
     def link_cases(self) -> None:
         segs = self.src.segs
-        self.simple("vlan_8021q", "Ethernet with one 802.1Q tag (VLAN 100)", segs,
-                    wrap=lambda ip: ether(ip, ((0x8100, 100),)))
-        self.simple("vlan_qinq", "Ethernet with QinQ: 802.1ad outer tag (S-VLAN 200), 802.1Q inner (VLAN 100)",
-                    segs, wrap=lambda ip: ether(ip, ((0x88A8, 200), (0x8100, 100))))
-        self.simple("linux_sll", "Linux cooked capture v1 (LINKTYPE_LINUX_SLL 113)", segs, LT_SLL, sll)
-        self.simple("linux_sll2", "Linux cooked capture v2 (LINKTYPE_LINUX_SLL2 276, tcpdump -i any)", segs,
-                    LT_SLL2, sll2)
-        self.simple("null_le", "BSD loopback NULL, address family in little-endian host order", segs, LT_NULL,
-                    lambda ip: null(ip, big=False))
-        self.simple("null_be", "BSD loopback NULL, address family in big-endian host order", segs, LT_NULL,
-                    lambda ip: null(ip, big=True))
-        self.simple("loop", "OpenBSD LOOP (LINKTYPE_LOOP 108), address family in network order", segs, LT_LOOP,
-                    loop)
+        self.simple(
+            "vlan_8021q",
+            "Ethernet with one 802.1Q tag (VLAN 100)",
+            segs,
+            wrap=lambda ip: ether(ip, ((0x8100, 100),)),
+        )
+        self.simple(
+            "vlan_qinq",
+            "Ethernet with QinQ: 802.1ad outer tag (S-VLAN 200), 802.1Q inner (VLAN 100)",
+            segs,
+            wrap=lambda ip: ether(ip, ((0x88A8, 200), (0x8100, 100))),
+        )
+        self.simple(
+            "linux_sll", "Linux cooked capture v1 (LINKTYPE_LINUX_SLL 113)", segs, LT_SLL, sll
+        )
+        self.simple(
+            "linux_sll2",
+            "Linux cooked capture v2 (LINKTYPE_LINUX_SLL2 276, tcpdump -i any)",
+            segs,
+            LT_SLL2,
+            sll2,
+        )
+        self.simple(
+            "null_le",
+            "BSD loopback NULL, address family in little-endian host order",
+            segs,
+            LT_NULL,
+            lambda ip: null(ip, big=False),
+        )
+        self.simple(
+            "null_be",
+            "BSD loopback NULL, address family in big-endian host order",
+            segs,
+            LT_NULL,
+            lambda ip: null(ip, big=True),
+        )
+        self.simple(
+            "loop",
+            "OpenBSD LOOP (LINKTYPE_LOOP 108), address family in network order",
+            segs,
+            LT_LOOP,
+            loop,
+        )
         self.simple("raw_ipv4", "raw IP (LINKTYPE_RAW 101), IPv4", segs, LT_RAW, lambda ip: ip)
-        self.simple("raw_ipv6", "raw IP (LINKTYPE_RAW 101), IPv6", segs, LT_RAW, lambda ip: ip, v6=True)
+        self.simple(
+            "raw_ipv6", "raw IP (LINKTYPE_RAW 101), IPv6", segs, LT_RAW, lambda ip: ip, v6=True
+        )
         self.simple("linktype_ipv4", "LINKTYPE_IPV4 (228)", segs, LT_IPV4, lambda ip: ip)
         self.simple("linktype_ipv6", "LINKTYPE_IPV6 (229)", segs, LT_IPV6, lambda ip: ip, v6=True)
         self.simple("ethernet_ipv6", "IPv6 over Ethernet", segs, v6=True)
-        self.simple("pcap_nanosecond", "pcap with nanosecond timestamps (magic a1b23c4d)", segs, nano=True,
-                    first_ts_ns=BASE_NS)
-        frames = self.simple("pcap_big_endian", "big-endian pcap (written on a big-endian host)", segs, big=True)
+        self.simple(
+            "pcap_nanosecond",
+            "pcap with nanosecond timestamps (magic a1b23c4d)",
+            segs,
+            nano=True,
+            first_ts_ns=BASE_NS,
+        )
+        frames = self.simple(
+            "pcap_big_endian", "big-endian pcap (written on a big-endian host)", segs, big=True
+        )
 
         # gzip-compressed pcap (same packets as baseline)
-        self.write("gzip", {"gzip.pcap.gz": gzip.compress(pcap_bytes(LT_EN10MB, frames), mtime=0)},
-                   "gzip-compressed pcap (the baseline packets)", [self.endpoints(self.conn())], self.base,
-                   linktype=LT_EN10MB)
+        self.write(
+            "gzip",
+            {"gzip.pcap.gz": gzip.compress(pcap_bytes(LT_EN10MB, frames), mtime=0)},
+            "gzip-compressed pcap (the baseline packets)",
+            [self.endpoints(self.conn())],
+            self.base,
+            linktype=LT_EN10MB,
+        )
 
         # rotated into three files, like tcpdump -C: name, name1, name2
-        thirds = [frames[: len(frames) // 3], frames[len(frames) // 3: 2 * len(frames) // 3],
-                  frames[2 * len(frames) // 3:]]
+        thirds = [
+            frames[: len(frames) // 3],
+            frames[len(frames) // 3 : 2 * len(frames) // 3],
+            frames[2 * len(frames) // 3 :],
+        ]
         files, idx = {}, 0
         for k, part in enumerate(thirds):
             files[f"rotated.pcap{k or ''}"] = pcap_bytes(LT_EN10MB, part, first_index=idx)
             idx += len(part)
-        self.write("rotated", files, "the baseline capture rotated into 3 files like tcpdump -C "
-                   "(rotated.pcap, rotated.pcap1, rotated.pcap2); read together they give the baseline",
-                   [self.endpoints(self.conn())], self.base, linktype=LT_EN10MB)
+        self.write(
+            "rotated",
+            files,
+            "the baseline capture rotated into 3 files like tcpdump -C "
+            "(rotated.pcap, rotated.pcap1, rotated.pcap2); read together they give the baseline",
+            [self.endpoints(self.conn())],
+            self.base,
+            linktype=LT_EN10MB,
+        )
 
         # pcapng: two sections (the second big-endian), two interfaces of different link types each;
         # four connections, one per interface
         sections, conns, exchanges = [], [], []
         plan = [(False, [(LT_EN10MB, 6), (LT_RAW, 9)]), (True, [(LT_SLL2, 6), (LT_NULL, 9)])]
-        wraps = {LT_EN10MB: ether, LT_RAW: lambda ip: ip, LT_SLL2: sll2, LT_NULL: lambda ip: null(ip, big=True)}
+        wraps = {
+            LT_EN10MB: ether,
+            LT_RAW: lambda ip: ip,
+            LT_SLL2: sll2,
+            LT_NULL: lambda ip: null(ip, big=True),
+        }
         i = 0
         for si, (big, ifaces) in enumerate(plan):
             pkts: list[tuple[int, int, bytes]] = []
@@ -587,10 +795,15 @@ class Crafter:
                         pkts.append((lst[k][0], ts_of(i), lst[k][1]))
                         i += 1
             sections.append(pcapng_section(big, ifaces, pkts, f"kanalyze crafted section {si}"))
-        self.write("pcapng_multi", {"pcapng_multi.pcapng": b"".join(sections)},
-                   "pcapng with 2 sections (2nd big-endian), each with 2 interfaces of different link types "
-                   "(EN10MB µs + RAW ns; SLL2 µs + NULL ns); one connection per interface, interleaved; "
-                   "section 1's SLL2 connection is IPv6", conns, exchanges)
+        self.write(
+            "pcapng_multi",
+            {"pcapng_multi.pcapng": b"".join(sections)},
+            "pcapng with 2 sections (2nd big-endian), each with 2 interfaces of different link types "
+            "(EN10MB µs + RAW ns; SLL2 µs + NULL ns); one connection per interface, interleaved; "
+            "section 1's SLL2 connection is IPv6",
+            conns,
+            exchanges,
+        )
 
     # -- bad inputs ----------------------------------------------------------------------------
 
@@ -600,19 +813,47 @@ class Crafter:
         base_frames = [ether(p) for p in conversation(conn, self.src.segs)]
         full = pcap_bytes(LT_EN10MB, base_frames)
 
-        def bad(name: str, fname: str, data: bytes, description: str, expect: str,
-                exchanges: list[dict[str, Any]] | None = None, **extra: Any) -> None:
-            self.write(name, {fname: data}, description, [self.endpoints(conn)] if exchanges else [],
-                       exchanges or [], error_expected=expect, **extra)
+        def bad(
+            name: str,
+            fname: str,
+            data: bytes,
+            description: str,
+            expect: str,
+            exchanges: list[dict[str, Any]] | None = None,
+            **extra: Any,
+        ) -> None:
+            self.write(
+                name,
+                {fname: data},
+                description,
+                [self.endpoints(conn)] if exchanges else [],
+                exchanges or [],
+                error_expected=expect,
+                **extra,
+            )
 
         bad("bad_empty", "bad_empty.pcap", b"", "empty file", "clear error: not a capture (empty)")
-        bad("bad_garbage", "bad_garbage.bin", bytes(rnd.getrandbits(8) for _ in range(4096)),
-            "4 KiB of random bytes (seed 1234)", "clear error: not a capture")
-        bad("bad_text", "bad_text.txt", b"This is not a capture file.\nJust some text.\n" * 20,
-            "a text file", "clear error: not a capture")
-        bad("bad_linktype", "bad_linktype.pcap",
-            pcap_bytes(LT_USER0, base_frames[:6]), "valid pcap with LINKTYPE_USER0 (147) packets",
-            "clear error (or warning): unsupported link type 147; no exchanges")
+        bad(
+            "bad_garbage",
+            "bad_garbage.bin",
+            bytes(rnd.getrandbits(8) for _ in range(4096)),
+            "4 KiB of random bytes (seed 1234)",
+            "clear error: not a capture",
+        )
+        bad(
+            "bad_text",
+            "bad_text.txt",
+            b"This is not a capture file.\nJust some text.\n" * 20,
+            "a text file",
+            "clear error: not a capture",
+        )
+        bad(
+            "bad_linktype",
+            "bad_linktype.pcap",
+            pcap_bytes(LT_USER0, base_frames[:6]),
+            "valid pcap with LINKTYPE_USER0 (147) packets",
+            "clear error (or warning): unsupported link type 147; no exchanges",
+        )
         # truncated: cut in the middle of the record of packet k
         k = len(base_frames) * 2 // 3
         cut = 24 + sum(16 + len(f) for f in base_frames[:k]) + 16 + len(base_frames[k]) // 2
@@ -624,30 +865,56 @@ class Crafter:
                 c2s_have = max(c2s_have, seg.off + len(seg.data))
             else:
                 s2c_have = max(s2c_have, seg.off + len(seg.data))
-        ex = expected_exchanges(self.src.c2s, self.src.s2c, 0, [(c2s_have, 1 << 40)], [(s2c_have, 1 << 40)])
+        ex = expected_exchanges(
+            self.src.c2s, self.src.s2c, 0, [(c2s_have, 1 << 40)], [(s2c_have, 1 << 40)]
+        )
         ex = [x for x in ex if x["request_bytes"][1] <= c2s_have]
-        bad("bad_truncated", "bad_truncated.pcap", full[:cut],
+        bad(
+            "bad_truncated",
+            "bad_truncated.pcap",
+            full[:cut],
             f"the baseline pcap cut in the middle of packet record {k + 1} (of {len(base_frames)})",
             "partial result plus a clear truncation warning; the exchanges listed are complete before the cut",
-            ex, complete_packets=len(complete))
+            ex,
+            complete_packets=len(complete),
+        )
         # a 2 GiB length prefix after a normal first request
         first_q = walk_requests(self.src.c2s)[0]
-        first_r = next(r for r in walk_responses(self.src.s2c) if r.correlation_id == first_q.correlation_id)
-        req = self.src.c2s[first_q.off:first_q.end]
-        huge = struct.pack(">ihhi", 0x7FFFFFFF, 3, 9, 99) + struct.pack(">h", 6) + b"crafty" + b"\0" * 40
-        segs = [Seg("c2s", 0, req), Seg("s2c", 0, self.src.s2c[first_r.off:first_r.end]),
-                Seg("c2s", len(req), huge)]
+        first_r = next(
+            r for r in walk_responses(self.src.s2c) if r.correlation_id == first_q.correlation_id
+        )
+        req = self.src.c2s[first_q.off : first_q.end]
+        huge = (
+            struct.pack(">ihhi", 0x7FFFFFFF, 3, 9, 99)
+            + struct.pack(">h", 6)
+            + b"crafty"
+            + b"\0" * 40
+        )
+        segs = [
+            Seg("c2s", 0, req),
+            Seg("s2c", 0, self.src.s2c[first_r.off : first_r.end]),
+            Seg("c2s", len(req), huge),
+        ]
         frames = [ether(p) for p in conversation(self.conn(), segs)]
-        ex = expected_exchanges(req, self.src.s2c[first_r.off:first_r.end])
-        self.write("bad_huge_length", {"bad_huge_length.pcap": pcap_bytes(LT_EN10MB, frames)},
-                   "one normal exchange, then a request frame whose length prefix is 0x7FFFFFFF (2 GiB) with a "
-                   "plausible Metadata header (correlation id 99) and 52 bytes of body before FIN",
-                   [self.endpoints(self.conn())], ex, linktype=LT_EN10MB,
-                   error_expected="no traceback, no 2 GiB allocation: the frame is rejected by the size sanity "
-                                  "check (diagnostic and/or skipped bytes) or reported as truncated at FIN; "
-                                  "correlation id 99 is never an 'ok' exchange",
-                   huge_frame={"direction": "c2s", "offset": len(req), "length_prefix": 0x7FFFFFFF,
-                               "correlation_id": 99})
+        ex = expected_exchanges(req, self.src.s2c[first_r.off : first_r.end])
+        self.write(
+            "bad_huge_length",
+            {"bad_huge_length.pcap": pcap_bytes(LT_EN10MB, frames)},
+            "one normal exchange, then a request frame whose length prefix is 0x7FFFFFFF (2 GiB) with a "
+            "plausible Metadata header (correlation id 99) and 52 bytes of body before FIN",
+            [self.endpoints(self.conn())],
+            ex,
+            linktype=LT_EN10MB,
+            error_expected="no traceback, no 2 GiB allocation: the frame is rejected by the size sanity "
+            "check (diagnostic and/or skipped bytes) or reported as truncated at FIN; "
+            "correlation id 99 is never an 'ok' exchange",
+            huge_frame={
+                "direction": "c2s",
+                "offset": len(req),
+                "length_prefix": 0x7FFFFFFF,
+                "correlation_id": 99,
+            },
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -667,8 +934,10 @@ def main(argv: list[str] | None = None) -> int:
     for fname, size in c.written:
         print(f"{fname:34} {size:>7} B")
         total += size
-    print(f"{len(c.written)} files, {total} B; source {src.pcap} client port {src.client_port}, "
-          f"{len(c.base)} exchanges")
+    print(
+        f"{len(c.written)} files, {total} B; source {src.pcap} client port {src.client_port}, "
+        f"{len(c.base)} exchanges"
+    )
     return 0
 
 

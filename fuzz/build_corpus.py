@@ -35,9 +35,20 @@ from tests.support import spec_encoder as se  # noqa: E402
 CORPUS = ROOT / "fuzz" / "corpus"
 CAPTURES = ROOT / "captures"
 REAL = sorted(CAPTURES.glob("*.pcap")) + sorted((CAPTURES / "replication").glob("*.pcap"))
-CRAFTED = sorted(p for p in (CAPTURES / "crafted").iterdir() if p.suffix in (".pcap", ".pcapng", ".gz", ".bin", ".txt"))
+CRAFTED = sorted(
+    p
+    for p in (CAPTURES / "crafted").iterdir()
+    if p.suffix in (".pcap", ".pcapng", ".gz", ".bin", ".txt")
+)
 
-MAX_SEED = {"capture": 3072, "stream": 4096, "schema": 2048, "records": 4096, "consumer": 1024, "sasl": 512}
+MAX_SEED = {
+    "capture": 3072,
+    "stream": 4096,
+    "schema": 2048,
+    "records": 4096,
+    "consumer": 1024,
+    "sasl": 512,
+}
 
 
 def _put(seeds: dict[str, bytes], data: bytes, limit: int) -> None:
@@ -51,7 +62,7 @@ def capture_seeds() -> dict[str, bytes]:
     seeds: dict[str, bytes] = {}
     for p in CRAFTED:
         raw = p.read_bytes()
-        _put(seeds, b"\x00" + raw[:lim - 1], lim)
+        _put(seeds, b"\x00" + raw[: lim - 1], lim)
     for p in REAL:  # the head of each real capture (global header + first packets)
         raw = p.read_bytes()[: lim - 1]
         _put(seeds, b"\x00" + raw, lim)
@@ -82,7 +93,9 @@ def _encode_conn(segs: list, sel: int, limit: int) -> bytes:
     if first.flags & 0x12 == 0x02:  # SYN from the client
         client = (first.src, first.sport)
     else:
-        client = (first.src, first.sport) if first.dport in (9092, 9093) else (first.dst, first.dport)
+        client = (
+            (first.src, first.sport) if first.dport in (9092, 9093) else (first.dst, first.dport)
+        )
     nxt = [1000, 500000]
     out: list[tuple[int, int, bytes]] = []
     size = 1
@@ -110,15 +123,26 @@ def _encode_conn(segs: list, sel: int, limit: int) -> bytes:
 def stream_seeds() -> dict[str, bytes]:
     lim = MAX_SEED["stream"]
     seeds: dict[str, bytes] = {}
-    for i, p in enumerate(REAL + [c for c in CRAFTED if c.suffix == ".pcap" and not c.name.startswith("bad_")]):
+    for i, p in enumerate(
+        REAL + [c for c in CRAFTED if c.suffix == ".pcap" and not c.name.startswith("bad_")]
+    ):
         conns = _connections(p)
         for j, segs in enumerate(sorted(conns.values(), key=len, reverse=True)[:2]):
             _put(seeds, _encode_conn(segs, (i + j) % 16, lim), lim)
     # a hand-made conversation: request, out-of-order response halves, retransmission, gap
     req = P.request_frame(18, 0, 7, "fuzz", b"")
     resp = P.response_frame(7, b"\x00\x00\x00\x00\x00\x00")
-    segs = [(18, 0, b""), (3, 0, b""), (0, 0, req), (1, 5, resp[5:]), (1, -len(resp), resp[:5]), (0, -len(req), req),
-            (0, 10, req), (4, 0, b""), (5, 0, b"")]
+    segs = [
+        (18, 0, b""),
+        (3, 0, b""),
+        (0, 0, req),
+        (1, 5, resp[5:]),
+        (1, -len(resp), resp[:5]),
+        (0, -len(req), req),
+        (0, 10, req),
+        (4, 0, b""),
+        (5, 0, b""),
+    ]
     _put(seeds, T.encode_stream(1, segs), lim)
     return seeds
 
@@ -145,7 +169,11 @@ def schema_seeds(bodies: list) -> dict[str, bytes]:
             per[key] += 1
             _put(seeds, T.schema_prefix(api, v, is_req) + body, lim)
     rng = random.Random(9)
-    for api, v, is_req in T.SCHEMA_TARGETS:  # one encoder-made instance of every (api, version, direction)
+    for (
+        api,
+        v,
+        is_req,
+    ) in T.SCHEMA_TARGETS:  # one encoder-made instance of every (api, version, direction)
         layout = se.api_layout(api, v, is_req)
         for attempt in range(4):
             body = se.encode(layout, se.random_value(layout, rng, tame=attempt > 0))
@@ -162,13 +190,18 @@ def _records_fields(bodies: list) -> list[bytes]:
             continue
         ctx = DecodeContext(decode_records=False)
         node = decode_body(api, v, is_req, body, 0, len(body), ctx)
-        out.extend(bytes(body[n.offset : n.offset + n.length]) for n in node.walk()
-                   if n.kind == RECORDS and n.source == 0 and n.length > 0)
+        out.extend(
+            bytes(body[n.offset : n.offset + n.length])
+            for n in node.walk()
+            if n.kind == RECORDS and n.source == 0 and n.length > 0
+        )
     return out
 
 
 def _make_inputs():
-    spec = importlib.util.spec_from_file_location("make_inputs", ROOT / "tests" / "data" / "records" / "make_inputs.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_inputs", ROOT / "tests" / "data" / "records" / "make_inputs.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -207,7 +240,12 @@ def consumer_seeds(bodies: list) -> dict[str, bytes]:
         for v in range(top + 1):
             layout = se.layout_of(defs, v)
             for _ in range(2):
-                _put(seeds, bytes([sel]) + se.encode_message(name, v, se.random_value(layout, rng, tame=True)), lim)
+                _put(
+                    seeds,
+                    bytes([sel])
+                    + se.encode_message(name, v, se.random_value(layout, rng, tame=True)),
+                    lim,
+                )
     # real group metadata/assignments: JoinGroup request protocols, SyncGroup assignments
     ctx = DecodeContext()
     for api, v, is_req, body in bodies:
@@ -215,7 +253,11 @@ def consumer_seeds(bodies: list) -> dict[str, bytes]:
             continue
         node = decode_body(api, v, is_req, body, 0, len(body), ctx)
         for n in node.walk():
-            if n.name in ("Metadata", "Assignment") and n.children and n.children[0].name == "Version":
+            if (
+                n.name in ("Metadata", "Assignment")
+                and n.children
+                and n.children[0].name == "Version"
+            ):
                 data = bytes(body[n.children[0].offset : n.offset + n.length])
                 _put(seeds, bytes([0 if n.name == "Metadata" else 1]) + data, lim)
     return seeds

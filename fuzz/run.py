@@ -32,7 +32,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 FINDINGS = HERE / "findings"  # artifacts are copied here (git-ignored) before the workdir goes
 HARNESSES = ("capture", "stream", "schema", "records", "consumer", "sasl")
-MAX_LEN = {"capture": 8192, "stream": 8192, "schema": 4096, "records": 8192, "consumer": 2048, "sasl": 1024}
+MAX_LEN = {
+    "capture": 8192,
+    "stream": 8192,
+    "schema": 4096,
+    "records": 8192,
+    "consumer": 2048,
+    "sasl": 1024,
+}
 STATUS = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+).*?exec/s: (\d+)")
 UNITS = re.compile(r"stat::number_of_executed_units:\s*(\d+)")
 
@@ -61,7 +68,9 @@ class Result:
         )
 
 
-def run_one(name: str, seconds: int, workdir: Path, runs: int | None, rss_mb: int, timeout: int) -> Result:
+def run_one(
+    name: str, seconds: int, workdir: Path, runs: int | None, rss_mb: int, timeout: int
+) -> Result:
     work = workdir / name
     work.mkdir(parents=True, exist_ok=True)
     arts = workdir / "artifacts" / name
@@ -87,7 +96,9 @@ def run_one(name: str, seconds: int, workdir: Path, runs: int | None, rss_mb: in
     with open(log, "w") as f:
         try:
             # the outer guard only matters if libFuzzer itself wedges
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=seconds + 300).returncode
+            rc = subprocess.run(
+                cmd, stdout=f, stderr=subprocess.STDOUT, timeout=seconds + 300
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = -9
     took = time.monotonic() - t0
@@ -105,13 +116,18 @@ def run_one(name: str, seconds: int, workdir: Path, runs: int | None, rss_mb: in
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, required=True, help="time budget per harness")
-    ap.add_argument("--harness", action="append", choices=HARNESSES, help="run only this harness (repeatable)")
+    ap.add_argument(
+        "--harness", action="append", choices=HARNESSES, help="run only this harness (repeatable)"
+    )
     ap.add_argument("--workdir", type=Path, help="keep the grown corpora, logs and artifacts here")
     ap.add_argument("--runs", type=int, help="stop a harness after this many executions")
     ap.add_argument("--jobs", type=int, default=1, help="harnesses run at the same time")
     ap.add_argument("--rss-limit-mb", type=int, default=2048)
-    ap.add_argument("--mask-known", action="store_true",
-                    help="work around the known, reported bugs (fuzz/targets.py KNOWN_BUGS) to look for new ones")
+    ap.add_argument(
+        "--mask-known",
+        action="store_true",
+        help="work around the known, reported bugs (fuzz/targets.py KNOWN_BUGS) to look for new ones",
+    )
     ap.add_argument("--timeout", type=int, default=5, help="seconds one input may take (a hang)")
     args = ap.parse_args(argv)
     names = args.harness or list(HARNESSES)
@@ -126,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [
-                pool.submit(run_one, n, args.seconds, workdir, args.runs, args.rss_limit_mb, args.timeout)
+                pool.submit(
+                    run_one, n, args.seconds, workdir, args.runs, args.rss_limit_mb, args.timeout
+                )
                 for n in names
             ]
             results = [f.result() for f in futures]
@@ -139,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                 for a in r.artifacts:
                     kept = FINDINGS / Path(a).name
                     shutil.copyfile(a, kept)
-                    print(f"    artifact: {kept} (replay: python {HERE / ('fuzz_' + r.name + '.py')} {kept})")  # noqa: T201
+                    replay = HERE / f"fuzz_{r.name}.py"
+                    print(f"    artifact: {kept} (replay: python {replay} {kept})")  # noqa: T201
                 tail = Path(r.log).read_text(errors="replace").splitlines()[-40:]
                 print("    " + "\n    ".join(tail))  # noqa: T201
         return 1 if failed else 0

@@ -64,7 +64,9 @@ SCHEMA_TARGETS: tuple[tuple[int, int, bool], ...] = tuple(
 )
 SCHEMA_INDEX = {t: i for i, t in enumerate(SCHEMA_TARGETS)}
 
-_TMP = os.environ.get("KANALYZE_FUZZ_TMP") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+_TMP = os.environ.get("KANALYZE_FUZZ_TMP") or (
+    "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+)
 
 
 # ---------------------------------------------------------------- shared checks
@@ -73,7 +75,10 @@ def check_accounting(engine: Engine) -> None:
     engine-wide bounds held (checked after `close()`: nothing is left buffered)."""
     st = engine.stats
     assert st.buffered == 0, f"{st.buffered} bytes still counted as buffered after close"
-    assert st.buffered_peak <= engine.opts.max_buffered, (st.buffered_peak, engine.opts.max_buffered)
+    assert st.buffered_peak <= engine.opts.max_buffered, (
+        st.buffered_peak,
+        engine.opts.max_buffered,
+    )
     assert st.open_peak <= engine.opts.max_connections, (st.open_peak, engine.opts.max_connections)
     for side in ("client", "broker"):
         t = getattr(engine.stats, side)
@@ -90,7 +95,9 @@ def decode_exchanges(exchanges: list, ctx: DecodeContext) -> None:
             continue
         for msg, is_req in ex.messages():
             data = msg.pdu.data
-            node = decode_body(ex.api_key, ex.api_version, is_req, data, msg.body_offset, len(data), ctx)
+            node = decode_body(
+                ex.api_key, ex.api_version, is_req, data, msg.body_offset, len(data), ctx
+            )
             node_to_json(node, ctx)
 
 
@@ -158,7 +165,9 @@ def _stream_options(sel: int) -> EngineOptions:
     bit 2 tiny max_pending, bit 3 broker port forced (--port), bit 4 small max_buffered."""
     opts = EngineOptions()
     if sel & 1:
-        opts.reassembly = ReassemblyLimits(max_ooo_bytes=4096, max_ooo_segments=8, hole_patience_packets=2)
+        opts.reassembly = ReassemblyLimits(
+            max_ooo_bytes=4096, max_ooo_segments=8, hole_patience_packets=2
+        )
     if sel & 2:
         opts.max_frame = 512
     if sel & 4:
@@ -170,8 +179,12 @@ def _stream_options(sel: int) -> EngineOptions:
     return opts
 
 
-def _ipv4_tcp(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes) -> bytes:
-    tcp = struct.pack(">HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 0x50, flags, 65535, 0, 0)
+def _ipv4_tcp(
+    src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes
+) -> bytes:
+    tcp = struct.pack(
+        ">HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 0x50, flags, 65535, 0, 0
+    )
     total = 20 + len(tcp) + len(payload)
     ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, total & 0xFFFF, 1, 0x4000, 64, 6, 0, src, dst)
     return ip + tcp + payload
@@ -259,7 +272,11 @@ def run_schema(data: bytes) -> None:
     api, version, is_req = SCHEMA_TARGETS[int.from_bytes(data[:2], "big") % len(SCHEMA_TARGETS)]
 
     def ctx() -> DecodeContext:
-        return DecodeContext(limits=Limits(max_decompressed_bytes=1 << 20), strict=True, decode_records=not data[2] & 1)
+        return DecodeContext(
+            limits=Limits(max_decompressed_bytes=1 << 20),
+            strict=True,
+            decode_records=not data[2] & 1,
+        )
 
     buf = data[3:]
     rctx, walk = ctx(), JsonWalk()
@@ -271,7 +288,11 @@ def run_schema(data: bytes) -> None:
     fwalk = JsonWalk()
     value = decode_body_json(api, version, is_req, buf, 0, len(buf), ctx(), fwalk)
     if value is not FALLBACK:
-        assert (value, fwalk.diagnostics, fwalk.odd_float) == ref, ((api, version, is_req), value, ref)
+        assert (value, fwalk.diagnostics, fwalk.odd_float) == ref, (
+            (api, version, is_req),
+            value,
+            ref,
+        )
 
 
 def check_node(root: Node, ctx: DecodeContext) -> None:
@@ -288,7 +309,9 @@ def run_records(data: bytes) -> None:
     if not data:
         return
     if data[0] & 1:
-        limits = Limits(max_decompressed_bytes=64 * 1024, max_decompression_ratio=50, max_array_count=1000)
+        limits = Limits(
+            max_decompressed_bytes=64 * 1024, max_decompression_ratio=50, max_array_count=1000
+        )
     else:
         limits = Limits(max_decompressed_bytes=1 << 20)
     ctx = DecodeContext(limits=limits, strict=True, show_secrets=bool(data[0] & 2))
@@ -297,7 +320,13 @@ def run_records(data: bytes) -> None:
     node_to_json(node, ctx)
     # the export's fast path (dissectors/records_json.py): declines, or agrees with a clean reference
     try:
-        got = records_json(buf, memoryview(buf), 0, len(buf), DecodeContext(limits=limits, show_secrets=bool(data[0] & 2)))
+        got = records_json(
+            buf,
+            memoryview(buf),
+            0,
+            len(buf),
+            DecodeContext(limits=limits, show_secrets=bool(data[0] & 2)),
+        )
     except NotClean:
         return
     diags = [d for n in node.walk() for d in n.diagnostics]
@@ -330,8 +359,6 @@ def run_sasl(data: bytes) -> None:
     else:
         node = decode_raw_sasl(data, 1, len(data), ctx)
     node_to_json(node, ctx)
-
-
 
 
 TARGETS = {

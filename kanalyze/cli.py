@@ -13,8 +13,16 @@ from kanalyze.capture import CaptureError
 from kanalyze.inputs import missing_input
 
 COMMANDS = (
-    "export", "summary", "schemas", "report", "stats", "metadata", "records",
-    "live", "tui", "spark",
+    "export",
+    "summary",
+    "schemas",
+    "report",
+    "stats",
+    "metadata",
+    "records",
+    "live",
+    "tui",
+    "spark",
 )
 
 EXAMPLES = """\

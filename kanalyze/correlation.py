@@ -108,22 +108,6 @@ class Exchange(NamedTuple):
             yield self.response, False
 
 
-def parse_request_header(data: bytes) -> tuple[dict[str, object], int, list[Diagnostic]] | None:
-    """`read_request_header` as (header fields, body offset, diagnostics), for callers not
-    yet using the record (kanalyze/tui/rebuild.py)."""
-    h = read_request_header(data)
-    return None if h is None else (h.fields, h.body_offset, list(h.diagnostics))
-
-
-def parse_response_header(
-    data: bytes, api: int, ver: int
-) -> tuple[dict[str, object], int, list[Diagnostic]]:
-    """`read_response_header` as (header fields, body offset, diagnostics), for callers not
-    yet using the record (kanalyze/tui/rebuild.py)."""
-    h = read_response_header(data, api, ver)
-    return h.fields, h.body_offset, list(h.diagnostics)
-
-
 def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
     """The acks field of a Produce request body (after transactional_id in v3+), or None."""
     try:

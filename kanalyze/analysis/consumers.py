@@ -99,8 +99,11 @@ class ConsumerAnalyzer:
         for topic, partition, p in fetch_responses(ev.body):
             key = tp(topic, partition)
             bs = batches(p.get("records"))
-            listed = {a.get("producer_id"): a.get("first_offset") for a in p.get("aborted_transactions") or []
-                      if isinstance(a, dict)}
+            listed = {
+                a.get("producer_id"): a.get("first_offset")
+                for a in p.get("aborted_transactions") or []
+                if isinstance(a, dict)
+            }
             markers = _markers(bs)
             for b in bs:
                 end = batch_end(b)
@@ -113,15 +116,26 @@ class ConsumerAnalyzer:
                 c.records += n
                 if read_committed and b.get("is_transactional"):
                     pid, base = b.get("producer_id"), b.get("base_offset")
-                    if isinstance(base, int) and aborted_batch(markers, pid, base) and not (
-                        pid in listed and isinstance(listed[pid], int) and listed[pid] <= base
+                    if (
+                        isinstance(base, int)
+                        and aborted_batch(markers, pid, base)
+                        and not (
+                            pid in listed and isinstance(listed[pid], int) and listed[pid] <= base
+                        )
                     ):
                         c.aborted_records += n
-                        self.findings.add("warning", "read_committed_got_aborted",
-                                          f"{c.client_id} (read_committed) received {n} records of an aborted "
-                                          f"transaction (producer id {pid}) on {key} at offset {base}, not listed "
-                                          "in aborted_transactions", [ev.frame], ev.ts_s,
-                                          client_id=c.client_id, partition_key=key, producer_id=pid)
+                        self.findings.add(
+                            "warning",
+                            "read_committed_got_aborted",
+                            f"{c.client_id} (read_committed) received {n} records of an aborted "
+                            f"transaction (producer id {pid}) on {key} at offset {base}, not listed "
+                            "in aborted_transactions",
+                            [ev.frame],
+                            ev.ts_s,
+                            client_id=c.client_id,
+                            partition_key=key,
+                            producer_id=pid,
+                        )
 
     def _commit(self, ev: Event) -> None:
         body = ev.body or {}
@@ -138,12 +152,19 @@ class ConsumerAnalyzer:
                 c.commits[key] = off
                 pos = c.positions.get(key)
                 if pos is not None and off > pos:
-                    self.findings.add("warning", "commit_ahead_of_consumption",
-                                      f"{c.client_id} commits {key} at {off} for group {group} but has fetched "
-                                      f"only up to {pos}: records {pos}..{off - 1} count as consumed (at-most-once)",
-                                      [x for x in (c.position_frames.get(key), ev.frame) if x is not None], ev.ts_s,
-                                      client_id=c.client_id, group_id=group, partition_key=key,
-                                      committed=off, position=pos)
+                    self.findings.add(
+                        "warning",
+                        "commit_ahead_of_consumption",
+                        f"{c.client_id} commits {key} at {off} for group {group} but has fetched "
+                        f"only up to {pos}: records {pos}..{off - 1} count as consumed (at-most-once)",
+                        [x for x in (c.position_frames.get(key), ev.frame) if x is not None],
+                        ev.ts_s,
+                        client_id=c.client_id,
+                        group_id=group,
+                        partition_key=key,
+                        committed=off,
+                        position=pos,
+                    )
 
     def to_json(self) -> list[dict[str, object]]:
         return [c.to_json() for c in self.consumers.values()]

@@ -38,8 +38,15 @@ class Findings:
         self.dropped: Counter[str] = Counter()
         self.cap = cap_per_kind
 
-    def add(self, severity: str, kind: str, message: str, frames: list[int], ts: float | None = None,
-            **details: object) -> None:
+    def add(
+        self,
+        severity: str,
+        kind: str,
+        message: str,
+        frames: list[int],
+        ts: float | None = None,
+        **details: object,
+    ) -> None:
         assert severity in SEVERITIES, severity
         self.per_kind[kind] += 1
         if self.per_kind[kind] > self.cap:
@@ -52,8 +59,15 @@ class Findings:
         items = sorted(self.items, key=lambda f: (order[f.severity], min(f.frames, default=0)))
         out = [f.to_json() for f in items]
         out.extend(
-            {"severity": "info", "kind": "findings_dropped", "message": f"{n} more {kind} findings not listed",
-             "frames": [], "ts": None, "dropped_kind": kind, "count": n}
+            {
+                "severity": "info",
+                "kind": "findings_dropped",
+                "message": f"{n} more {kind} findings not listed",
+                "frames": [],
+                "ts": None,
+                "dropped_kind": kind,
+                "count": n,
+            }
             for kind, n in sorted(self.dropped.items())
         )
         return out

@@ -32,9 +32,13 @@ class PartitionSeq:
     gaps: int = 0
     overlaps: int = 0
     retries: int = 0
-    sent: dict[int, tuple[int, int]] = field(default_factory=dict)  # base sequence -> (count, frame)
+    sent: dict[int, tuple[int, int]] = field(
+        default_factory=dict
+    )  # base sequence -> (count, frame)
     acked: set[int] = field(default_factory=set)  # base sequences answered without error
-    recent: deque = field(default_factory=lambda: deque(maxlen=64))  # non-idempotent batch identities
+    recent: deque = field(
+        default_factory=lambda: deque(maxlen=64)
+    )  # non-idempotent batch identities
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -85,8 +89,12 @@ class ProducerAnalyzer:
         self.findings = findings
         self.cap = cap
         self.producers: dict[tuple[str | None, int, int], Producer] = {}
-        self.in_flight: Counter[int] = Counter()  # connection -> produce requests awaiting a response
-        self.by_request: dict[int, list[tuple[Producer, str, int]]] = {}  # item id -> (producer, tp, base seq)
+        self.in_flight: Counter[int] = (
+            Counter()
+        )  # connection -> produce requests awaiting a response
+        self.by_request: dict[
+            int, list[tuple[Producer, str, int]]
+        ] = {}  # item id -> (producer, tp, base seq)
         self.topic_producers: dict[str, set[str]] = {}
 
     def producer(self, client_id: str | None, pid: int, epoch: int) -> Producer | None:
@@ -112,7 +120,11 @@ class ProducerAnalyzer:
             key = tp(topic, partition)
             self.topic_producers.setdefault(topic, set()).add(ex.client_id or ex.conn.client)
             for b in bs:
-                pid, epoch, seq = b.get("producer_id", -1), b.get("producer_epoch", -1), b.get("base_sequence", -1)
+                pid, epoch, seq = (
+                    b.get("producer_id", -1),
+                    b.get("producer_epoch", -1),
+                    b.get("base_sequence", -1),
+                )
                 if not isinstance(pid, int):
                     continue
                 prod = self.producer(ex.client_id, pid, epoch if pid >= 0 else -1)
@@ -140,19 +152,32 @@ class ProducerAnalyzer:
                     ident = (b.get("crc"), n, b.get("base_timestamp"))
                     if ident in ps.recent:
                         ps.retries += 1
-                        self.findings.add("warning", "non_idempotent_retry",
-                                          f"{prod.client_id}: batch of {n} records to {key} sent again without "
-                                          "idempotence: the partition may hold it twice",
-                                          [ev.frame], ev.ts_s, client_id=prod.client_id, partition_key=key)
+                        self.findings.add(
+                            "warning",
+                            "non_idempotent_retry",
+                            f"{prod.client_id}: batch of {n} records to {key} sent again without "
+                            "idempotence: the partition may hold it twice",
+                            [ev.frame],
+                            ev.ts_s,
+                            client_id=prod.client_id,
+                            partition_key=key,
+                        )
                         if self.in_flight[conn] > 1:
-                            self.findings.add("warning", "reorder_risk",
-                                              f"{prod.client_id}: retry with {self.in_flight[conn]} produce "
-                                              f"requests in flight on connection {conn}: batches may be reordered",
-                                              [ev.frame], ev.ts_s, client_id=prod.client_id)
+                            self.findings.add(
+                                "warning",
+                                "reorder_risk",
+                                f"{prod.client_id}: retry with {self.in_flight[conn]} produce "
+                                f"requests in flight on connection {conn}: batches may be reordered",
+                                [ev.frame],
+                                ev.ts_s,
+                                client_id=prod.client_id,
+                            )
                     ps.recent.append(ident)
         self.by_request[id(ev.bodies)] = touched
 
-    def _sequence(self, ev: Event, prod: Producer, key: str, ps: PartitionSeq, seq: int, n: int) -> None:
+    def _sequence(
+        self, ev: Event, prod: Producer, key: str, ps: PartitionSeq, seq: int, n: int
+    ) -> None:
         last = seq + max(n, 1) - 1
         who = f"{prod.client_id} (producer id {prod.producer_id}, epoch {prod.producer_epoch})"
         if ps.first_sequence is None:
@@ -162,23 +187,48 @@ class ProducerAnalyzer:
             earlier = ps.sent[seq][1]
             was_acked = seq in ps.acked
             self.findings.add(
-                "warning" if was_acked else "info", "duplicate_sequence",
+                "warning" if was_acked else "info",
+                "duplicate_sequence",
                 f"{who}: batch {key} sequence {seq} sent again"
-                + (" after it was acknowledged" if was_acked else " (retry of an unanswered batch; the broker deduplicates)"),
-                [earlier, ev.frame], ev.ts_s, producer_id=prod.producer_id, producer_epoch=prod.producer_epoch,
-                partition_key=key, sequence=seq)
+                + (
+                    " after it was acknowledged"
+                    if was_acked
+                    else " (retry of an unanswered batch; the broker deduplicates)"
+                ),
+                [earlier, ev.frame],
+                ev.ts_s,
+                producer_id=prod.producer_id,
+                producer_epoch=prod.producer_epoch,
+                partition_key=key,
+                sequence=seq,
+            )
         elif ps.next_sequence is not None and seq > ps.next_sequence:
             ps.gaps += 1
-            self.findings.add("error", "sequence_gap",
-                              f"{who}: {key} sequence jumps from {ps.next_sequence} to {seq} "
-                              f"({seq - ps.next_sequence} missing)",
-                              [ev.frame], ev.ts_s, producer_id=prod.producer_id, producer_epoch=prod.producer_epoch,
-                              partition_key=key, expected=ps.next_sequence, sequence=seq)
+            self.findings.add(
+                "error",
+                "sequence_gap",
+                f"{who}: {key} sequence jumps from {ps.next_sequence} to {seq} "
+                f"({seq - ps.next_sequence} missing)",
+                [ev.frame],
+                ev.ts_s,
+                producer_id=prod.producer_id,
+                producer_epoch=prod.producer_epoch,
+                partition_key=key,
+                expected=ps.next_sequence,
+                sequence=seq,
+            )
         elif ps.next_sequence is not None and seq < ps.next_sequence:
             ps.overlaps += 1
-            self.findings.add("warning", "sequence_overlap",
-                              f"{who}: {key} sequence {seq} overlaps batches already sent (next was {ps.next_sequence})",
-                              [ev.frame], ev.ts_s, producer_id=prod.producer_id, partition_key=key, sequence=seq)
+            self.findings.add(
+                "warning",
+                "sequence_overlap",
+                f"{who}: {key} sequence {seq} overlaps batches already sent (next was {ps.next_sequence})",
+                [ev.frame],
+                ev.ts_s,
+                producer_id=prod.producer_id,
+                partition_key=key,
+                sequence=seq,
+            )
         if seq not in ps.sent:
             ps.sent[seq] = (n, ev.frame)
             if len(ps.sent) > 4096:
@@ -210,13 +260,25 @@ class ProducerAnalyzer:
             for prod in owners:
                 prod.errors[error_name(err)] += 1
             sev = "error" if err in SEQUENCE_ERRORS else "warning"
-            self.findings.add(sev, "produce_error",
-                              f"{ex.client_id}: Produce to {key} failed with {error_name(err)} ({err})",
-                              [f for f in (ex.request.pdu.last_pkt if ex.request else None, ev.frame) if f is not None],
-                              ev.ts_s, client_id=ex.client_id, partition_key=key, error=error_name(err))
+            self.findings.add(
+                sev,
+                "produce_error",
+                f"{ex.client_id}: Produce to {key} failed with {error_name(err)} ({err})",
+                [
+                    f
+                    for f in (ex.request.pdu.last_pkt if ex.request else None, ev.frame)
+                    if f is not None
+                ],
+                ev.ts_s,
+                client_id=ex.client_id,
+                partition_key=key,
+                error=error_name(err),
+            )
 
     def to_json(self) -> list[dict[str, object]]:
-        return [p.to_json() for p in sorted(self.producers.values(), key=lambda p: (p.first_frame or 0))]
+        return [
+            p.to_json() for p in sorted(self.producers.values(), key=lambda p: p.first_frame or 0)
+        ]
 
     HANDLERS = Handlers(
         requests={ApiKey.PRODUCE: _request},

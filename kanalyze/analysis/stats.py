@@ -65,8 +65,13 @@ class StatsAnalyzer:
             st.statuses[ex.status] += 1
             conn = self.connections.get(ex.conn.id)
             if conn is None and len(self.connections) < self.cap:
-                conn = self.connections[ex.conn.id] = {"id": ex.conn.id, "client": ex.conn.client,
-                                                       "broker": ex.conn.broker, "client_ids": set(), "exchanges": 0}
+                conn = self.connections[ex.conn.id] = {
+                    "id": ex.conn.id,
+                    "client": ex.conn.client,
+                    "broker": ex.conn.broker,
+                    "client_ids": set(),
+                    "exchanges": 0,
+                }
             if conn is not None:
                 conn["exchanges"] += 1  # type: ignore[operator]
                 if ex.client_id is not None:
@@ -80,7 +85,9 @@ class StatsAnalyzer:
                 c.connections.add(ex.conn.id)
                 if ex.api_key == ApiKey.API_VERSIONS and ev.is_request and ev.body:
                     c.software_name = ev.body.get("client_software_name") or c.software_name
-                    c.software_version = ev.body.get("client_software_version") or c.software_version
+                    c.software_version = (
+                        ev.body.get("client_software_version") or c.software_version
+                    )
         if ev.is_request:
             if ex.request is not None:
                 st.request_bytes += ex.request.pdu.size + 4
@@ -99,23 +106,36 @@ class StatsAnalyzer:
             st.throttled += 1
             st.throttle_ms += thr
 
-    def to_json(self, topic_producers: dict[str, set[str]], topic_consumers: dict[str, set[str]]) -> dict[str, object]:
+    def to_json(
+        self, topic_producers: dict[str, set[str]], topic_consumers: dict[str, set[str]]
+    ) -> dict[str, object]:
         apis = []
         all_lat: list[float] = []
-        for key in sorted(self.apis, key=lambda k: (k[0] if k[0] is not None else 1 << 20, k[2] or 0)):
+        for key in sorted(
+            self.apis, key=lambda k: (k[0] if k[0] is not None else 1 << 20, k[2] or 0)
+        ):
             st = self.apis[key]
             lats = sorted(st.latencies)
             all_lat.extend(lats)
-            apis.append({
-                "api_key": key[0], "api": key[1], "api_version": key[2], "count": st.count,
-                "status": dict(st.statuses),
-                "latency_ms": _lat(lats),
-                "request_bytes": st.request_bytes, "response_bytes": st.response_bytes,
-                "throttled_responses": st.throttled, "throttle_time_ms": st.throttle_ms,
-            })
+            apis.append(
+                {
+                    "api_key": key[0],
+                    "api": key[1],
+                    "api_version": key[2],
+                    "count": st.count,
+                    "status": dict(st.statuses),
+                    "latency_ms": _lat(lats),
+                    "request_bytes": st.request_bytes,
+                    "response_bytes": st.response_bytes,
+                    "throttled_responses": st.throttled,
+                    "throttle_time_ms": st.throttle_ms,
+                }
+            )
         errors = [
             {"api": api, "code": code, "name": error_name(code), "count": n}
-            for (api, code), n in sorted(self.errors.items(), key=lambda kv: (-kv[1], str(kv[0][0]), kv[0][1]))
+            for (api, code), n in sorted(
+                self.errors.items(), key=lambda kv: (-kv[1], str(kv[0][0]), kv[0][1])
+            )
         ]
         topics = sorted(set(topic_producers) | set(topic_consumers))
         return {
@@ -124,12 +144,22 @@ class StatsAnalyzer:
             "apis": apis,
             "errors": errors,
             "clients": [
-                {"client_id": c.client_id, "software_name": c.software_name, "software_version": c.software_version,
-                 "addresses": sorted(c.addresses), "connections": sorted(c.connections), "requests": c.requests}
+                {
+                    "client_id": c.client_id,
+                    "software_name": c.software_name,
+                    "software_version": c.software_version,
+                    "addresses": sorted(c.addresses),
+                    "connections": sorted(c.connections),
+                    "requests": c.requests,
+                }
                 for c in self.clients.values()
             ],
             "topics": [
-                {"topic": t, "producers": sorted(topic_producers.get(t, ())), "consumers": sorted(topic_consumers.get(t, ()))}
+                {
+                    "topic": t,
+                    "producers": sorted(topic_producers.get(t, ())),
+                    "consumers": sorted(topic_consumers.get(t, ())),
+                }
                 for t in topics
             ],
             "connections": [
@@ -140,4 +170,9 @@ class StatsAnalyzer:
 
 
 def _lat(v: list[float]) -> dict[str, float | None]:
-    return {"p50": percentile(v, 50), "p90": percentile(v, 90), "p99": percentile(v, 99), "max": v[-1] if v else None}
+    return {
+        "p50": percentile(v, 50),
+        "p90": percentile(v, 90),
+        "p99": percentile(v, 99),
+        "max": v[-1] if v else None,
+    }

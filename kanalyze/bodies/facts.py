@@ -88,7 +88,9 @@ def topic_entries(body: object) -> Iterator[TopicEntry]:
                 children.append((v, None))
         # a list element that only names something is a topic when its list is a topic list
         # (JoinGroup's `protocols[].name` names an assignor, not a topic)
-        named = tid is not None or (name is not None and list_key is not None and "topic" in list_key)
+        named = tid is not None or (
+            name is not None and list_key is not None and "topic" in list_key
+        )
         if parts or named:
             yield TopicEntry(name, tid, tuple(parts), list_key)
         stack.extend(reversed(children))

@@ -11,7 +11,9 @@ from dissectors.decoder import body_reader, message_reader, schema_module
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("schemas", help="list the APIs and versions kanalyze decodes", description=__doc__)
+    p = subparsers.add_parser(
+        "schemas", help="list the APIs and versions kanalyze decodes", description=__doc__
+    )
     p.epilog = "examples:\n  kanalyze schemas\n  kanalyze schemas --json > apis.json\n"
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")
@@ -19,7 +21,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _decodable(api_key: int, versions: tuple[int, int], is_request: bool) -> list[int]:
-    return [v for v in range(versions[0], versions[1] + 1) if body_reader(api_key, v, is_request) is not None]
+    return [
+        v
+        for v in range(versions[0], versions[1] + 1)
+        if body_reader(api_key, v, is_request) is not None
+    ]
 
 
 def _message_versions(name: str) -> list[int]:
@@ -32,14 +38,16 @@ def build() -> dict[str, object]:
     """The document `--json` prints."""
     rows = []
     for key, name in sorted(apis.API_NAMES.items()):
-        rows.append({
-            "api_key": key,
-            "name": name,
-            "request_versions": _decodable(key, apis.REQUEST_VERSIONS[key], True),
-            "response_versions": _decodable(key, apis.RESPONSE_VERSIONS[key], False),
-            "request_flexible_from": apis.REQUEST_FLEXIBLE_FROM[key],
-            "response_flexible_from": apis.RESPONSE_FLEXIBLE_FROM[key],
-        })
+        rows.append(
+            {
+                "api_key": key,
+                "name": name,
+                "request_versions": _decodable(key, apis.REQUEST_VERSIONS[key], True),
+                "response_versions": _decodable(key, apis.RESPONSE_VERSIONS[key], False),
+                "request_flexible_from": apis.REQUEST_FLEXIBLE_FROM[key],
+                "response_flexible_from": apis.RESPONSE_FLEXIBLE_FROM[key],
+            }
+        )
     messages = [{"name": n, "versions": _message_versions(n)} for n in schemas.MESSAGE_MODULES]
     return {"apis": rows, "messages": messages}
 

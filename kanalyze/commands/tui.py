@@ -14,14 +14,21 @@ from kanalyze.commands.common import (
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tui", help="interactive browser: connections, decoded exchanges with hex, replication",
-                       description=__doc__)
+    p = sub.add_parser(
+        "tui",
+        help="interactive browser: connections, decoded exchanges with hex, replication",
+        description=__doc__,
+    )
     p.epilog = "examples:\n  kanalyze tui capture.pcap\n  kanalyze tui --live eth0 --port 9092\n"
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     add_input_arguments(p, files_required=False)
     add_decode_arguments(p)
     p.add_argument("--light", action="store_true", help="start with the light theme (t toggles)")
-    p.add_argument("--live", metavar="IFACE", help="capture from a live interface instead of files (root or CAP_NET_RAW)")
+    p.add_argument(
+        "--live",
+        metavar="IFACE",
+        help="capture from a live interface instead of files (root or CAP_NET_RAW)",
+    )
     p.add_argument("--bpf", metavar="FILTER", help="with --live: BPF capture filter (default: TCP)")
     p.set_defaults(run=run)
 
@@ -30,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         from kanalyze.tui.app import KanalyzeApp
     except ImportError as e:  # textual is an optional extra
-        sys.stderr.write(f"kanalyze: error: the TUI needs textual ({e}); pip install 'kanalyze[tui]'\n")
+        sys.stderr.write(
+            f"kanalyze: error: the TUI needs textual ({e}); pip install 'kanalyze[tui]'\n"
+        )
         return 2
     if args.live:
         if args.files:
@@ -41,14 +50,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("kanalyze: error: give capture files or --live IFACE\n")
         return 2
     if "-" in args.files:
-        sys.stderr.write("kanalyze: error: the TUI reads files, not stdin (the terminal is its input)\n")
+        sys.stderr.write(
+            "kanalyze: error: the TUI reads files, not stdin (the terminal is its input)\n"
+        )
         return 2
     from kanalyze.capture import read_captures
 
     # fail before the screen opens when an input is not a capture (CaptureError -> exit 2)
     next(iter(read_captures(args.files)), None)
-    app = KanalyzeApp(args.files, engine_options(args), decode_context(args),
-                      theme="textual-light" if args.light else "textual-dark")
+    app = KanalyzeApp(
+        args.files,
+        engine_options(args),
+        decode_context(args),
+        theme="textual-light" if args.light else "textual-dark",
+    )
     app.run()
     return 0
 

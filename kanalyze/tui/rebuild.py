@@ -11,14 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dissectors.diagnostics import Diagnostic
-from kanalyze.correlation import (
-    SASL_RAW_API,
-    Exchange,
-    Message,
-    parse_request_header,
-    parse_response_header,
-)
+from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 from kanalyze.framing import Pdu
+from kanalyze.headers import read_request_header, read_response_header
 from kanalyze.tui.rows import Row
 
 
@@ -26,9 +21,9 @@ def request_message(pdu: Pdu, api_key: int | None, diags: Sequence[Diagnostic] |
     header: dict[str, object] = {}
     at = 0
     if api_key != SASL_RAW_API:  # raw SASL tokens have no header
-        parsed = parse_request_header(pdu.data)
+        parsed = read_request_header(pdu.data)
         if parsed is not None:
-            header, at, _d = parsed
+            header, at = parsed.fields, parsed.body_offset
     return Message(pdu, header, at, list(diags or ()), done=True)
 
 
@@ -45,7 +40,8 @@ def response_message(pdu: Pdu, api_key: int | None, api_version: int | None, sta
         else:
             header, at = {"correlation_id": int.from_bytes(data[0:4], "big", signed=True)}, 4
     else:
-        header, at, _d = parse_response_header(data, api_key, api_version)
+        parsed_response = read_response_header(data, api_key, api_version)
+        header, at = parsed_response.fields, parsed_response.body_offset
     return Message(pdu, header, at, list(diags or ()))
 
 

@@ -85,8 +85,18 @@ def summary_matcher(flt: Filter, rows: RowTable) -> Callable[[int, Summary], boo
 
     def haystack(i: int, topic_text: str, errors: tuple[str, ...]) -> str:
         c = rows.conns[rows.conn[i]]
-        return " ".join((api_name(rows.api_key(i)) or "", rows.client_id(i) or "", c.client, c.broker,
-                         str(rows.correlation_id(i)), STATUSES[status[i]], topic_text, *errors)).lower()
+        return " ".join(
+            (
+                api_name(rows.api_key(i)) or "",
+                rows.client_id(i) or "",
+                c.client,
+                c.broker,
+                str(rows.correlation_id(i)),
+                STATUSES[status[i]],
+                topic_text,
+                *errors,
+            )
+        ).lower()
 
     def match(i: int, summary: Summary) -> bool:
         topic_text, errors = summary

@@ -30,10 +30,16 @@ def test_crafted_case(case):
     files = [str(CRAFTED / f) for f in e["files"]]
     port = e.get("kafka_port")
     s = Session(files, EngineOptions(ports=frozenset({port}) if port else frozenset()))
-    if "error_expected" in e and not e["exchanges"] and e["name"].startswith("bad_") and e["name"] not in (
-        "bad_linktype",
-        "bad_huge_length",
-        "bad_truncated",
+    if (
+        "error_expected" in e
+        and not e["exchanges"]
+        and e["name"].startswith("bad_")
+        and e["name"]
+        not in (
+            "bad_linktype",
+            "bad_huge_length",
+            "bad_truncated",
+        )
     ):
         with pytest.raises(CaptureError):
             list(s.exchanges())

@@ -82,7 +82,10 @@ def test_unanswered_requests_are_only_the_last_on_their_connection(cap):
             last_start[cid] = max(last_start.get(cid, 0.0), r["request"]["ts"])
     for r in rows:
         if r["status"] == "no_response" and r.get("acks") != 0:
-            assert r["request"]["ts"] == last_start[r["connection"]["id"]], (r["api"], r["correlation_id"])
+            assert r["request"]["ts"] == last_start[r["connection"]["id"]], (
+                r["api"],
+                r["correlation_id"],
+            )
 
 
 def test_frames_and_times_match_packets():
@@ -94,7 +97,9 @@ def test_frames_and_times_match_packets():
                 assert 1 <= m["first_frame"] <= m["frame"]
     ok = [r for r in rows if r["status"] == "ok" and r["response"]]
     assert all(r["response"]["frame"] > r["request"]["frame"] for r in ok)
-    assert all(abs(r["latency_ms"] - (r["response"]["ts"] - r["request"]["ts"]) * 1000) < 0.01 for r in ok)
+    assert all(
+        abs(r["latency_ms"] - (r["response"]["ts"] - r["request"]["ts"]) * 1000) < 0.01 for r in ok
+    )
 
 
 @pytest.mark.parametrize("cap", CAPTURES, ids=lambda p: p.stem)

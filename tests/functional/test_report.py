@@ -19,7 +19,9 @@ from kanalyze.engine import EngineOptions
 from kanalyze.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
-CAPTURES = sorted((ROOT / "captures").glob("*.pcap")) + sorted((ROOT / "captures" / "replication").glob("*.pcap"))
+CAPTURES = sorted((ROOT / "captures").glob("*.pcap")) + sorted(
+    (ROOT / "captures" / "replication").glob("*.pcap")
+)
 SCHEMA = json.loads((ROOT / "docs" / "report.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 REAL = [c for c in CAPTURES if c.parent.name == "captures"]
@@ -43,7 +45,10 @@ def report(cap: Path) -> dict:
 
 
 def client_ids(t: dict) -> dict[str, str]:
-    return {c["name"]: c["config"].get("client.id") or c["config"].get("client_id") for c in t["clients"]}
+    return {
+        c["name"]: c["config"].get("client.id") or c["config"].get("client_id")
+        for c in t["clients"]
+    }
 
 
 @pytest.mark.parametrize("cap", CAPTURES, ids=lambda p: p.stem)
@@ -82,7 +87,9 @@ def test_producers_equal_client_truth(cap: Path) -> None:
     legacy = "legacy" in cap.stem  # magic 0/1 message sets: rejected, retried by the clients
     for client, per_tp in want.items():
         if legacy:  # the truth has no partition for a rejected record: compare topics
-            assert {k.rsplit("-", 1)[0] for k in got[client]} == {k.rsplit("-", 1)[0] for k in per_tp}
+            assert {k.rsplit("-", 1)[0] for k in got[client]} == {
+                k.rsplit("-", 1)[0] for k in per_tp
+            }
         else:
             assert got[client] == per_tp, client
     for c in t["clients"]:
@@ -95,21 +102,35 @@ def test_producers_equal_client_truth(cap: Path) -> None:
             assert pr["idempotent"] and pr["producer_id"] >= 0
             for key, v in pr["partitions"].items():
                 n = want[pr["client_id"]][key]
-                assert (v["first_sequence"], v["last_sequence"], v["duplicates"], v["gaps"]) == (0, n - 1, 0, 0)
+                assert (v["first_sequence"], v["last_sequence"], v["duplicates"], v["gaps"]) == (
+                    0,
+                    n - 1,
+                    0,
+                    0,
+                )
 
 
 def test_idempotent_producer_sequences() -> None:
     cap = ROOT / "captures" / "lib_idempotent.pcap"
     prods = report(cap)["producers"]
-    assert {k: (v["first_sequence"], v["last_sequence"]) for p in prods for k, v in p["partitions"].items()} == {
-        "lib-idem-0": (0, 9), "lib-idem-1": (0, 9)}
+    assert {
+        k: (v["first_sequence"], v["last_sequence"])
+        for p in prods
+        for k, v in p["partitions"].items()
+    } == {"lib-idem-0": (0, 9), "lib-idem-1": (0, 9)}
     # producer ids as the broker issued them in InitProducerId responses
     pids = set()
-    for line in subprocess.run([sys.executable, "-m", "kanalyze.cli", "export", str(cap)], capture_output=True,
-                               check=True, cwd=ROOT).stdout.splitlines():
+    for line in subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", "export", str(cap)],
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout.splitlines():
         row = json.loads(line)
         if row["api"] == "InitProducerId":
-            pids.add((row["response"]["body"]["producer_id"], row["response"]["body"]["producer_epoch"]))
+            pids.add(
+                (row["response"]["body"]["producer_id"], row["response"]["body"]["producer_epoch"])
+            )
     assert {(p["producer_id"], p["producer_epoch"]) for p in prods} == pids
 
 
@@ -118,7 +139,10 @@ def test_transactions_equal_client_truth() -> None:
     t = truth(cap)
     doc = report(cap)
     got = [(x["transactional_id"], x["outcome"]) for x in doc["transactions"]]
-    assert got == [(x["transactional_id"], {"commit": "committed", "abort": "aborted"}[x["outcome"]]) for x in t["transactions"]]
+    assert got == [
+        (x["transactional_id"], {"commit": "committed", "abort": "aborted"}[x["outcome"]])
+        for x in t["transactions"]
+    ]
     for x in doc["transactions"]:
         assert x["partitions"] == ["lib-txn-0"]
         assert x["producer_id"] is not None and x["producer_epoch"] == 0
@@ -127,13 +151,20 @@ def test_transactions_equal_client_truth() -> None:
     # the five records of each transaction: sequences 0..4 then 5..9 for the one producer id
     (prod,) = doc["producers"]
     assert prod["transactional_id"] == "lib-txn-1"
-    assert (prod["partitions"]["lib-txn-0"]["first_sequence"], prod["partitions"]["lib-txn-0"]["last_sequence"]) == (0, 9)
+    assert (
+        prod["partitions"]["lib-txn-0"]["first_sequence"],
+        prod["partitions"]["lib-txn-0"]["last_sequence"],
+    ) == (0, 9)
     (consumer,) = doc["consumers"]
     assert consumer["isolation_level"] == ["read_committed"]
-    assert consumer["aborted_records_received"] == sum(1 for tx in t["transactions"] if tx["outcome"] == "abort" for _ in tx["keys"])
+    assert consumer["aborted_records_received"] == sum(
+        1 for tx in t["transactions"] if tx["outcome"] == "abort" for _ in tx["keys"]
+    )
 
 
-@pytest.mark.parametrize("name", ["lib_group_rebalance", "aio_group", "kp_codecs", "lib_codecs", "kp_v25"])
+@pytest.mark.parametrize(
+    "name", ["lib_group_rebalance", "aio_group", "kp_codecs", "lib_codecs", "kp_v25"]
+)
 def test_committed_offsets_equal_client_truth(name: str) -> None:
     cap = ROOT / "captures" / f"{name}.pcap"
     t = truth(cap)
@@ -164,7 +195,10 @@ def test_group_rebalance_equals_client_truth() -> None:
     assert all(r["duration_ms"] is not None and r["assignor"] == "range" for r in g["rebalances"])
     assert {m["client_id"] for m in g["members"]} == {ids[m] for m in tg["members"]}
     assert all(m["left"] for m in g["members"])  # both closed cleanly (LeaveGroup)
-    assert {k: v["status"] for k, v in g["lag"].items()} == {"lib-group-0": "OK", "lib-group-1": "OK"}
+    assert {k: v["status"] for k, v in g["lag"].items()} == {
+        "lib-group-0": "OK",
+        "lib-group-1": "OK",
+    }
 
 
 def test_aio_group_final_assignment() -> None:
@@ -172,7 +206,10 @@ def test_aio_group_final_assignment() -> None:
     t = truth(cap)
     ids = client_ids(t)
     (g,) = report(cap)["groups"]
-    want = {ids[m]: sorted(f"{a}-{b}" for a, b in parts) for m, parts in t["groups"][0]["final_assignment"].items()}
+    want = {
+        ids[m]: sorted(f"{a}-{b}" for a, b in parts)
+        for m, parts in t["groups"][0]["final_assignment"].items()
+    }
     assert {m["client_id"]: m["assignment"] for m in g["members"]} == want
 
 
@@ -184,7 +221,9 @@ def test_stats_clients_and_topics() -> None:
     assert {c["client_id"] for c in st["clients"]} == set(ids.values())
     assert all(c["software_name"] == "confluent-kafka-python" for c in st["clients"])
     (topic,) = st["topics"]
-    assert topic["producers"] == [ids["producer"]] and topic["consumers"] == sorted([ids["member-a"], ids["member-b"]])
+    assert topic["producers"] == [ids["producer"]] and topic["consumers"] == sorted(
+        [ids["member-a"], ids["member-b"]]
+    )
     counts = Counter()
     for a in st["apis"]:
         counts[f"{a['api_key']}:{a['api_version']}"] += a["count"]
@@ -194,26 +233,52 @@ def test_stats_clients_and_topics() -> None:
 
 def test_cli_report_text_and_json(tmp_path: Path) -> None:
     cap = ROOT / "captures" / "replication" / "anomalies.pcap"
-    text = subprocess.run([sys.executable, "-m", "kanalyze.cli", "report", str(cap)], capture_output=True, cwd=ROOT, timeout=60)
+    text = subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", "report", str(cap)],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert text.returncode == 0, text.stderr
     out = text.stdout.decode()
-    for word in ("Findings", "Replication", "Producers", "Transactions", "Consumer groups",
-                 "Latency by API",
-                 "sequence_gap", "hw_regression", "follower_truncation", "commit_ahead_of_consumption"):
+    for word in (
+        "Findings",
+        "Replication",
+        "Producers",
+        "Transactions",
+        "Consumer groups",
+        "Latency by API",
+        "sequence_gap",
+        "hw_regression",
+        "follower_truncation",
+        "commit_ahead_of_consumption",
+    ):
         assert word in out
-    js = subprocess.run([sys.executable, "-m", "kanalyze.cli", "report", "--json", str(cap)], capture_output=True,
-                        cwd=ROOT, timeout=60)
+    js = subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", "report", "--json", str(cap)],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert js.returncode == 0
     doc = json.loads(js.stdout)
     VALIDATOR.validate(doc)
     assert doc["files"] == [str(cap)]
-    bad = subprocess.run([sys.executable, "-m", "kanalyze.cli", "report", str(tmp_path / "missing.pcap")],
-                         capture_output=True, cwd=ROOT, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", "report", str(tmp_path / "missing.pcap")],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert bad.returncode != 0 and b"Traceback" not in bad.stderr
 
 
 def test_analysis_is_headless() -> None:
-    code = ("import sys, kanalyze.analysis.report, kanalyze.commands.report; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'pyspark', 'scapy')]; print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT, check=True, timeout=60)
+    code = (
+        "import sys, kanalyze.analysis.report, kanalyze.commands.report; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'pyspark', 'scapy')]; print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, cwd=ROOT, check=True, timeout=60
+    )
     assert out.stdout.strip() == b"[]"

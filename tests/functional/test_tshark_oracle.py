@@ -94,7 +94,9 @@ def _cases() -> list[Any]:
     for pcap in sorted(CAPTURES.glob("*.pcap*")):
         truth = pcap.with_name(pcap.name.split(".pcap")[0] + ".truth.json")
         if truth.exists():
-            cases.append(pytest.param(pcap, _port_from(json.loads(truth.read_text())), id=pcap.name))
+            cases.append(
+                pytest.param(pcap, _port_from(json.loads(truth.read_text())), id=pcap.name)
+            )
     for expect in sorted((CAPTURES / "crafted").glob("*.expect.json")):
         meta = json.loads(expect.read_text())
         files = meta.get("files") or []
@@ -121,13 +123,18 @@ def _expected_requests(pcap: Path) -> dict[int, tuple[int, int, str]]:
     """Crafted ground truth: correlation id -> (api key, api version, expected status)."""
     name = pcap.name.split(".pcap")[0]
     meta = json.loads((pcap.parent / f"{name}.expect.json").read_text())
-    return {e["correlation_id"]: (e["api_key"], e["api_version"], e["expected_status"]) for e in meta["exchanges"]}
+    return {
+        e["correlation_id"]: (e["api_key"], e["api_version"], e["expected_status"])
+        for e in meta["exchanges"]
+    }
 
 
 Request = tuple[int, int | None, int | None, int | None]
 
 
-def _kanalyze(pcap: Path, port: int) -> tuple[set[Request], dict[tuple[int, int | None], int | None]]:
+def _kanalyze(
+    pcap: Path, port: int
+) -> tuple[set[Request], dict[tuple[int, int | None], int | None]]:
     """Requests as (frame, key, version, corr id); responses by (frame, corr id) -> request frame."""
     requests: set[Request] = set()
     responses: dict[tuple[int, int | None], int | None] = {}
@@ -145,7 +152,9 @@ def _kanalyze(pcap: Path, port: int) -> tuple[set[Request], dict[tuple[int, int 
 @pytest.mark.parametrize(("pcap", "port"), _cases())
 def test_tshark_agrees(pcap: Path, port: int) -> None:
     pdus = tshark_pdus(pcap, port)
-    t_requests = {(p.frame, p.api_key, p.api_version, p.correlation_id) for p in pdus if p.is_request}
+    t_requests = {
+        (p.frame, p.api_key, p.api_version, p.correlation_id) for p in pdus if p.is_request
+    }
     t_responses: list[TsharkPdu] = [p for p in pdus if not p.is_request]
     k_requests, k_responses = _kanalyze(pcap, port)
 
@@ -184,13 +193,27 @@ def test_tshark_agrees(pcap: Path, port: int) -> None:
         # with an earlier request of that correlation id that tshark saw too) or there is no
         # request to match (both leave it unpaired). See the module docstring.
         elif got is not None:
-            seen = {(got, resp.correlation_id, resp.stream), (got, resp.correlation_id, None)} & t_request_corr
+            seen = {
+                (got, resp.correlation_id, resp.stream),
+                (got, resp.correlation_id, None),
+            } & t_request_corr
             if got >= resp.frame or not seen:
                 wrong.append((resp, got))
-        elif any(s == resp.stream and c == resp.correlation_id and f < resp.frame for s, c, f in t_stream_reqs):
+        elif any(
+            s == resp.stream and c == resp.correlation_id and f < resp.frame
+            for s, c, f in t_stream_reqs
+        ):
             wrong.append((resp, "unpaired, but tshark saw its request"))
     if pcap.parent.name == "crafted" and name in KANALYZE_MISSES:
-        missed = {(resp.frame, resp.correlation_id) for resp, got in wrong if got == "no such response"}
+        missed = {
+            (resp.frame, resp.correlation_id) for resp, got in wrong if got == "no such response"
+        }
         assert missed >= KANALYZE_MISSES[name], "fixed? remove the KANALYZE_MISSES entry"
-        wrong = [(resp, got) for resp, got in wrong if (resp.frame, resp.correlation_id) not in KANALYZE_MISSES[name]]
-    assert not wrong, f"responses matched differently (tshark pdu, kanalyze request frame): {wrong[:20]}"
+        wrong = [
+            (resp, got)
+            for resp, got in wrong
+            if (resp.frame, resp.correlation_id) not in KANALYZE_MISSES[name]
+        ]
+    assert not wrong, (
+        f"responses matched differently (tshark pdu, kanalyze request frame): {wrong[:20]}"
+    )

@@ -55,7 +55,9 @@ def _regression_params():
     out = []
     for p in REGRESSION_FILES:
         key = f"{p.parent.name}/{p.name}"
-        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[key])] if key in KNOWN_BUGS else []
+        marks = (
+            [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[key])] if key in KNOWN_BUGS else []
+        )
         out.append(pytest.param(p, id=key, marks=marks))
     return out
 
@@ -112,7 +114,9 @@ def test_unanswered_requests_beyond_max_pending_are_linear():
     import struct
 
     blob = b"".join(struct.pack(">ihhih", 10, 18, 0, i, -1) for i in range(15_000))
-    segs = [(18, 0, b""), (3, 0, b"")] + [(0, 0, blob[i : i + 1448]) for i in range(0, len(blob), 1448)]
+    segs = [(18, 0, b""), (3, 0, b"")] + [
+        (0, 0, blob[i : i + 1448]) for i in range(0, len(blob), 1448)
+    ]
     bounded(T.run_stream, T.encode_stream(0, segs), 3.0)
 
 
@@ -138,7 +142,9 @@ def test_records_per_field_are_bounded_valid_tiny_records():
     """A 165-byte zstd batch (declared record_count 1) inflates, within the ratio cap, to
     ~26 KB of 7-byte valid records: 3714 records are materialized. At the default caps
     (64 MiB, ratio 250) a ~270 KB batch becomes ~9.6M records: ~9 GB and ~15 min."""
-    rec = bytes([12, 0, 0, 0, 1, 1, 0])  # length 6, attrs, ts delta, offset delta, null key/value, 0 headers
+    rec = bytes(
+        [12, 0, 0, 0, 1, 1, 0]
+    )  # length 6, attrs, ts delta, offset delta, null key/value, 0 headers
     batch = _zstd_batch(rec * ((1 << 20) // len(rec)), 1)
     assert _record_nodes(batch, 1000) <= 1000
 

@@ -84,23 +84,38 @@ def prefix_offsets(i: int) -> tuple[int, ...]:
     offs = {
         n.offset
         for n in node.walk()
-        if n.kind == ARRAY or n.kind == RECORDS or (n.kind == PRIM and isinstance(n.value, (str, bytes)))
+        if n.kind == ARRAY
+        or n.kind == RECORDS
+        or (n.kind == PRIM and isinstance(n.value, (str, bytes)))
     }
     return tuple(sorted(o for o in offs if o < len(body)))
 
 
-
-
 # mutations of a prefix: fixed-width extremes and varint shapes
 INT_PATTERNS = [
-    b"\xff\xff", b"\x7f\xff", b"\x80\x00", b"\x00\x00", b"\x00\x01",
-    b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00", b"\x00\x00\x00\x00", b"\x00\xff\xff\xff",
+    b"\xff\xff",
+    b"\x7f\xff",
+    b"\x80\x00",
+    b"\x00\x00",
+    b"\x00\x01",
+    b"\xff\xff\xff\xff",
+    b"\x7f\xff\xff\xff",
+    b"\x80\x00\x00\x00",
+    b"\x00\x00\x00\x00",
+    b"\x00\xff\xff\xff",
     b"\x00\x00\x10\x00",
 ]
 VARINT_PATTERNS = [
-    b"\x00", b"\x01", b"\x7f", b"\xff\xff\xff\xff\x0f", b"\xff\xff\xff\xff\x7f",  # 2^32-1, overflow
-    b"\x80\x80\x80\x80\x80\x80", b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # too long
-    b"\x80", b"\xfe\xff\xff\xff\x07", b"\x80\x80\x04",
+    b"\x00",
+    b"\x01",
+    b"\x7f",
+    b"\xff\xff\xff\xff\x0f",
+    b"\xff\xff\xff\xff\x7f",  # 2^32-1, overflow
+    b"\x80\x80\x80\x80\x80\x80",
+    b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # too long
+    b"\x80",
+    b"\xfe\xff\xff\xff\x07",
+    b"\x80\x80\x04",
 ]
 
 
@@ -187,7 +202,9 @@ def test_mutated_record_batches_never_raise(data):
             buf[22] = data.draw(st.integers(0, 255))
         elif kind == "field":
             off, width = BATCH_FIELDS[data.draw(st.sampled_from(sorted(BATCH_FIELDS)))]
-            val = data.draw(st.sampled_from([0, 1, 2, 3, 0x7F, 0x80, 0xFF, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF]))
+            val = data.draw(
+                st.sampled_from([0, 1, 2, 3, 0x7F, 0x80, 0xFF, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF])
+            )
             buf[off : off + width] = (val & ((1 << (8 * width)) - 1)).to_bytes(width, "big")
         elif kind == "varint":  # inside the records (uncompressed ones: lengths, deltas, counts)
             off = data.draw(st.integers(61, len(buf) - 1))
@@ -226,8 +243,27 @@ def _frames() -> list[bytes]:
 
 
 FRAMES = _frames()
-SIZES = [0, 1, 3, 4, 7, 8, 9, 100, 511, 512, 513, 0x7FFF, 0xFFFFFF, 0x0FFFFFFF, 0x10000000,
-         0x10000001, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
+SIZES = [
+    0,
+    1,
+    3,
+    4,
+    7,
+    8,
+    9,
+    100,
+    511,
+    512,
+    513,
+    0x7FFF,
+    0xFFFFFF,
+    0x0FFFFFFF,
+    0x10000000,
+    0x10000001,
+    0x7FFFFFFF,
+    0x80000000,
+    0xFFFFFFFF,
+]
 
 
 @st.composite

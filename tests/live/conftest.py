@@ -25,7 +25,9 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-needs_root = pytest.mark.skipif(not is_root(), reason="live capture needs root (CI runs these as root)")
+needs_root = pytest.mark.skipif(
+    not is_root(), reason="live capture needs root (CI runs these as root)"
+)
 
 
 def free_port(exclude: set[int] = frozenset()) -> int:  # type: ignore[assignment]
@@ -62,7 +64,12 @@ class Live:
     def __init__(self, args: list[str], cwd: Path) -> None:
         self.err_path = cwd / "live.stderr"
         self._err = open(self.err_path, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "kanalyze.cli", "live", *args], stdout=subprocess.DEVNULL, stderr=self._err, cwd=cwd)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kanalyze.cli", "live", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=self._err,
+            cwd=cwd,
+        )
         deadline = time.monotonic() + 20
         while "capturing on" not in self.err_path.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:

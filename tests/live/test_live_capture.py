@@ -32,7 +32,13 @@ def produce(port: int, n: int, topic: str = TOPIC, **conf: object) -> dict[str, 
         acked[msg.value().decode()] = (msg.partition(), msg.offset())
 
     for i in range(n):
-        p.produce(topic, value=f"m-{i}".encode(), key=str(i % 7).encode(), partition=i % PARTITIONS, on_delivery=report)
+        p.produce(
+            topic,
+            value=f"m-{i}".encode(),
+            key=str(i % 7).encode(),
+            partition=i % PARTITIONS,
+            on_delivery=report,
+        )
         if i % 50 == 0:
             p.poll(0)
     assert p.flush(20) == 0
@@ -48,7 +54,10 @@ def produce_kafka_python(port: int, n: int, topic: str = TOPIC) -> dict[str, tup
         from kafka import KafkaProducer
 
     p = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks="all", linger_ms=5)
-    futures = {f"kp-{i}": p.send(topic, value=f"kp-{i}".encode(), partition=i % PARTITIONS) for i in range(n)}
+    futures = {
+        f"kp-{i}": p.send(topic, value=f"kp-{i}".encode(), partition=i % PARTITIONS)
+        for i in range(n)
+    }
     p.flush(20)
     acked = {}
     for v, f in futures.items():
@@ -66,12 +75,21 @@ def create_topic(port: int, topic: str = TOPIC, partitions: int = PARTITIONS) ->
         f.result(15)
 
 
-def consume(port: int, group: str, expect: int, topic: str = TOPIC, commit_at: dict[int, int] | None = None) -> dict[int, int]:
+def consume(
+    port: int, group: str, expect: int, topic: str = TOPIC, commit_at: dict[int, int] | None = None
+) -> dict[int, int]:
     """Read every partition from 0 with assign(); commit `commit_at` offsets (default: all read).
     Returns partition -> committed offset."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": group, "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    c = Consumer(
+        {
+            "bootstrap.servers": f"127.0.0.1:{port}",
+            "group.id": group,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     ends: dict[int, int] = {}
     got = 0
@@ -119,14 +137,19 @@ def produced(exchanges: list[dict]) -> dict[str, tuple[int, int]]:
 
 
 def keys(exchanges: list[dict]) -> list[tuple]:
-    return [(d["connection"]["client"], d["connection"]["broker"], d["correlation_id"], d["api"]) for d in exchanges]
+    return [
+        (d["connection"]["client"], d["connection"]["broker"], d["correlation_id"], d["api"])
+        for d in exchanges
+    ]
 
 
 @pytest.mark.parametrize("iface", ["lo", "any"])
 def test_live_matches_client_truth_and_tcpdump(broker: int, tmp_path: Path, iface: str) -> None:
     out, pcap, ref = tmp_path / "out.ndjson", tmp_path / "live.pcap", tmp_path / "tcpdump.pcap"
     td = Tcpdump(broker, ref)
-    live = Live(["-i", iface, "--port", str(broker), "-o", str(out), "--write-pcap", str(pcap)], tmp_path)
+    live = Live(
+        ["-i", iface, "--port", str(broker), "-o", str(out), "--write-pcap", str(pcap)], tmp_path
+    )
     try:
         create_topic(broker)
         acked = produce(broker, N)
@@ -145,7 +168,9 @@ def test_live_matches_client_truth_and_tcpdump(broker: int, tmp_path: Path, ifac
     assert len(acked) == N + N // 3
     assert produced(ex) == acked
     # no exchange twice
-    k = Counter((d["connection"]["id"], d["correlation_id"]) for d in ex if d["correlation_id"] is not None)
+    k = Counter(
+        (d["connection"]["id"], d["correlation_id"]) for d in ex if d["correlation_id"] is not None
+    )
     assert [x for x, n in k.items() if n > 1] == []
     # the commit the consumer made
     commits = {}
@@ -157,7 +182,12 @@ def test_live_matches_client_truth_and_tcpdump(broker: int, tmp_path: Path, ifac
     assert commits == committed
 
     # nothing lost compared with tcpdump's capture of the same traffic
-    offline = subprocess.run([sys.executable, "-m", "kanalyze.cli", "export", "--port", str(broker), str(ref)], capture_output=True, text=True, check=True)
+    offline = subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", "export", "--port", str(broker), str(ref)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     ref_ex = [json.loads(line) for line in offline.stdout.splitlines()]
     assert ref_ex, "tcpdump captured nothing"
     live_ok = Counter(x for x, d in zip(keys(ex), ex, strict=True) if d["status"] == "ok")
@@ -166,5 +196,10 @@ def test_live_matches_client_truth_and_tcpdump(broker: int, tmp_path: Path, ifac
     assert live_ok == ref_ok
 
     # what --write-pcap saved, exported offline, is exactly what live mode wrote
-    again = subprocess.run([sys.executable, "-m", "kanalyze.cli", "export", "--port", str(broker), str(pcap)], capture_output=True, text=True, check=True)
+    again = subprocess.run(
+        [sys.executable, "-m", "kanalyze.cli", "export", "--port", str(broker), str(pcap)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert again.stdout.splitlines() == out.read_text().splitlines()

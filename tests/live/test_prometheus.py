@@ -36,7 +36,9 @@ def test_metrics_agree_with_ndjson(broker: int, tmp_path: Path) -> None:
 
     out = tmp_path / "out.ndjson"
     mport = free_port({broker})
-    live = Live(["-i", "lo", "--port", str(broker), "-o", str(out), "--prometheus", str(mport)], tmp_path)
+    live = Live(
+        ["-i", "lo", "--port", str(broker), "-o", str(out), "--prometheus", str(mport)], tmp_path
+    )
     try:
         create_topic(broker, TOPIC)
         produce(broker, 90, TOPIC)
@@ -56,7 +58,10 @@ def test_metrics_agree_with_ndjson(broker: int, tmp_path: Path) -> None:
     ex = read_ndjson(out)
     # requests by api/version/client/status
     want = Counter((d["api"], str(d["api_version"]), d["client_id"] or "", d["status"]) for d in ex)
-    got = {tuple(v for _k, v in sorted(dict(labels).items())): n for labels, n in series(m, "kanalyze_requests_total").items()}
+    got = {
+        tuple(v for _k, v in sorted(dict(labels).items())): n
+        for labels, n in series(m, "kanalyze_requests_total").items()
+    }
     # labels sorted by name: api, client_id, status, version
     want_sorted = {(a, c, s, v): n for (a, v, c, s), n in want.items()}
     assert got == want_sorted
@@ -70,12 +75,17 @@ def test_metrics_agree_with_ndjson(broker: int, tmp_path: Path) -> None:
 
             for code in error_codes(d["response"]["body"]):
                 errs[(d["api"], error_name(code))] += 1
-    got_errs = {(dict(lb)["api"], dict(lb)["error"]): v for lb, v in series(m, "kanalyze_errors_total").items()}
+    got_errs = {
+        (dict(lb)["api"], dict(lb)["error"]): v
+        for lb, v in series(m, "kanalyze_errors_total").items()
+    }
     assert got_errs == errs
     assert any(api == "DeleteTopics" for api, _ in errs)
     # latency observations = exchanges with a latency
     lat = Counter(d["api"] for d in ex if d["latency_ms"] is not None)
-    got_lat = {dict(lb)["api"]: v for lb, v in series(m, "kanalyze_request_latency_seconds_count").items()}
+    got_lat = {
+        dict(lb)["api"]: v for lb, v in series(m, "kanalyze_request_latency_seconds_count").items()
+    }
     assert got_lat == lat
     # bytes
     rq = Counter()
@@ -92,12 +102,23 @@ def test_metrics_agree_with_ndjson(broker: int, tmp_path: Path) -> None:
                 for p in t["partitions"]:
                     if p["error_code"] == 0 and p["high_watermark"] >= 0:
                         hw[(name, str(p["partition_index"]))] = p["high_watermark"]
-    got_hw = {(dict(lb)["topic"], dict(lb)["partition"]): v for lb, v in series(m, "kanalyze_partition_high_watermark").items()}
+    got_hw = {
+        (dict(lb)["topic"], dict(lb)["partition"]): v
+        for lb, v in series(m, "kanalyze_partition_high_watermark").items()
+    }
     assert got_hw == hw
     assert {hw[(TOPIC, str(p))] for p in range(PARTITIONS)} == {30}
     # consumer lag: HW - committed offset
-    lag = {(dict(lb)["group"], dict(lb)["partition"]): v for lb, v in series(m, "kanalyze_consumer_lag").items() if dict(lb)["topic"] == TOPIC}
-    assert lag == {("metrics-group", "0"): 20, ("metrics-group", "1"): 10, ("metrics-group", "2"): 0}
+    lag = {
+        (dict(lb)["group"], dict(lb)["partition"]): v
+        for lb, v in series(m, "kanalyze_consumer_lag").items()
+        if dict(lb)["topic"] == TOPIC
+    }
+    assert lag == {
+        ("metrics-group", "0"): 20,
+        ("metrics-group", "1"): 10,
+        ("metrics-group", "2"): 0,
+    }
     # capture health
     assert series(m, "kanalyze_capture_packets_total")[()] > 0
     assert series(m, "kanalyze_capture_kernel_drops_total")[()] == 0

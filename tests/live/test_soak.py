@@ -29,7 +29,21 @@ def test_memory_flat_under_steady_traffic(broker: int, tmp_path: Path) -> None:
 
     out = tmp_path / "soak.ndjson"
     create_topic(broker, TOPIC)
-    live = Live(["-i", "lo", "--port", str(broker), "-o", str(out), "--idle-timeout", "10", "--pending-timeout", "10"], tmp_path)
+    live = Live(
+        [
+            "-i",
+            "lo",
+            "--port",
+            str(broker),
+            "-o",
+            str(out),
+            "--idle-timeout",
+            "10",
+            "--pending-timeout",
+            "10",
+        ],
+        tmp_path,
+    )
     stop = threading.Event()
     acked: list[str] = []
     errors: list[str] = []
@@ -39,15 +53,28 @@ def test_memory_flat_under_steady_traffic(broker: int, tmp_path: Path) -> None:
         i = 0
         while not stop.is_set():
             for _ in range(20):
-                p.produce(TOPIC, value=f"s-{i}".encode(), partition=i % PARTITIONS,
-                          on_delivery=lambda e, m: errors.append(str(e)) if e else acked.append(m.value().decode()))
+                p.produce(
+                    TOPIC,
+                    value=f"s-{i}".encode(),
+                    partition=i % PARTITIONS,
+                    on_delivery=lambda e, m: (
+                        errors.append(str(e)) if e else acked.append(m.value().decode())
+                    ),
+                )
                 i += 1
             p.poll(0)
             time.sleep(0.05)
         p.flush(20)
 
     def consumer() -> None:
-        c = Consumer({"bootstrap.servers": f"127.0.0.1:{broker}", "group.id": "soak", "enable.auto.commit": False, "fetch.wait.max.ms": 200})
+        c = Consumer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{broker}",
+                "group.id": "soak",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 200,
+            }
+        )
         c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         last_commit = time.monotonic()
         while not stop.is_set():
@@ -89,7 +116,13 @@ def test_memory_flat_under_steady_traffic(broker: int, tmp_path: Path) -> None:
     after = [kib for el, kib in samples if el >= WARMUP]
     third = max(1, len(after) // 3)
     drift = sum(after[-third:]) / third - sum(after[:third]) / third
-    report = {"seconds": SECONDS, "warmup": WARMUP, "rss_kib": samples, "spread_kib": max(after) - min(after), "drift_kib": round(drift)}
+    report = {
+        "seconds": SECONDS,
+        "warmup": WARMUP,
+        "rss_kib": samples,
+        "spread_kib": max(after) - min(after),
+        "drift_kib": round(drift),
+    }
     (tmp_path / "soak.json").write_text(json.dumps(report))
     print("soak:", json.dumps(report))
     print(err)

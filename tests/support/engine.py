@@ -26,8 +26,13 @@ def run_file(path: Path, opts: EngineOptions | None = None) -> tuple[list[Exchan
     return list(s.exchanges()), s
 
 
-def run_pcap(tmp_path: Path, pkts: list[bytes], linktype: int = 101, opts: EngineOptions | None = None,
-             name: str = "t.pcap") -> tuple[list[Exchange], Session]:
+def run_pcap(
+    tmp_path: Path,
+    pkts: list[bytes],
+    linktype: int = 101,
+    opts: EngineOptions | None = None,
+    name: str = "t.pcap",
+) -> tuple[list[Exchange], Session]:
     path = tmp_path / name
     path.write_bytes(P.pcap([(1_700_000_000 + i * 0.001, p) for i, p in enumerate(pkts)], linktype))
     return run_file(path, opts)

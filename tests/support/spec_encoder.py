@@ -98,7 +98,9 @@ def layout_of(defs, v: int) -> Layout | None:
                 base = "struct"
             compact = _covers(f["flexible"], v) if "flexible" in f else flexible
             tag = f["tag"] if flexible and _covers(f.get("tagged"), v) else None
-            out.append(Spec(f["name"], base, array, _covers(f.get("nullable"), v), tag, compact, sub))
+            out.append(
+                Spec(f["name"], base, array, _covers(f.get("nullable"), v), tag, compact, sub)
+            )
         return tuple(out)
 
     return Layout(flexible, build(d["fields"]))
@@ -107,7 +109,9 @@ def layout_of(defs, v: int) -> Layout | None:
 # ------------------------------------------------------------------ random values
 
 
-def random_value(layout: Layout, rng: random.Random, with_tags: bool = True, tame: bool = False) -> dict:
+def random_value(
+    layout: Layout, rng: random.Random, with_tags: bool = True, tame: bool = False
+) -> dict:
     """A random instance. `tame` keeps integers small and non-negative (semantic
     encoders such as kio reject out-of-enum error codes or negative timestamps)."""
     global _TAME

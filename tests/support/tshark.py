@@ -49,10 +49,16 @@ def tshark_binary() -> str | None:
 def base_args(pcap: Path | str, port: int) -> list[str]:
     """Common options: reassemble out-of-order segments (without it tshark 4.0 loses PDUs)."""
     return [
-        tshark_binary() or "tshark", "-n", "-r", str(pcap),
-        "-o", "tcp.reassemble_out_of_order:TRUE",
-        "-d", f"tcp.port=={port},kafka",
-        "-Y", "kafka",
+        tshark_binary() or "tshark",
+        "-n",
+        "-r",
+        str(pcap),
+        "-o",
+        "tcp.reassemble_out_of_order:TRUE",
+        "-d",
+        f"tcp.port=={port},kafka",
+        "-Y",
+        "kafka",
     ]
 
 
@@ -77,8 +83,10 @@ def _row_pdus(row: list[str], port: int) -> list[TsharkPdu] | None:
     if to_broker:
         if resp_keys or not len(req_keys) == len(req_vers) == len(corr):
             return None
-        return [TsharkPdu(frame, True, k, v, c, None, stream)
-                for k, v, c in zip(req_keys, req_vers, corr, strict=True)]
+        return [
+            TsharkPdu(frame, True, k, v, c, None, stream)
+            for k, v, c in zip(req_keys, req_vers, corr, strict=True)
+        ]
     if req_keys:
         return None
     # Unmatched responses carry neither key nor request frame; a row is unambiguous only when
@@ -87,7 +95,10 @@ def _row_pdus(row: list[str], port: int) -> list[TsharkPdu] | None:
         return None
     keys: list[int | None] = list(resp_keys) if resp_keys else [None] * len(corr)
     frames: list[int | None] = list(req_frames) if req_frames else [None] * len(corr)
-    return [TsharkPdu(frame, False, k, None, c, f, stream) for k, c, f in zip(keys, corr, frames, strict=True)]
+    return [
+        TsharkPdu(frame, False, k, None, c, f, stream)
+        for k, c, f in zip(keys, corr, frames, strict=True)
+    ]
 
 
 def _pdml_pdus(pcap: Path | str, port: int, frames: set[int]) -> dict[int, list[TsharkPdu]]:
@@ -102,7 +113,13 @@ def _pdml_pdus(pcap: Path | str, port: int, frames: set[int]) -> dict[int, list[
         pdus: list[TsharkPdu] = []
         for proto in packet.findall("proto"):
             if proto.get("name") == "frame":
-                num = int(next(f.get("show") for f in proto.iter("field") if f.get("name") == "frame.number"))
+                num = int(
+                    next(
+                        f.get("show")
+                        for f in proto.iter("field")
+                        if f.get("name") == "frame.number"
+                    )
+                )
             if proto.get("name") != "kafka":
                 continue
             vals: dict[str, int] = {}
@@ -115,11 +132,29 @@ def _pdml_pdus(pcap: Path | str, port: int, frames: set[int]) -> dict[int, list[
             assert num is not None
             srcport, stream = tcp_of(packet)
             if srcport != port:
-                pdus.append(TsharkPdu(num, True, vals["kafka.request_key"], vals.get("kafka.request.version"),
-                                      vals["kafka.correlation_id"], None, stream))
+                pdus.append(
+                    TsharkPdu(
+                        num,
+                        True,
+                        vals["kafka.request_key"],
+                        vals.get("kafka.request.version"),
+                        vals["kafka.correlation_id"],
+                        None,
+                        stream,
+                    )
+                )
             else:
-                pdus.append(TsharkPdu(num, False, vals.get("kafka.response_key"), None, vals["kafka.correlation_id"],
-                                      vals.get("kafka.request_frame"), stream))
+                pdus.append(
+                    TsharkPdu(
+                        num,
+                        False,
+                        vals.get("kafka.response_key"),
+                        None,
+                        vals["kafka.correlation_id"],
+                        vals.get("kafka.request_frame"),
+                        stream,
+                    )
+                )
         if num is not None:
             result[num] = pdus
     return result
@@ -140,8 +175,18 @@ def tshark_pdus(pcap: Path | str, port: int) -> list[TsharkPdu]:
     fields: list[str] = []
     for name in FIELDS:
         fields += ["-e", name]
-    args = [*base_args(pcap, port), "-T", "fields", "-E", "separator=/t", "-E", "occurrence=a",
-            "-E", "aggregator=|", *fields]
+    args = [
+        *base_args(pcap, port),
+        "-T",
+        "fields",
+        "-E",
+        "separator=/t",
+        "-E",
+        "occurrence=a",
+        "-E",
+        "aggregator=|",
+        *fields,
+    ]
     out = _run(args).decode()
     pdus: list[TsharkPdu] = []
     fallback: set[int] = set()

@@ -27,7 +27,9 @@ def aio(fn):
     return wrapper
 
 
-async def wait_for(pilot, cond: Callable[[], object], timeout: float = WAIT_S, what: str = "") -> None:
+async def wait_for(
+    pilot, cond: Callable[[], object], timeout: float = WAIT_S, what: str = ""
+) -> None:
     """Let the app run until `cond()` holds (checked every 20 ms); fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not cond():
@@ -45,8 +47,13 @@ async def wait_indexed(pilot) -> None:
     def ready() -> bool:
         screen = app.screen
         store = app.store
-        return (store.done and isinstance(screen, ExchangesScreen) and not screen.filtering
-                and screen.applied_upto == len(store) and store.summarized == len(store))
+        return (
+            store.done
+            and isinstance(screen, ExchangesScreen)
+            and not screen.filtering
+            and screen.applied_upto == len(store)
+            and store.summarized == len(store)
+        )
 
     await wait_for(pilot, ready, what="indexing")
     await pilot.pause(0.3)  # one more tick of the screen: status and connection counts settle
@@ -54,7 +61,11 @@ async def wait_indexed(pilot) -> None:
 
 async def wait_report(pilot) -> None:
     app = pilot.app
-    await wait_for(pilot, lambda: app.report is not None and not app.analysis_running, what="analysis")
+    await wait_for(
+        pilot, lambda: app.report is not None and not app.analysis_running, what="analysis"
+    )
     await pilot.pause(0.3)  # the screen polls the report every 0.25 s
-    await wait_for(pilot, lambda: getattr(app.screen, "_shown_report", None) is app.report, what="report shown")
+    await wait_for(
+        pilot, lambda: getattr(app.screen, "_shown_report", None) is app.report, what="report shown"
+    )
     await pilot.pause(0.05)

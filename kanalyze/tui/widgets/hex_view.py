@@ -31,7 +31,9 @@ class HexView(ScrollView, can_focus=True):
         self.title = title
         self.start = start
         self.length = length
-        self.virtual_size = Size(10 + PER_LINE * 4 + 2, (len(self.data) + PER_LINE - 1) // PER_LINE + 1)
+        self.virtual_size = Size(
+            10 + PER_LINE * 4 + 2, (len(self.data) + PER_LINE - 1) // PER_LINE + 1
+        )
         line = start // PER_LINE
         visible = max(1, self.size.height - 1)
         top = int(self.scroll_y)
@@ -41,7 +43,7 @@ class HexView(ScrollView, can_focus=True):
 
     def line_text(self, line: int) -> str:
         """Plain text of data line `line` (tests and tmux checks read this)."""
-        chunk = self.data[line * PER_LINE:(line + 1) * PER_LINE]
+        chunk = self.data[line * PER_LINE : (line + 1) * PER_LINE]
         hexpart = " ".join(f"{b:02x}" for b in chunk)
         asc = "".join(chr(b) if b in _PRINTABLE else "." for b in chunk)
         return f"{line * PER_LINE:06x}  {hexpart:<{PER_LINE * 3 - 1}}  {asc}"
@@ -63,7 +65,7 @@ class HexView(ScrollView, can_focus=True):
         lo, hi = self.start, self.start + self.length
         segs = [Segment(f"{line * PER_LINE:06x}  ", off_style)]
         chunk_start = line * PER_LINE
-        chunk = self.data[chunk_start:chunk_start + PER_LINE]
+        chunk = self.data[chunk_start : chunk_start + PER_LINE]
         for i, b in enumerate(chunk):
             pos = chunk_start + i
             inside = lo <= pos < hi

@@ -19,9 +19,27 @@ import pytest
 
 CAPTURES = Path(__file__).resolve().parents[3] / "captures"
 CRAFTED = CAPTURES / "crafted"
-TRUTH_KEYS = {"schema", "scenario", "description", "pcap", "broker", "clients", "topics", "produced", "consumed",
-              "committed", "groups", "producer_ids", "transactions", "secrets", "notes", "tcpdump",
-              "tshark_requests", "duration_s", "packets"}
+TRUTH_KEYS = {
+    "schema",
+    "scenario",
+    "description",
+    "pcap",
+    "broker",
+    "clients",
+    "topics",
+    "produced",
+    "consumed",
+    "committed",
+    "groups",
+    "producer_ids",
+    "transactions",
+    "secrets",
+    "notes",
+    "tcpdump",
+    "tshark_requests",
+    "duration_s",
+    "packets",
+}
 REAL = sorted(CAPTURES.glob("*.truth.json"))
 EXPECTS = sorted(CRAFTED.glob("*.expect.json"))
 
@@ -49,10 +67,21 @@ def test_truth_file(truth_path: Path) -> None:
     assert pcap.exists() and pcap.stat().st_size < 200_000
     assert truth["packets"] > 0
     for rec in truth["produced"]:
-        assert {"client", "codec", "topic", "key", "value", "headers", "offset", "error"} <= set(rec)
+        assert {"client", "codec", "topic", "key", "value", "headers", "offset", "error"} <= set(
+            rec
+        )
         assert rec["offset"] is None or rec["offset"] >= 0
     for rec in truth["consumed"]:
-        assert {"client", "group", "topic", "partition", "offset", "key", "value", "headers"} <= set(rec)
+        assert {
+            "client",
+            "group",
+            "topic",
+            "partition",
+            "offset",
+            "key",
+            "value",
+            "headers",
+        } <= set(rec)
     # the password of a secret never appears in the truth's client configs
     for secret in truth["secrets"]:
         assert secret["value"] not in json.dumps(truth["clients"])
@@ -81,11 +110,19 @@ def test_expect_file(expect_path: Path) -> None:
         assert (CRAFTED / f).exists()
         assert (CRAFTED / f).stat().st_size < 64_000
     for x in expect["exchanges"]:
-        assert x["expected_status"] in {"ok", "no_response", "request_missing", "response_lost", "lost"}
+        assert x["expected_status"] in {
+            "ok",
+            "no_response",
+            "request_missing",
+            "response_lost",
+            "lost",
+        }
         assert x["connection"] < max(1, len(expect["connections"]))
 
 
-TSHARK_CASES = [p for p in EXPECTS if not p.name.startswith(("bad_", "gap", "midstream", "rotated"))]
+TSHARK_CASES = [
+    p for p in EXPECTS if not p.name.startswith(("bad_", "gap", "midstream", "rotated"))
+]
 
 
 @pytest.mark.tshark
@@ -95,15 +132,36 @@ def test_crafted_against_tshark(expect_path: Path) -> None:
     expect = json.loads(expect_path.read_text())
     port = expect["kafka_port"]
     out = subprocess.run(
-        ["tshark", "-r", str(CRAFTED / expect["files"][0]), "-o", "tcp.reassemble_out_of_order:TRUE",
-         "-d", f"tcp.port=={port},kafka", "-Y", f"kafka.request_key && tcp.dstport=={port}",
-         "-T", "fields", "-e", "kafka.request_key", "-e", "kafka.api_version", "-e", "kafka.correlation_id"],
-        capture_output=True, text=True, check=True,
+        [
+            "tshark",
+            "-r",
+            str(CRAFTED / expect["files"][0]),
+            "-o",
+            "tcp.reassemble_out_of_order:TRUE",
+            "-d",
+            f"tcp.port=={port},kafka",
+            "-Y",
+            f"kafka.request_key && tcp.dstport=={port}",
+            "-T",
+            "fields",
+            "-e",
+            "kafka.request_key",
+            "-e",
+            "kafka.api_version",
+            "-e",
+            "kafka.correlation_id",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     seen = []
     for line in out.splitlines():
         cols = [c.split(",") for c in line.split("\t")]
         seen += [(int(k), int(v), int(c)) for k, v, c in zip(*cols, strict=True)]
-    want = [(x["api_key"], x["api_version"], x["correlation_id"]) for x in expect["exchanges"]
-            if x["expected_status"] in ("ok", "no_response")]
+    want = [
+        (x["api_key"], x["api_version"], x["correlation_id"])
+        for x in expect["exchanges"]
+        if x["expected_status"] in ("ok", "no_response")
+    ]
     assert sorted(seen) == sorted(want)

@@ -31,7 +31,11 @@ def test_gzip_pcap(tmp_path):
 
 def test_pcapng_sections_and_interfaces(tmp_path):
     f = tmp_path / "x.pcapng"
-    f.write_bytes(P.pcapng([([1, 101], [(0, 1.0, b"e" * 20), (1, 2.0, b"r" * 30)]), ([113], [(0, 3.0, b"s" * 40)])]))
+    f.write_bytes(
+        P.pcapng(
+            [([1, 101], [(0, 1.0, b"e" * 20), (1, 2.0, b"r" * 30)]), ([113], [(0, 3.0, b"s" * 40)])]
+        )
+    )
     got = list(read_capture(str(f)))
     assert [(p.linktype, len(p.data)) for p in got] == [(1, 20), (101, 30), (113, 40)]
     assert [p.ts_ns for p in got] == [1_000_000_000, 2_000_000_000, 3_000_000_000]

@@ -1,6 +1,8 @@
-"""The dissectors package's import contract: every module imports on its own, the module
+"""The import contract of kanalyze and dissectors, over every module (new ones too): every
+core module imports on its own without a front end (textual, pyspark, scapy), the module
 import graph has no cycle (function-level imports count: a lazy import only hides a cycle),
-no module imports another's private name, and the public entry exports what it lists."""
+no module imports another's private name, and dissectors' public entry exports what it
+lists."""
 
 from __future__ import annotations
 
@@ -12,16 +14,24 @@ import sys
 from pathlib import Path
 
 import dissectors
+import kanalyze
 
-ROOT = Path(dissectors.__file__).parent
+PACKAGES = {
+    "dissectors": Path(dissectors.__file__).parent,
+    "kanalyze": Path(kanalyze.__file__).parent,
+}
+# the front ends: the only modules that may bring textual, pyspark or scapy along
+FRONT_ENDS = ("kanalyze.tui", "kanalyze.spark", "kanalyze.live", "kanalyze.commands.tui")
 
 
 def _modules() -> dict[str, Path]:
-    out = {"dissectors": ROOT / "__init__.py"}
-    for info in pkgutil.walk_packages([str(ROOT)], "dissectors."):
-        rel = info.name.split(".")[1:]
-        path = ROOT.joinpath(*rel)
-        out[info.name] = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+    out: dict[str, Path] = {}
+    for pkg, root in PACKAGES.items():
+        out[pkg] = root / "__init__.py"
+        for info in pkgutil.walk_packages([str(root)], f"{pkg}."):
+            rel = info.name.split(".")[1:]
+            path = root.joinpath(*rel)
+            out[info.name] = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
     return out
 
 
@@ -48,7 +58,7 @@ def _imports(name: str, path: Path) -> list[tuple[str, list[str]]]:
                     out.append((sub, []))
                 else:
                     out.append((base, [a.name]))
-    return [(m, names) for m, names in out if m == "dissectors" or m.startswith("dissectors.")]
+    return [(m, names) for m, names in out if m.split(".")[0] in PACKAGES]
 
 
 GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
@@ -56,11 +66,14 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
 def test_the_walk_finds_the_modules():
     assert {"dissectors.decoder", "dissectors.records", "dissectors.fastjson"} <= set(MODULES)
+    assert {"kanalyze.engine", "kanalyze.bodies", "kanalyze.cli"} <= set(MODULES)
     assert any(name.startswith("dissectors.schemas.") for name in MODULES)
 
 
 def test_every_module_imports_alone_and_headless():
-    names = sorted(MODULES)
+    names = sorted(
+        n for n in MODULES if not any(n == f or n.startswith(f + ".") for f in FRONT_ENDS)
+    )
     code = (
         "import importlib, sys\n"
         "for n in sys.argv[1:]:\n"
@@ -119,11 +132,11 @@ def test_the_cycle_check_sees_a_cycle():
         GRAPH["dissectors.node"].pop()
 
 
-def test_no_module_imports_the_package_entry():
+def test_no_dissectors_module_imports_its_package_entry():
     users = [
         name
         for name, deps in GRAPH.items()
-        if name != "dissectors" and any(m == "dissectors" for m, _ in deps)
+        if name.startswith("dissectors.") and any(m == "dissectors" for m, _ in deps)
     ]
     assert users == []
 
