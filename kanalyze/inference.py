@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from dissectors.apis import API_NAMES, RESPONSE_VERSIONS
 from dissectors.context import DecodeContext
 from dissectors.decoder import decode_body
+from kanalyze.headers import read_response_header
 
 MAX_CANDIDATES = 8
 
@@ -47,11 +48,10 @@ class Inference:
 def _clean(data: bytes, api: int, version: int) -> tuple[int, dict[str, object]] | None:
     """(body offset, header) when the frame decodes as this api/version's response with no
     diagnostic and nothing left over; else None."""
-    from kanalyze.correlation import parse_response_header  # the correlator imports this module
-
-    header, body_at, diags = parse_response_header(data, api, version)
-    if diags:
+    h = read_response_header(data, api, version)
+    if h.diagnostics:
         return None
+    header, body_at = h.fields, h.body_offset
     ctx = DecodeContext(decode_records=False)
     node = decode_body(api, version, False, data, body_at, len(data), ctx)
     if any(n.diagnostics for n in node.walk()):
