@@ -254,7 +254,8 @@ def consumer_proc(port: int, produced: Any, producers_done: Any, consumed: Any) 
 
 
 def build_capture(path: Path, size_mb: int, compressed: bool) -> dict[str, Any]:
-    """Record real clients against tansu until the pcap reaches size_mb; returns what the clients know."""
+    """Record real clients against tansu until the pcap reaches size_mb; returns what the
+    clients know."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     DATA.mkdir(parents=True, exist_ok=True)
@@ -384,7 +385,8 @@ REPEAT = 1
 def timed(
     cmd: list[str], out: Path | None = None, repeat: int | None = None
 ) -> tuple[float, float, float]:
-    """Best of `repeat` (default REPEAT) runs of cmd, stdout to out (or /dev/null): (wall s, peak RSS MB, CPU s)."""
+    """Best of `repeat` (default REPEAT) runs of cmd, stdout to out (or /dev/null): (wall s,
+    peak RSS MB, CPU s)."""
     return min((_timed_once(cmd, out) for _ in range(repeat or REPEAT)), key=lambda r: r[2])
 
 
@@ -444,7 +446,10 @@ def compile_kanalyze() -> None:
 
 def kanalyze_cmd() -> list[str]:
     """This checkout's kanalyze (not whatever `kanalyze` on PATH happens to import)."""
-    boot = f"import sys; sys.path.insert(0, {str(REPO)!r}); from kanalyze.cli import main; raise SystemExit(main())"
+    boot = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+        "from kanalyze.cli import main; raise SystemExit(main())"
+    )
     return [sys.executable, "-c", boot]
 
 
@@ -464,7 +469,8 @@ def tshark_base(pcap: Path, port: int) -> list[str]:
 def bench(
     pcap: Path, meta: dict[str, Any], tshark_full_mb: float, scratch: Path, quick: bool = False
 ) -> list[Run]:
-    """The timed runs; `quick`: only kanalyze's full export and tshark -V (the ratio that matters)."""
+    """The timed runs; `quick`: only kanalyze's full export and tshark -V (the ratio that
+    matters)."""
     port = int(meta["port"])
     size = pcap.stat().st_size / MB
     runs: list[Run] = []
@@ -680,8 +686,8 @@ def table(runs: list[Run]) -> str:
         return r.mb / r.cpu_s
 
     head = (
-        f"{'run':32} {'wall s':>7} {'cpu s':>7} {'MB/s':>7} {'pkt/s':>7} {'exch/s':>7} {'rec/s':>7} "
-        f"{'RSS MB':>7}  kanalyze/tshark (CPU time)"
+        f"{'run':32} {'wall s':>7} {'cpu s':>7} {'MB/s':>7} {'pkt/s':>7} {'exch/s':>7} "
+        f"{'rec/s':>7} {'RSS MB':>7}  kanalyze/tshark (CPU time)"
     )
     rows = [head, "-" * len(head)]
     for r in runs:
@@ -694,8 +700,9 @@ def table(runs: list[Run]) -> str:
                 parts.append(f"{speed(r) / speed(full):.2f}x -V")
             ratio = ", ".join(parts)
         rows.append(
-            f"{r.name:32} {r.wall_s:7.2f} {r.cpu_s:7.2f} {r.mb / r.cpu_s:7.1f} {rate(r.packets, r.cpu_s):>7} "
-            f"{rate(r.exchanges, r.cpu_s):>7} {rate(r.records, r.cpu_s):>7} {r.rss_mb:7.0f}  {ratio}"
+            f"{r.name:32} {r.wall_s:7.2f} {r.cpu_s:7.2f} {r.mb / r.cpu_s:7.1f} "
+            f"{rate(r.packets, r.cpu_s):>7} {rate(r.exchanges, r.cpu_s):>7} "
+            f"{rate(r.records, r.cpu_s):>7} {r.rss_mb:7.0f}  {ratio}"
         )
     notes = [f"  {r.name}: {r.note}" for r in runs if r.note]
     notes.append(
@@ -761,9 +768,8 @@ def main(argv: list[str] | None = None) -> int:
             meta = json.loads(pcap.with_suffix(".json").read_text())
             say(f"reusing {pcap}")
         else:
-            say(
-                f"building {pcap} ({args.size_mb} MB, {'lz4/zstd/gzip' if args.compressed else 'uncompressed'}) ..."
-            )
+            codecs = "lz4/zstd/gzip" if args.compressed else "uncompressed"
+            say(f"building {pcap} ({args.size_mb} MB, {codecs}) ...")
             meta = build_capture(pcap, args.size_mb, args.compressed)
             say(
                 f"built in {meta['build_s']} s: {meta['records_produced']} records produced, "
@@ -781,9 +787,12 @@ def main(argv: list[str] | None = None) -> int:
         by["tshark -T fields (records)"].records if "tshark -T fields (records)" in by else "-"
     )
     print(
-        f"capture: {pcap.name}, {size:.1f} MB, {runs[0].packets} packets, {runs[0].exchanges} exchanges, "
-        f"{by['kanalyze export (full)'].records} records (kanalyze), {tshark_records} records (tshark); "
-        f"clients: {meta.get('client', '?')} api_version={meta.get('api_version', '?')} codecs={meta.get('codecs', '?')}"
+        f"capture: {pcap.name}, {size:.1f} MB, {runs[0].packets} packets, "
+        f"{runs[0].exchanges} exchanges, "
+        f"{by['kanalyze export (full)'].records} records (kanalyze), "
+        f"{tshark_records} records (tshark); "
+        f"clients: {meta.get('client', '?')} api_version={meta.get('api_version', '?')} "
+        f"codecs={meta.get('codecs', '?')}"
     )
     print(table(runs))
     return 0

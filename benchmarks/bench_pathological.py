@@ -273,7 +273,8 @@ def run_engine(
     note: str = "",
     whole_packets: bool = False,
 ) -> Result:
-    """`whole_packets`: count whole packets as the input bytes (inputs with little or no payload)."""
+    """`whole_packets`: count whole packets as the input bytes (inputs with little or no
+    payload)."""
     pkts = b.packets() if isinstance(b, Builder) else b
     nbytes = sum(len(p.data) for p in pkts) if whole_packets else payload_bytes(pkts)
     engine = Engine(lambda ex: None, opts or EngineOptions())
@@ -391,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line(r, None), flush=True)
 
     print(
-        f"inputs: {len(frames)} real frames, {len(bodies)} real bodies; scale {args.scale}; limit {lim:.0f} s\n"
+        f"inputs: {len(frames)} real frames, {len(bodies)} real bodies; "
+        f"scale {args.scale}; limit {lim:.0f} s\n"
     )
     print(header())
     # engine
@@ -587,7 +589,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def header() -> str:
-    return f"{'scenario':32s} {'MB in':>8s} {'CPU s':>8s} {'MB/s':>9s} {'units/s':>12s} {'peak MB':>8s} {'ratio':>7s}  note"
+    return (
+        f"{'scenario':32s} {'MB in':>8s} {'CPU s':>8s} {'MB/s':>9s} {'units/s':>12s} "
+        f"{'peak MB':>8s} {'ratio':>7s}  note"
+    )
 
 
 def line(r: Result, base: Result | None) -> str:
@@ -604,8 +609,8 @@ def line(r: Result, base: Result | None) -> str:
     )
     done = "" if r.finished else " [did not finish: interrupted]"
     return (
-        f"{r.name:32s} {r.nbytes / 1e6:8.2f} {r.cpu:8.2f} {r.mbps:9.2f} {rate:>12s} {peak} {ratio}  "
-        f"{r.note}{done}"
+        f"{r.name:32s} {r.nbytes / 1e6:8.2f} {r.cpu:8.2f} {r.mbps:9.2f} {rate:>12s} {peak} "
+        f"{ratio}  {r.note}{done}"
     )
 
 

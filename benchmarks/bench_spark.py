@@ -186,12 +186,10 @@ def main() -> int:
     large = Path(args.large) if args.large else build_large(args.large_mb)
     small = build_small(args.small_files)
     small_files = sorted(str(p) for p in small.glob("*.pcap"))
+    small_mb = sum(os.path.getsize(p) for p in small_files) / 1e6
     inputs = {
         f"large ({large.stat().st_size / 1e6:.0f} MB, 1 file)": ([str(large)], args.split_mb),
-        f"small ({len(small_files)} files, {sum(os.path.getsize(p) for p in small_files) / 1e6:.1f} MB)": (
-            [str(small)],
-            args.split_mb,
-        ),
+        f"small ({len(small_files)} files, {small_mb:.1f} MB)": ([str(small)], args.split_mb),
     }
 
     from kanalyze.spark.pipeline import run_pipeline
@@ -222,13 +220,15 @@ def main() -> int:
     spark.stop()
     print()
     print(
-        f"{'input':34} {'offline s':>10} {'(cpu s)':>8} {'spark s':>8} {'speed-up':>8} {'exchanges offline/spark':>24} units"
+        f"{'input':34} {'offline s':>10} {'(cpu s)':>8} {'spark s':>8} {'speed-up':>8} "
+        f"{'exchanges offline/spark':>24} units"
     )
     for label, ow, oc, on, sw, sn, units, secs in rows:
         print(f"{label:34} {ow:10.1f} {oc:8.1f} {sw:8.1f} {ow / sw:8.2f} {on:>12}/{sn:<11} {units}")
         print(f"{'':34} spark phases: " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items()))
     print(
-        f"(+ {startup:.1f} s Spark session start-up, paid once); load average after: {os.getloadavg()}"
+        f"(+ {startup:.1f} s Spark session start-up, paid once); "
+        f"load average after: {os.getloadavg()}"
     )
     return 0
 

@@ -1,7 +1,8 @@
 """How the TUI copes with a large capture: time to first rows, indexing time, how long the UI
 stalls while the worker indexes, scrolling and filtering latency, and memory.
 
-    python benchmarks/bench_tui.py                         # the bench capture if built, plus a synthetic one
+    python benchmarks/bench_tui.py                         # the bench capture if built, \
+plus a synthetic one
     python benchmarks/bench_tui.py --pcap big.pcap         # any capture
     python benchmarks/bench_tui.py --synthetic 1000000     # N tiny exchanges (built once, cached)
     python benchmarks/bench_tui.py --synthetic 0           # the bench capture only

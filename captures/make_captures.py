@@ -391,8 +391,8 @@ def run_scenario(name: str, used_ports: set[int]) -> dict[str, Any]:
     counts = {
         ln.split(" packets ")[1]: int(ln.split()[0]) for ln in stats if ln.split()[0].isdigit()
     }
-    # on lo the filter sees (almost) every packet twice, outgoing and incoming, and libpcap keeps one
-    # copy; a lost tail shows as a much larger difference (without --immediate-mode: 40 % lost)
+    # on lo the filter sees (almost) every packet twice, outgoing and incoming, and libpcap keeps
+    # one copy; a lost tail shows as a much larger difference (without --immediate-mode: 40 % lost)
     in_file = pcap_packet_count(ctx.pcap)
     ctx.truth["packets"] = in_file
     received = counts.get("received by filter", 0)
@@ -587,7 +587,8 @@ def sc_lib_idem(ctx: Ctx) -> None:
 
 @scenario(
     "lib_transactions",
-    "librdkafka transactional producer: one committed, one aborted transaction; read_committed consumer",
+    "librdkafka transactional producer: one committed, one aborted transaction; "
+    "read_committed consumer",
 )
 def sc_lib_txn(ctx: Ctx) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -687,13 +688,15 @@ def sc_lib_acks(ctx: Ctx) -> None:
             acks=int(acks),
         )
     ctx.note(
-        "acks=0: librdkafka reports delivery without an offset (offset null); no Produce response on the wire"
+        "acks=0: librdkafka reports delivery without an offset (offset null); "
+        "no Produce response on the wire"
     )
 
 
 @scenario(
     "lib_legacy",
-    "librdkafka with api.version.request=false, broker.version.fallback=0.9.0 (magic 0 message sets)",
+    "librdkafka with api.version.request=false, broker.version.fallback=0.9.0 "
+    "(magic 0 message sets)",
 )
 def sc_lib_legacy(ctx: Ctx) -> None:
     topic = "lib-legacy"
@@ -721,7 +724,8 @@ def sc_lib_legacy(ctx: Ctx) -> None:
             cfk_produce(ctx.port, topic, make_records(f"legacy-{codec}", 4, headers=False), conf),
         )
     ctx.note(
-        "tansu rejects magic 0/1 produce batches: the delivery reports carry the error, offsets are null"
+        "tansu rejects magic 0/1 produce batches: the delivery reports carry the error, "
+        "offsets are null"
     )
 
 
@@ -887,7 +891,8 @@ def sc_kp_codecs(ctx: Ctx) -> None:
 
 @scenario(
     "kp_v25",
-    "kafka-python pinned to api_version=(2, 5) (versions tshark 4.0 fully decodes): codecs, group, commits",
+    "kafka-python pinned to api_version=(2, 5) (versions tshark 4.0 fully decodes): "
+    "codecs, group, commits",
 )
 def sc_kp_v25(ctx: Ctx) -> None:
     topics = {f"kp25-{c}": 1 for c in CODECS}
@@ -912,7 +917,8 @@ def sc_kp_v25(ctx: Ctx) -> None:
 
 @scenario(
     "kp_legacy",
-    "kafka-python pinned to api_version=(0, 10, 0) (magic 1) and (0, 9) (magic 0), each codec; tansu rejects them",
+    "kafka-python pinned to api_version=(0, 10, 0) (magic 1) and (0, 9) (magic 0), "
+    "each codec; tansu rejects them",
 )
 def sc_kp_legacy(ctx: Ctx) -> None:
     topic = "kp-legacy"
@@ -966,7 +972,8 @@ def sc_aio_group(ctx: Ctx) -> None:
     create_topics_cfk(ctx.port, {topic: 2})
     ctx.truth["topics"] = {topic: 2}
     ctx.start_capture()
-    # enable_idempotence=True fails here: tansu answers aiokafka's InitProducerId v0 with UNKNOWN_SERVER_ERROR
+    # enable_idempotence=True fails here: tansu answers aiokafka's InitProducerId v0 with
+    # UNKNOWN_SERVER_ERROR
     pconf = {"client_id": "aio-producer", "compression_type": "gzip"}
     pname = ctx.client("producer", aio_client_info(), pconf)
     recs = make_records("aio", 16)
@@ -1079,7 +1086,8 @@ def sc_aio_group(ctx: Ctx) -> None:
 
 @scenario(
     "admin",
-    "admin APIs: create topics, metadata, describe configs, list/describe groups (librdkafka and kafka-python)",
+    "admin APIs: create topics, metadata, describe configs, list/describe groups "
+    "(librdkafka and kafka-python)",
 )
 def sc_admin(ctx: Ctx) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -1186,7 +1194,8 @@ def sc_admin(ctx: Ctx) -> None:
     finally:
         ka.close()
     ctx.note(
-        "admin results are summaries of what each admin call returned ('ok' false = the call failed)"
+        "admin results are summaries of what each admin call returned "
+        "('ok' false = the call failed)"
     )
 
 
@@ -1234,8 +1243,8 @@ def sc_sasl_scram(ctx: Ctx) -> None:
         }
     )
     ctx.note(
-        "SCRAM never reaches the client-final message (proof), so neither the password nor a proof is on "
-        "the wire; the username and client nonce are"
+        "SCRAM never reaches the client-final message (proof), so neither the password nor a "
+        "proof is on the wire; the username and client nonce are"
     )
 
 

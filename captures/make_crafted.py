@@ -76,7 +76,8 @@ class Source:
 
 
 def read_connections(pcap: Path, port: int) -> dict[int, list[Seg]]:
-    """Payload segments per client port, deduplicated, in capture order, offsets relative to ISN+1."""
+    """Payload segments per client port, deduplicated, in capture order, offsets relative to
+    ISN+1."""
     isn: dict[tuple[int, str], int] = {}
     seen: dict[int, set[tuple[str, int]]] = {}
     conns: dict[int, list[Seg]] = {}
@@ -116,8 +117,8 @@ def load_source(pcap: Path) -> Source:
     truth = json.loads(pcap.with_name(pcap.name.replace(".pcap", ".truth.json")).read_text())
     port = truth["broker"]["port"]
     conns = read_connections(pcap, port)
-    # the smallest connection that carries a Fetch (api key 1) request: ApiVersions, FindCoordinator,
-    # Metadata, ListOffsets, Fetch with records in its response
+    # the smallest connection that carries a Fetch (api key 1) request: ApiVersions,
+    # FindCoordinator, Metadata, ListOffsets, Fetch with records in its response
     best = None
     for cport, segs in sorted(conns.items()):
         c2s = stream_of(segs, "c2s")
@@ -559,8 +560,8 @@ class Crafter:
             "64-byte segments; some retransmitted later with DIFFERENT bytes (each byte XOR 0x5A)",
             od,
             overlaps=conflicts,
-            policy="first-seen bytes win: the later, conflicting copies are ignored (and may be flagged), "
-            "so every exchange decodes exactly as in baseline",
+            policy="first-seen bytes win: the later, conflicting copies are ignored "
+            "(and may be flagged), so every exchange decodes exactly as in baseline",
         )
 
         # a lost segment in each direction, in the middle of a frame
@@ -597,9 +598,9 @@ class Crafter:
                 {"direction": "c2s", "range": list(c_lost[0])},
                 {"direction": "s2c", "range": list(s_lost[0])},
             ],
-            policy="the gap is explicit (never zero-filled); frames touching it are missing or truncated "
-            "('request_missing' = request bytes lost, 'response_lost' = response bytes lost); framing "
-            "resyncs on the next frame; all other exchanges are intact",
+            policy="the gap is explicit (never zero-filled); frames touching it are missing or "
+            "truncated ('request_missing' = request bytes lost, 'response_lost' = response bytes "
+            "lost); framing resyncs on the next frame; all other exchanges are intact",
         )
 
         # starts mid-connection: no handshake, first packet of each direction mid-frame
@@ -616,13 +617,14 @@ class Crafter:
         self.write(
             "midstream",
             {"midstream.pcap": pcap_bytes(LT_EN10MB, frames)},
-            "capture starts mid-connection: no SYN, the first client packet begins inside a request frame",
+            "capture starts mid-connection: no SYN, the first client packet begins inside a "
+            "request frame",
             [self.endpoints(conn)],
             expected_exchanges(self.src.c2s, self.src.s2c, 0, c_lost, s_lost),
             linktype=LT_EN10MB,
             stream_starts={"c2s": cut_c.off, "s2c": first_s.off if first_s else None},
-            policy="frames before the first captured byte are unknown; the partial frame at the start is "
-            "skipped (counted), framing resyncs on the next request/response",
+            policy="frames before the first captured byte are unknown; the partial frame at the "
+            "start is skipped (counted), framing resyncs on the next request/response",
         )
 
         # many frames in one segment: each direction's whole stream in one segment
@@ -651,8 +653,8 @@ class Crafter:
             split_segments=n_small,
         )
 
-        # FIN then port reuse: same 4-tuple, new SYN, new ISN; second connection ends with RST while a
-        # request is still unanswered
+        # FIN then port reuse: same 4-tuple, new SYN, new ISN; second connection ends with RST
+        # while a request is still unanswered
         c1 = self.conn()
         p1 = conversation(c1, segs, close="fin")
         c2 = self.conn()
@@ -665,13 +667,15 @@ class Crafter:
         self.write(
             "port_reuse",
             {"port_reuse.pcap": pcap_bytes(LT_EN10MB, frames)},
-            "connection 0 closes with FIN; connection 1 reuses the same 4-tuple (new SYN, new ISN), "
-            f"the broker never answers correlation id {last.correlation_id} and resets the connection",
+            "connection 0 closes with FIN; connection 1 reuses the same 4-tuple "
+            "(new SYN, new ISN), "
+            f"the broker never answers correlation id {last.correlation_id} "
+            "and resets the connection",
             [self.endpoints(c1), self.endpoints(c2)],
             self.base + ex2,
             linktype=LT_EN10MB,
-            policy="a new SYN on a 4-tuple starts a new connection; correlation ids repeat across the two "
-            "connections and are NOT duplicates; the unanswered request is 'no_response'",
+            policy="a new SYN on a 4-tuple starts a new connection; correlation ids repeat across "
+            "the two connections and are NOT duplicates; the unanswered request is 'no_response'",
         )
 
     # -- link layers and file formats --------------------------------------------------------
@@ -798,8 +802,9 @@ class Crafter:
         self.write(
             "pcapng_multi",
             {"pcapng_multi.pcapng": b"".join(sections)},
-            "pcapng with 2 sections (2nd big-endian), each with 2 interfaces of different link types "
-            "(EN10MB µs + RAW ns; SLL2 µs + NULL ns); one connection per interface, interleaved; "
+            "pcapng with 2 sections (2nd big-endian), each with 2 interfaces of different link "
+            "types (EN10MB µs + RAW ns; SLL2 µs + NULL ns); one connection per interface, "
+            "interleaved; "
             "section 1's SLL2 connection is IPv6",
             conns,
             exchanges,
@@ -874,7 +879,8 @@ class Crafter:
             "bad_truncated.pcap",
             full[:cut],
             f"the baseline pcap cut in the middle of packet record {k + 1} (of {len(base_frames)})",
-            "partial result plus a clear truncation warning; the exchanges listed are complete before the cut",
+            "partial result plus a clear truncation warning; the exchanges listed are complete "
+            "before the cut",
             ex,
             complete_packets=len(complete),
         )
@@ -900,13 +906,13 @@ class Crafter:
         self.write(
             "bad_huge_length",
             {"bad_huge_length.pcap": pcap_bytes(LT_EN10MB, frames)},
-            "one normal exchange, then a request frame whose length prefix is 0x7FFFFFFF (2 GiB) with a "
-            "plausible Metadata header (correlation id 99) and 52 bytes of body before FIN",
+            "one normal exchange, then a request frame whose length prefix is 0x7FFFFFFF (2 GiB) "
+            "with a plausible Metadata header (correlation id 99) and 52 bytes of body before FIN",
             [self.endpoints(self.conn())],
             ex,
             linktype=LT_EN10MB,
-            error_expected="no traceback, no 2 GiB allocation: the frame is rejected by the size sanity "
-            "check (diagnostic and/or skipped bytes) or reported as truncated at FIN; "
+            error_expected="no traceback, no 2 GiB allocation: the frame is rejected by the size "
+            "sanity check (diagnostic and/or skipped bytes) or reported as truncated at FIN; "
             "correlation id 99 is never an 'ok' exchange",
             huge_frame={
                 "direction": "c2s",

@@ -24,6 +24,17 @@ class Limits:
     # input: schema nesting is fixed by the specs); Kafka itself writes one level
     max_nesting_depth: int = 2
     max_value_bytes: int | None = None  # truncate keys/values/header values in output
+    # decoded output per frame, in estimated bytes of Python objects (records, unknown tagged
+    # fields: what a few wire bytes can multiply): ratio x frame size + base (docs/limits.md)
+    decode_budget_ratio: int = 16
+    decode_budget_base: int = 64 * 1024 * 1024
+
+
+# estimated Python cost (bytes) of one decoded item, measured with RSS (docs/limits.md):
+# a record (its dict, strings, ints, its node and its share of the output line) and an
+# unknown tagged field (node, diagnostic, bytes, base64 in the output)
+RECORD_COST = 1024
+TAG_COST = 1024
 
 
 @dataclass(slots=True)
@@ -36,6 +47,31 @@ class DecodeContext:
     buffers: list[bytes] = field(default_factory=list)
     # topic id (uuid string) -> topic name, learned from Metadata responses seen earlier
     topic_names: dict[str, str] = field(default_factory=dict)
+    # estimated bytes the frame being decoded may still produce; None: no frame budget
+    budget: int | None = None
+
+    def start_budget(self, frame_bytes: int) -> bool:
+        """Give the frame about to be decoded its budget (unless one is running: an embedded
+        request shares its Envelope's); True when this call set it (and must `end_budget`)."""
+        if self.budget is not None:
+            return False
+        lim = self.limits
+        self.budget = lim.decode_budget_ratio * max(frame_bytes, 0) + lim.decode_budget_base
+        return True
+
+    def end_budget(self) -> None:
+        self.budget = None
+
+    def affordable(self, cost: int, wanted: int) -> int:
+        """How many of `wanted` items costing `cost` each the budget still allows."""
+        b = self.budget
+        if b is None:
+            return wanted
+        return max(0, min(wanted, b // cost))
+
+    def spend(self, cost: int) -> None:
+        if self.budget is not None:
+            self.budget -= cost
 
     def add_buffer(self, data: bytes) -> int:
         """Register a decompressed buffer and return its source id for Node.source."""

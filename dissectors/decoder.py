@@ -27,6 +27,7 @@ from dissectors.plan import (
 from dissectors.primitives import DecodeError
 from dissectors.readers import Reader, struct_reader
 from dissectors.registry import BODY_HOOKS
+from dissectors.secrets import SECRET_BODIES, SecretBytes, withhold
 
 __all__ = [
     "api_definition",
@@ -56,8 +57,15 @@ def message_reader(name: str, version: int) -> Reader | None:
 # ------------------------------------------------------------------ entry points
 
 
+def _unattributed(buf, start: int, end: int) -> SecretBytes:
+    """Bytes no field accounts for (trailing bytes, a raw fallback, the rest after the decode
+    budget): a damaged length may have pulled the next frames in -- a SASL token, a delegation
+    token -- so they are redacted like a secret unless --show-secrets (docs/limits.md)."""
+    return SecretBytes(buf[start:end])
+
+
 def _raw(name: str, buf, offset: int, end: int, code: Code, message: str) -> Node:
-    node = Node(name, RAW, offset, max(end - offset, 0), bytes(buf[offset:end]))
+    node = Node(name, RAW, offset, max(end - offset, 0), _unattributed(buf, offset, end))
     node.diagnostics.append(Diagnostic(code, offset, message))
     return node
 
@@ -66,8 +74,15 @@ def _walk(reader: Reader, mv: memoryview, offset: int, end: int, ctx: DecodeCont
     out: list[Node] = []
     try:
         pos = reader(mv, offset, end, ctx, out, "body")
-    except DecodeError:
-        return out[0]
+    except DecodeError as err:
+        node = out[0]
+        if err.code is Code.DECODE_BUDGET:  # the rest of the frame stays raw
+            kids = node.children
+            assert kids is not None  # the body is a struct
+            kids.append(Node("_undecoded", RAW, err.offset, end - err.offset,
+                             _unattributed(mv, err.offset, end)))
+            node.length = end - offset
+        return node
     node = out[0]
     if pos < end:
         node.diagnostics.append(
@@ -75,7 +90,7 @@ def _walk(reader: Reader, mv: memoryview, offset: int, end: int, ctx: DecodeCont
         )
         kids = node.children
         assert kids is not None  # the body is a struct
-        kids.append(Node("_trailing", RAW, pos, end - pos, bytes(mv[pos:end])))
+        kids.append(Node("_trailing", RAW, pos, end - pos, _unattributed(mv, pos, end)))
         node.length = end - offset
     return node
 
@@ -99,6 +114,7 @@ def decode_body(
     Never raises on bad bytes; an unknown api or version keeps the body raw with a
     diagnostic; an internal bug becomes INTERNAL_ERROR (re-raised if ctx.strict)."""
     mv, end = _view(buf, end)
+    own_budget = ctx.start_budget(end - offset)
     try:
         if not is_request:
             api_version = quirks.response_body_version(api_key, api_version, mv, offset, end)
@@ -106,23 +122,36 @@ def decode_body(
         if reader is None:
             if schemas.API_MODULES.get(api_key) is None:
                 return _raw("body", mv, offset, end, Code.UNKNOWN_API, f"unknown API key {api_key}")
-            return _raw(
+            return _guard(_raw(
                 "body",
                 mv,
                 offset,
                 end,
                 Code.UNSUPPORTED_VERSION,
                 f"API key {api_key} version {api_version} is outside the known versions",
-            )
+            ), api_key, is_request)
         node = _walk(reader, mv, offset, end, ctx)
         hook = BODY_HOOKS.get((api_key, is_request))
         if hook is not None:
             hook(node, api_version, mv, ctx)
-        return node
+        return _guard(node, api_key, is_request)
     except Exception as exc:  # noqa: BLE001 -- the one exception boundary per body
         if ctx.strict:
             raise
-        return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {exc!r}")
+        # the type only: an exception's text may quote the bytes (a credential)
+        why = f"internal error: {type(exc).__name__}"
+        node = _raw("body", mv, offset, end, Code.INTERNAL_ERROR, why)
+        return _guard(node, api_key, is_request)
+    finally:
+        if own_budget:
+            ctx.end_budget()
+
+
+def _guard(node: Node, api_key: int, is_request: bool) -> Node:
+    """A damaged body that carries credentials shows none of its bytes (secrets.withhold)."""
+    if (api_key, is_request) in SECRET_BODIES:
+        withhold(node)
+    return node
 
 
 def decode_message(
@@ -139,4 +168,5 @@ def decode_message(
     except Exception as exc:  # noqa: BLE001 -- the one exception boundary per structure
         if ctx.strict:
             raise
-        return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, f"internal error: {exc!r}")
+        why = f"internal error: {type(exc).__name__}"
+        return _raw("body", mv, offset, end, Code.INTERNAL_ERROR, why)

@@ -31,6 +31,7 @@ class Code(StrEnum):
     UNKNOWN_CODEC = "unknown_codec"
     DECOMPRESSION_FAILED = "decompression_failed"
     DECOMPRESSION_LIMIT = "decompression_limit"
+    DECODE_BUDGET = "decode_budget"  # a frame's decoded output passed its budget: the rest is raw
     PARTIAL_BATCH = "partial_batch"
     BAD_RECORD = "bad_record"
     # capture, reassembly and framing

@@ -23,7 +23,7 @@ from dissectors import quirks, schemas
 from dissectors.apis import ApiKey
 from dissectors.context import DecodeContext
 from dissectors.decoder import decode_body, decode_message, message_reader
-from dissectors.diagnostics import Code
+from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import ARRAY, PRIM, STRUCT, Node
 from dissectors.plan import schema_module
 from dissectors.primitives import INT16, DecodeError
@@ -71,27 +71,35 @@ def _max_version(name: str) -> int:
 def embed_versioned(
     node: Node, message: str, buf: bytes | memoryview, ctx: DecodeContext, require_clean: bool
 ) -> bool:
-    """Replace a bytes node by `message` decoded from it (int16 version first). With
-    `require_clean`, only when the bytes decode without any diagnostic."""
+    """Replace a bytes node by `message` decoded from it (int16 version first), only when the
+    version is one the schema knows and the bytes decode without any diagnostic: never a partial
+    decode that looks valid. Otherwise the bytes stay as they are, with a diagnostic saying why --
+    unless `require_clean` (the bytes may not be this structure at all: no complaint)."""
     value = node.value
-    if not isinstance(value, bytes) or len(value) < 2:
+    if not isinstance(value, bytes) or not value:
         return False
     start, end = _data_span(node)
+
+    def keep_raw(code: Code, why: str) -> bool:
+        if not require_clean:
+            node.diagnostics.append(Diagnostic(code, start, f"{message} {why}: kept as bytes"))
+        return False
+
+    if len(value) < 2:
+        return keep_raw(Code.TRUNCATED, "shorter than its int16 version")
     version = INT16.unpack_from(buf, start)[0]
-    if version < 0:
-        return False
-    newer = version > _max_version(message)
-    sub = decode_message(message, min(version, _max_version(message)), buf, start + 2, end, ctx)
-    if sub.kind != STRUCT:
-        return False
-    if newer:  # a newer version only appends fields: keep them raw, no complaint
-        sub.diagnostics = [d for d in sub.diagnostics if d.code != Code.TRAILING_BYTES]
-    if require_clean and any(n.diagnostics for n in sub.walk()):
-        return False
+    if not 0 <= version <= _max_version(message):
+        return keep_raw(Code.UNSUPPORTED_VERSION, f"version {version} is not one the schema knows")
+    sub = decode_message(message, version, buf, start + 2, end, ctx)
+    problems = [d for n in sub.walk() for d in n.diagnostics]
+    if sub.kind != STRUCT or problems:
+        first = problems[0] if problems else None
+        why = first.message if first else "not a structure"
+        code = first.code if first else Code.BAD_LENGTH
+        return keep_raw(code, f"v{version} does not decode ({why})")
     node.kind = STRUCT
     node.value = None
     node.children = [Node("Version", PRIM, start, 2, version), *(sub.children or ())]
-    node.diagnostics.extend(sub.diagnostics)
     return True
 
 
@@ -195,7 +203,17 @@ _SCRAM_NAMES = {
     "e": "Error",
     "m": "Reserved",
 }
-_SCRAM_SECRET = frozenset({"p", "v"})
+# SCRAM attributes shown in clear; the proof (p), the server signature (v) and anything else
+# (an unknown or damaged key may hold either) are secret
+_SCRAM_PUBLIC = frozenset({"a", "n", "r", "c", "s", "i", "e", "m"})
+_OAUTH_PUBLIC = frozenset({b"host", b"port"})  # RFC 7628; `auth` and extensions are secret
+# a public value holding one of these was merged with a secret attribute by damage (a flipped
+# separator: "r=<nonce>-p=<proof>")
+_SECRET_MARKERS = re.compile(r"(?:p|v|auth)=")
+
+
+def _public(text: str) -> str:
+    return SecretStr(text) if _SECRET_MARKERS.search(text) else text
 _SCRAM_START = re.compile(rb"^(?:[ny],|p=[^,]*,|c=|r=|v=|e=)")
 
 
@@ -229,7 +247,8 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
             key, _, val = kv.partition(b"=")
             text = val.decode()
             nodes.append(
-                Node(key.decode(), PRIM, off, len(kv), SecretStr(text) if key == b"auth" else text)
+                Node(key.decode(), PRIM, off, len(kv),
+                     _public(text) if key in _OAUTH_PUBLIC else SecretStr(text))
             )
         return "OAUTHBEARER", nodes
     if _SCRAM_START.match(raw) and b"\0" not in raw:
@@ -238,26 +257,29 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
         if raw.startswith((b"n,", b"y,", b"p=")):  # gs2 header: flag, authzid, then the message
             flag_off, flag = parts[0]
             az_off, az = parts[1] if len(parts) > 1 else (flag_off + len(flag), b"")
+            gs2 = (flag + b"," + az).decode()
             nodes.append(
                 Node(
                     "Gs2Header",
                     PRIM,
                     flag_off,
                     az_off + len(az) - flag_off,
-                    (flag + b"," + az).decode(),
+                    # "p=<cb name>" is rare; a damaged client-final message may start with p=<proof>
+                    SecretStr(gs2) if flag.startswith(b"p=") else gs2,
                 )
             )
             parts = parts[2:]
         for off, kv in parts:
             key, eq, val = kv.partition(b"=")
             if not eq:
-                nodes.append(Node("_unparsed", PRIM, off, len(kv), kv.decode()))
+                nodes.append(Node("_unparsed", PRIM, off, len(kv), SecretStr(kv.decode())))
                 continue
             k = key.decode()
             text = val.decode()
             name = _SCRAM_NAMES.get(k, k)
             nodes.append(
-                Node(name, PRIM, off, len(kv), SecretStr(text) if k in _SCRAM_SECRET else text)
+                Node(name, PRIM, off, len(kv),
+                     _public(text) if k in _SCRAM_PUBLIC else SecretStr(text))
             )
         return "SCRAM", nodes
     return None

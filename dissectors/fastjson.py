@@ -353,6 +353,7 @@ def decode_body_json(
     mark = len(walk.diagnostics)
     odd = walk.odd_float
     nbuf = len(ctx.buffers)
+    own_budget = ctx.start_budget(end - offset)
     try:
         mv = buf if isinstance(buf, memoryview) else memoryview(buf)
         end = min(end, len(mv))
@@ -374,6 +375,9 @@ def decode_body_json(
     except Exception:  # a bug here: it must not hide as a slowdown when testing
         if ctx.strict:
             raise
+    finally:
+        if own_budget:
+            ctx.end_budget()
     del walk.diagnostics[mark:]
     walk.odd_float = odd
     del ctx.buffers[nbuf:]

@@ -16,7 +16,7 @@ import re
 from dissectors.context import DecodeContext
 from dissectors.errors import error_name
 from dissectors.node import ARRAY, PRIM, RAW, RECORDS, STRUCT, LazyNode, Node
-from dissectors.secrets import is_secret, redacted
+from dissectors.secrets import SecretBytes, is_secret, redacted
 
 _SNAKE_CACHE: dict[str, str] = {}
 _UNKNOWN_TAG = re.compile(r"^_tag_(\d+)$")
@@ -201,6 +201,8 @@ def _json(node: Node, ctx: DecodeContext, walk: JsonWalk | None) -> object:
     if kind == RAW:
         value = node.value
         if isinstance(value, bytes | bytearray | memoryview):
+            if isinstance(value, SecretBytes) and not ctx.show_secrets:  # an object like
+                return {"redacted": redacted(value)}  # {"b64": ...}: a raw body stays an object
             return _prim(value if is_secret(value) else bytes(value), ctx)
         if walk is not None and not (value is None or type(value) in _PLAIN):
             walk.odd_float = True  # unknown content: let the caller use the reference encoder

@@ -26,7 +26,7 @@ import struct
 import zlib
 
 from dissectors.compression import CODEC_NAMES, decompress, output_cap
-from dissectors.context import DecodeContext
+from dissectors.context import RECORD_COST, DecodeContext
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import STRUCT, Node
 from dissectors.record_values import iso_timestamp, render_bytes
@@ -157,6 +157,7 @@ def decode_message_set_entry(
         assert m.attributes is not None and m.offset is not None  # a complete message
         codec = m.attributes & 0x07
         if codec == 0:
+            ctx.spend(RECORD_COST)
             rec = _record(buf, m, m.offset, None, ctx)
             batch["records"] = [rec]
             node.children = [Node("0", STRUCT, pos, m.end - pos, rec, None, source)]
@@ -216,8 +217,13 @@ def _inner(
     ctx: DecodeContext,
     diags: list[Diagnostic],
     depth: int,
+    share: list[int] | None = None,
 ) -> tuple[list[dict], list[Node]]:
-    """Decompress a wrapper's value and decode its inner messages (flattened)."""
+    """Decompress a wrapper's value and decode its inner messages (flattened).
+
+    `share` = [decompressed bytes left, inner messages left], one budget for a top-level wrapper
+    and every wrapper nested in it: nesting multiplies nothing (a wrapper of wrappers used to
+    get a fresh decompression cap for each, and no cap on the messages)."""
     if codec not in CODEC_NAMES:
         diags.append(
             Diagnostic(
@@ -242,11 +248,11 @@ def _inner(
         )
         return [], []
     start, n = wrapper.value
-    res = decompress(
-        codec,
-        buf[start : start + n],
-        output_cap(n, limits.max_decompressed_bytes, limits.max_decompression_ratio),
-    )
+    cap = output_cap(n, limits.max_decompressed_bytes, limits.max_decompression_ratio)
+    if share is None:
+        share = [cap, min(limits.max_records_per_batch, limits.max_array_count)]
+    res = decompress(codec, buf[start : start + n], min(cap, share[0]))
+    share[0] -= len(res.data)
     if res.error is not None:
         diags.append(Diagnostic(res.error, start, res.message))
     if not res.data:
@@ -257,7 +263,16 @@ def _inner(
     cut = res.error is not None
     inner: list[_Msg] = []
     pos, end = 0, len(data)
+    limit = ctx.affordable(RECORD_COST, share[1])
     while pos < end:
+        if len(inner) >= limit:
+            by_budget = limit < share[1]
+            diags.append(Diagnostic(
+                Code.DECODE_BUDGET if by_budget else Code.ARRAY_TOO_LARGE, pos,
+                ("decode budget of this frame spent" if by_budget else
+                 f"more than {limits.max_records_per_batch} inner messages in one wrapper")
+                + f"{where}; the remaining {end - pos} bytes are not decoded"))
+            break
         m = _parse(data, pos, end)
         if m.partial:
             if not cut:
@@ -275,6 +290,8 @@ def _inner(
             diags.append(Diagnostic(Code.CRC_MISMATCH, pos + 12, f"inner CRC32 mismatch{where}"))
         inner.append(m)
         pos = m.end
+    share[1] -= len(inner)
+    ctx.spend(len(inner) * RECORD_COST)
     if not inner:
         return [], []
     assert wrapper.offset is not None and wrapper.magic is not None  # complete messages only
@@ -297,7 +314,7 @@ def _inner(
             for slot in _Msg.__slots__:
                 setattr(nested, slot, getattr(m, slot))
             nested.offset = absolute
-            sub_records, sub_nodes = _inner(data, nested, inner_codec, ctx, diags, depth + 1)
+            sub_records, sub_nodes = _inner(data, nested, inner_codec, ctx, diags, depth + 1, share)
             records.extend(sub_records)
             nodes.extend(sub_nodes)
             continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+from dissectors.context import TAG_COST
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import ARRAY, PRIM, RAW, STRUCT, Node
 from dissectors.plan import BYTES, FIXED_SIZE, RECORDS, STRING, FieldPlan, FixedRun, StructPlan
@@ -276,6 +277,11 @@ def _read_tagged(buf, pos, end, ctx, children, tagged, node):
         last = tag
         entry = tagged.get(tag)
         if entry is None:
+            if ctx.budget is not None:  # an unknown tag costs ~1 KB from 2 wire bytes
+                if ctx.budget < TAG_COST:
+                    raise DecodeError(Code.DECODE_BUDGET, tag_at, "decode budget of this frame "
+                                      "spent (unknown tagged fields): the rest is kept raw")
+                ctx.budget -= TAG_COST
             raw = Node(f"_tag_{tag}", RAW, pos, size, bytes(buf[pos:fend]))
             raw.diagnostics.append(
                 Diagnostic(Code.UNKNOWN_TAG, tag_at, f"unknown tag {tag}, {size} bytes kept")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dissectors.context import DecodeContext
+from dissectors.context import RECORD_COST, DecodeContext
 from dissectors.control_records import decode_control
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import RAW, STRUCT, Node
@@ -64,6 +64,9 @@ def read_records(
     """
     base_offset, base_ts, log_append, ts_type, is_control, ctx, limit = args
     max_value = ctx.limits.max_value_bytes
+    afford = ctx.affordable(RECORD_COST, limit)  # the frame's decode budget (docs/limits.md)
+    by_budget = afford < limit
+    limit = afford
     records: list[dict] = []
     spans: list[int] = [pos]  # where the first record starts, then where each record ends
     extra: dict[int, tuple[dict | None, list[Diagnostic]]] = {}  # bad / diagnosed records
@@ -86,10 +89,11 @@ def read_records(
         if idx >= limit:
             diags.append(
                 Diagnostic(
-                    Code.ARRAY_TOO_LARGE,
+                    Code.DECODE_BUDGET if by_budget else Code.ARRAY_TOO_LARGE,
                     pos,
-                    f"more than {limit} records{where}; "
-                    f"the remaining {end - pos} bytes are not decoded",
+                    (f"decode budget of this frame spent after {limit} records" if by_budget
+                     else f"more than {limit} records")
+                    + f"{where}; the remaining {end - pos} bytes are not decoded",
                 )
             )
             break
@@ -271,6 +275,7 @@ def read_records(
             diags.extend(rdiags)
         idx += 1
         pos = rec_end
+    ctx.spend(idx * RECORD_COST)
     return records, spans, extra
 
 

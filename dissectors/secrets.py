@@ -7,6 +7,8 @@ without knowing which field it came from.
 
 from __future__ import annotations
 
+from dissectors.node import RAW, Node
+
 # Fields whose values are secret wherever they appear in an API body
 # (delegation-token HMACs, SCRAM credential material).
 SECRET_FIELDS = frozenset({"Hmac", "SaltedPassword", "Salt"})
@@ -31,3 +33,42 @@ def is_secret(value: object) -> bool:
 def redacted(value: SecretBytes | SecretStr) -> str:
     n = len(value) if isinstance(value, bytes) else len(value.encode())
     return f"<redacted {n} bytes>"
+
+
+# (api key, is_request) of bodies that carry credentials: SaslAuthenticate both ways, and every
+# body with a SECRET_FIELDS field (delegation-token HMACs, SCRAM credential material). When one of
+# them does not decode cleanly, where the secret sits is unknown: nothing of it is shown.
+SECRET_BODIES = frozenset({
+    (36, True), (36, False),  # SaslAuthenticate
+    (38, False),  # CreateDelegationToken response: Hmac
+    (39, True), (40, True),  # RenewDelegationToken / ExpireDelegationToken requests: Hmac
+    (41, False),  # DescribeDelegationToken response: Hmac
+    (51, True),  # AlterUserScramCredentials request: Salt, SaltedPassword
+})
+
+
+def _damaged(node: Node) -> bool:
+    return any(n.diagnostics or n.kind == RAW for n in node.walk())
+
+
+def withhold(node: Node) -> None:
+    """Mark every bytes and text value under `node` secret, when the body is damaged: a short
+    length, trailing bytes, an unknown tag or version, an internal error. A clean body keeps its
+    field-level marking. Used by the decoder on `SECRET_BODIES`; the outputs then redact
+    (`_trailing`, raw fallbacks, the TUI hex pane's spans) without knowing why."""
+    if not _damaged(node):
+        return
+    for n in node.walk():
+        v = n.value
+        if isinstance(v, bytes | bytearray | memoryview) and not is_secret(v):
+            n.value = SecretBytes(v)
+        elif isinstance(v, str) and not is_secret(v):
+            n.value = SecretStr(v)
+
+
+def withheld_spans(node: Node) -> list[tuple[int, int]] | None:
+    """Frame spans (offset, length) a hex view must mask; None: mask the whole body (a damaged
+    body of `SECRET_BODIES` may hold the secret in bytes no node covers)."""
+    if _damaged(node):
+        return None
+    return [(n.offset, n.length) for n in node.walk() if n.source == 0 and is_secret(n.value)]

@@ -147,7 +147,8 @@ def stream_seeds() -> dict[str, bytes]:
     return seeds
 
 
-# ---------------------------------------------------------------- schema, records, consumer from captures
+# ---------------------------------------------------------------- schema, records, consumer
+# (from captures)
 def _capture_bodies():
     """(api, version, is_request, body bytes) of every message in the real captures."""
     for p in REAL:

@@ -63,8 +63,8 @@ class Result:
     def line(self) -> str:
         verdict = "ok" if self.ok else f"FINDING (rc={self.rc})"
         return (
-            f"{self.name:9s} {verdict:16s} execs={self.execs:<9d} cov={self.cov:<6d} ft={self.ft:<7d} "
-            f"exec/s={self.exec_s:<6d} time={self.seconds:.0f}s"
+            f"{self.name:9s} {verdict:16s} execs={self.execs:<9d} cov={self.cov:<6d} "
+            f"ft={self.ft:<7d} exec/s={self.exec_s:<6d} time={self.seconds:.0f}s"
         )
 
 
@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--mask-known",
         action="store_true",
-        help="work around the known, reported bugs (fuzz/targets.py KNOWN_BUGS) to look for new ones",
+        help="work around the known, reported bugs (fuzz/targets.py KNOWN_BUGS) "
+        "to look for new ones",
     )
     ap.add_argument("--timeout", type=int, default=5, help="seconds one input may take (a hang)")
     args = ap.parse_args(argv)

@@ -318,7 +318,8 @@ def run_records(data: bytes) -> None:
     buf = data[1:]
     node = decode_records(buf, 0, len(buf), ctx)
     node_to_json(node, ctx)
-    # the export's fast path (dissectors/records_json.py): declines, or agrees with a clean reference
+    # the export's fast path (dissectors/records_json.py): declines, or agrees with a clean
+    # reference
     try:
         got = records_json(
             buf,

@@ -25,11 +25,12 @@ COMMANDS = (
     "spark",
 )
 
-EXAMPLES = """\
-examples:
-  kanalyze summary capture.pcap
-  kanalyze export capture.pcap -Y 'api == "Fetch" and latency > 100ms' -T fields -e time -e client_id -e latency
-"""
+EXAMPLES = (
+    "examples:\n"
+    "  kanalyze summary capture.pcap\n"
+    "  kanalyze export capture.pcap -Y 'api == \"Fetch\" and latency > 100ms' "
+    "-T fields -e time -e client_id -e latency\n"
+)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -271,8 +271,30 @@ class _CaptureCollector(Collector):
         yield CounterMetricFamily("kanalyze_exchanges", "exchanges emitted", value=s.stats.exchanges)  # type: ignore[attr-defined]
         yield GaugeMetricFamily("kanalyze_open_connections", "connections the engine tracks", value=s.open_connections)  # type: ignore[attr-defined]
         yield GaugeMetricFamily("kanalyze_pending_requests", "requests waiting for a response", value=s.pending)  # type: ignore[attr-defined]
-        st = eng.stats
-        fam = CounterMetricFamily("kanalyze_stream_bytes", "bytes of closed Kafka connections by direction", labels=("direction",))
-        fam.add_metric(("client",), st.client.stream)
-        fam.add_metric(("broker",), st.broker.stream)
+        client, broker = stream_bytes(eng)
+        fam = CounterMetricFamily("kanalyze_stream_bytes",
+                                  "bytes of Kafka connections by direction (open ones as they flow)",
+                                  labels=("direction",))
+        fam.add_metric(("client",), client)
+        fam.add_metric(("broker",), broker)
         yield fam
+
+
+def stream_bytes(eng: object) -> tuple[int, int]:
+    """(client, broker) bytes delivered in order so far: the closed Kafka connections' totals plus
+    each open Kafka connection's position. Read from the scrape thread while the engine runs: a
+    connection is counted once (closed ones are in the totals, and skipped here)."""
+    st = eng.stats  # type: ignore[attr-defined]
+    client, broker = st.client.stream, st.broker.stream
+    conns: list = []
+    for _ in range(3):  # the engine may add a connection while we copy: try again
+        try:
+            conns = list(eng.order.values())  # type: ignore[attr-defined]
+            break
+        except RuntimeError:
+            continue
+    for conn in conns:
+        if conn.kafka and not conn.closed:
+            client += conn.c2s.next
+            broker += conn.s2c.next
+    return client, broker

@@ -1,6 +1,7 @@
 """Generate kanalyze's schema modules from Apache Kafka's JSON message definitions.
 
-    python tools/gen_schemas.py --specs DIR [DIR ...] --out dissectors/schemas
+    python tools/gen_schemas.py --specs DIR [DIR ...] --out dissectors/schemas \
+        [--records DIR ...]
 
 Spec sets are given oldest first. For each (message, version) the definition
 comes from the newest set whose validVersions includes that version (see the
@@ -11,6 +12,11 @@ Output: one module per API (request + response), one per non-API structure,
 an index (`__init__.py`) and `dissectors/apis.py` (API names, versions,
 flexible versions) next to the schemas directory. Only names, types, version
 ranges, nullable/tagged/flexible ranges; no upstream prose. Deterministic.
+
+`--records` sets hold record definitions (the KRaft metadata log's `"type": "metadata"`
+records, the internal topics' `"type": "data"` keys and values): one module each, like the
+non-API structures, and index tables from record type to name (`METADATA_RECORDS`) and, per
+internal topic, from key version to key name (`INTERNAL_KEYS`).
 """
 
 from __future__ import annotations
@@ -86,12 +92,14 @@ def snake(name: str) -> str:
 def convert_fields(fields: list[dict]) -> tuple[dict, ...]:
     out = []
     for f in fields:
-        d: dict = {"name": f["name"], "type": f["type"], "versions": parse_range(f["versions"])}
+        # a tagged field may leave out "versions": it exists in its tagged versions
+        versions = f.get("versions", f.get("taggedVersions"))
+        d: dict = {"name": f["name"], "type": f["type"], "versions": parse_range(versions)}
         if f.get("nullableVersions"):
             d["nullable"] = parse_range(f["nullableVersions"])
         if "tag" in f:
             d["tag"] = int(f["tag"])
-            d["tagged"] = parse_range(f.get("taggedVersions", f["versions"]))
+            d["tagged"] = parse_range(f.get("taggedVersions", versions))
         if "flexibleVersions" in f:
             d["flexible"] = parse_range(f["flexibleVersions"])
         if f.get("fields"):
@@ -235,7 +243,46 @@ def write_defs(var: str, defs: tuple[dict, ...]) -> list[str]:
     return lines
 
 
-def generate(spec_dirs: list[Path]) -> dict[str, str]:
+# internal-topic record sets by the coordinator that writes them (PROVENANCE.md): the
+# transaction coordinator's TransactionLog* records, every other one the group coordinator's
+TRANSACTION_RECORD_PREFIX = "TransactionLog"
+
+
+def record_specs(record_dirs: list[Path]) -> list[dict]:
+    """The record definitions of the --records sets, by name (a name in two sets: the last)."""
+    found: dict[str, dict] = {}
+    for spec_dir in record_dirs:
+        for path in sorted(spec_dir.glob("*.json")):
+            spec = load_spec(path)
+            if spec.get("type") in ("metadata", "data"):
+                found[spec["name"]] = spec
+    return [found[n] for n in sorted(found)]
+
+
+def record_index(specs: list[dict]) -> list[str]:
+    """METADATA_RECORDS (record type -> name) and INTERNAL_KEYS (topic -> key version -> key)."""
+    metadata = {int(s["apiKey"]): s["name"] for s in specs if s["type"] == "metadata"}
+    keys: dict[str, dict[int, str]] = {}
+    for s in specs:
+        if s["type"] != "data" or not s["name"].endswith("Key"):
+            continue
+        coordinator = s["name"].startswith(TRANSACTION_RECORD_PREFIX)
+        topic = "__transaction_state" if coordinator else "__consumer_offsets"
+        for v in versions_of(parse_range(s["validVersions"])):
+            assert v not in keys.setdefault(topic, {}), f"key version {v} of {topic} defined twice"
+            keys[topic][v] = s["name"]
+    lines = ["", "METADATA_RECORDS = {"]
+    lines += [f'    {k}: "{n}",' for k, n in sorted(metadata.items())]
+    lines += ["}", "", "INTERNAL_KEYS = {"]
+    for topic in sorted(keys):
+        lines.append(f'    "{topic}": {{')
+        lines += [f'        {v}: "{n}",' for v, n in sorted(keys[topic].items())]
+        lines.append("    },")
+    lines.append("}")
+    return lines
+
+
+def generate(spec_dirs: list[Path], record_dirs: list[Path] | None = None) -> dict[str, str]:
     """Return {relative file name: text}; names relative to the schemas dir, apis.py as
     '../apis.py'."""
     apis: dict[tuple[int, str], list[dict]] = {}
@@ -281,6 +328,15 @@ def generate(spec_dirs: list[Path]) -> dict[str, str]:
         lines = [HEADER + f'"""{name}: a structure outside the API request/response bodies."""', ""]
         lines += [f'NAME = "{name}"', ""] + write_defs("MESSAGE", merge(others[name]))
         files[f"{mod}.py"] = "\n".join(lines) + "\n"
+    records = record_specs(record_dirs or [])
+    for spec in records:
+        name, mod = spec["name"], snake(spec["name"])
+        assert f"{mod}.py" not in files, f"{name}: module {mod} taken"
+        message_modules[name] = mod
+        kind = "KRaft metadata record" if spec["type"] == "metadata" else "internal-topic record"
+        lines = [HEADER + f'"""{name}: a {kind}."""', ""]
+        lines += [f'NAME = "{name}"', ""] + write_defs("MESSAGE", merge([convert_def(spec)]))
+        files[f"{mod}.py"] = "\n".join(lines) + "\n"
     index = [HEADER + '"""Index of the generated schema modules."""', ""]
     index.append("API_MODULES = {")
     index += [f'    {k}: "{m}",' for k, m in modules.items()]
@@ -289,6 +345,8 @@ def generate(spec_dirs: list[Path]) -> dict[str, str]:
     index.append("MESSAGE_MODULES = {")
     index += [f'    "{n}": "{m}",' for n, m in message_modules.items()]
     index.append("}")
+    if records:
+        index += record_index(records)
     files["__init__.py"] = "\n".join(index) + "\n"
 
     def table(var: str, typ: str, data: dict) -> list[str]:
@@ -334,8 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--specs", nargs="+", required=True, type=Path, help="spec dirs, oldest first")
     p.add_argument("--out", required=True, type=Path, help="output dir (dissectors/schemas)")
+    p.add_argument("--records", nargs="*", default=[], type=Path,
+                   help="record definition sets (KRaft metadata, internal topics)")
     args = p.parse_args(argv)
-    files = generate(order_spec_dirs(args.specs))
+    files = generate(order_spec_dirs(args.specs), args.records)
     write(files, args.out)
     print(f"wrote {len(files)} files to {args.out}")
     return 0

@@ -19,6 +19,10 @@ after handling it (``leader_leo``, ``high_watermark``, ``log_start_offset``,
 ``last_stable_offset``, ``followers`` {id: {leo, remote_leo, hw}}, ``isr``). Steps the wire
 cannot show at that moment carry ``"observable": false``.
 
+Fetches by topic id (Fetch v15, as KRaft-era followers send them) are encoded by kio's protocol
+classes (``kio.schema.fetch.v15``) behind a hand-built request/response header: a second encoder,
+also independent of kanalyze.
+
 Usage::
 
     python captures/replication/make_replication.py            # all scenarios
@@ -28,12 +32,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import socket
 import struct
 import sys
 import time
+import uuid
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +49,10 @@ from realstack import Tcpdump  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    import kio.schema.alter_partition.v3.request as kio_alter_req
+    import kio.schema.alter_partition.v3.response as kio_alter_rsp
+    import kio.schema.fetch.v15.request as kio_fetch_req
+    import kio.schema.fetch.v15.response as kio_fetch_rsp
     from kafka.protocol.old.commit import OffsetCommitRequest, OffsetCommitResponse
     from kafka.protocol.old.fetch import FetchRequest, FetchResponse
     from kafka.protocol.old.offset_for_leader_epoch import (
@@ -50,12 +61,16 @@ with warnings.catch_warnings():
     )
     from kafka.protocol.old.produce import ProduceRequest, ProduceResponse
     from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kio.schema.errors import ErrorCode
+    from kio.serial import entity_writer
+    from kio.static.primitive import i8, i32, i64
 
 HERE = Path(__file__).resolve().parent
 HOST = "127.0.0.1"
 TRUTH_SCHEMA = "kanalyze-replication-truth/1"
 PRODUCE_V = 5
 FETCH_V = 9
+FETCH_ID_V = 15  # by topic id (kio)
 COMMIT_V = 2
 NONE, OUT_OF_ORDER_SEQUENCE_NUMBER = 0, 45
 
@@ -106,6 +121,121 @@ class Conn:
     def close(self) -> None:
         self.client.close()
         self.leader.close()
+
+
+class KioMessage:
+    """A kio request/response entity behind the header Fetch v15 uses (v2 request header, v1
+    response header: flexible, no tagged fields), with kafka-python's with_header/encode."""
+
+    API_KEY = 1
+
+    def __init__(self, entity: Any, is_request: bool, version: int = FETCH_ID_V) -> None:
+        self.entity, self.is_request, self.version = entity, is_request, version
+        self.header = b""
+
+    def with_header(self, correlation_id: int, client_id: str = "") -> None:
+        if self.is_request:
+            cid = client_id.encode()
+            self.header = struct.pack(">hhih", self.API_KEY, self.version, correlation_id, len(cid)) + cid + b"\0"
+        else:
+            self.header = struct.pack(">i", correlation_id) + b"\0"
+
+    def encode(self, header: bool = True, framed: bool = True) -> bytes:
+        buf = io.BytesIO()
+        entity_writer(type(self.entity))(buf, self.entity)
+        body = (self.header if header else b"") + buf.getvalue()
+        return struct.pack(">i", len(body)) + body if framed else body
+
+
+# --------------------------------------------------------------------------- Kafka's own records
+# A small encoder of the records of `__cluster_metadata`, `__consumer_offsets` and
+# `__transaction_state`, written from the field lists of Kafka's definitions (independent of
+# kanalyze): a metadata record value is uvarint frame version (1), uvarint record type, uvarint
+# record version, then the flexible body; an internal-topic key/value is an int16 version, then
+# the (classic) body.
+
+METADATA_TOPIC_ID = uuid.UUID("00000000-0000-0000-0000-000000000001")
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def compact_str(s: str) -> bytes:
+    data = s.encode()
+    return uvarint(len(data) + 1) + data
+
+
+def compact_i32s(xs: list[int]) -> bytes:
+    return uvarint(len(xs) + 1) + b"".join(struct.pack(">i", x) for x in xs)
+
+
+def classic_str(s: str) -> bytes:
+    data = s.encode()
+    return struct.pack(">h", len(data)) + data
+
+
+def metadata_value(record_type: int, version: int, body: bytes) -> bytes:
+    return uvarint(1) + uvarint(record_type) + uvarint(version) + body
+
+
+def topic_record(name: str, tid: uuid.UUID) -> bytes:
+    """TopicRecord (type 2) v0: Name, TopicId, no tagged fields."""
+    return metadata_value(2, 0, compact_str(name) + tid.bytes + uvarint(0))
+
+
+def partition_record(tid: uuid.UUID, index: int, replicas: list[int], isr: list[int], leader: int,
+                     leader_epoch: int, partition_epoch: int) -> bytes:
+    """PartitionRecord (type 3) v0: PartitionId, TopicId, Replicas, Isr, Removing-, AddingReplicas,
+    Leader, LeaderEpoch, PartitionEpoch, no tagged fields."""
+    body = (struct.pack(">i", index) + tid.bytes + compact_i32s(replicas) + compact_i32s(isr) + compact_i32s([])
+            + compact_i32s([]) + struct.pack(">iii", leader, leader_epoch, partition_epoch) + uvarint(0))
+    return metadata_value(3, 0, body)
+
+
+def partition_change_record(tid: uuid.UUID, index: int, isr: list[int]) -> bytes:
+    """PartitionChangeRecord (type 5) v0: PartitionId, TopicId, then the ISR as tagged field 0."""
+    isr_bytes = compact_i32s(isr)
+    tagged = uvarint(1) + uvarint(0) + uvarint(len(isr_bytes)) + isr_bytes
+    return metadata_value(5, 0, struct.pack(">i", index) + tid.bytes + tagged)
+
+
+def offset_commit_record(group: str, topic: str, partition: int, offset: int, ts: int) -> tuple[bytes, bytes]:
+    """__consumer_offsets: OffsetCommitKey v1 (group, topic, partition), OffsetCommitValue v3
+    (offset, leaderEpoch, metadata, commitTimestamp)."""
+    key = struct.pack(">h", 1) + classic_str(group) + classic_str(topic) + struct.pack(">i", partition)
+    value = struct.pack(">h", 3) + struct.pack(">qi", offset, 0) + classic_str("") + struct.pack(">q", ts)
+    return key, value
+
+
+def group_metadata_record(group: str, generation: int, leader: str, members: list[tuple[str, str]],
+                          ts: int) -> tuple[bytes, bytes]:
+    """__consumer_offsets: GroupMetadataKey v2 (group), GroupMetadataValue v3 (protocolType,
+    generation, protocol, leader, currentStateTimestamp, members: memberId, groupInstanceId,
+    clientId, clientHost, rebalanceTimeout, sessionTimeout, subscription, assignment)."""
+    key = struct.pack(">h", 2) + classic_str(group)
+    body = classic_str("consumer") + struct.pack(">i", generation) + classic_str("range") + classic_str(leader)
+    body += struct.pack(">q", ts) + struct.pack(">i", len(members))
+    for member_id, client_id in members:
+        body += classic_str(member_id) + struct.pack(">h", -1) + classic_str(client_id) + classic_str("/127.0.0.1")
+        body += struct.pack(">ii", 300000, 45000) + struct.pack(">i", 0) + struct.pack(">i", 0)
+    return key, struct.pack(">h", 3) + body
+
+
+def transaction_record(tid: str, pid: int, epoch: int, status: int, parts: dict[str, list[int]],
+                       ts: int) -> tuple[bytes, bytes]:
+    """__transaction_state: TransactionLogKey v0 (TransactionalId), TransactionLogValue v0."""
+    key = struct.pack(">h", 0) + classic_str(tid)
+    body = struct.pack(">qhib", pid, epoch, 60000, status) + struct.pack(">i", len(parts))
+    for topic, ids in parts.items():
+        body += classic_str(topic) + struct.pack(">i", len(ids)) + b"".join(struct.pack(">i", i) for i in ids)
+    return key, struct.pack(">h", 0) + body + struct.pack(">qq", ts, ts)
 
 
 # --------------------------------------------------------------------------- leader model
@@ -178,6 +308,8 @@ class Leader:
         self.steps: list[dict[str, Any]] = []
         self.expect: list[dict[str, Any]] = []
         self.conns: list[Conn] = []
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self.fetch_v = FETCH_V  # name-based fetches
         self.truth: dict[str, Any] = {"schema": TRUTH_SCHEMA, "scenario": name, "description": description,
                                       "pcap": f"{name}.pcap", "broker": {"host": HOST, "port": self.port}}
 
@@ -242,9 +374,38 @@ class Leader:
     def can_ack(self, pending: dict[str, Any]) -> bool:
         return all(self.parts[k].hw >= base + n for k, (err, base, n) in pending["results"].items() if err == NONE)
 
+    def append(self, key: tuple[str, int], records: list[tuple[bytes | None, bytes]]) -> None:
+        """The leader writes records itself (the controller's metadata log, a coordinator's topic)."""
+        p = self.parts[key]
+        p.batches.append((p.leo, len(records), batch_bytes(p.leo, records)))  # type: ignore[arg-type]
+        p.leo += len(records)
+        p.advance_hw()
+
+    def alter_partition(self, conn: Conn, key: tuple[str, int], isr: list[int], leader_epoch: int,
+                        partition_epoch: int) -> None:
+        """AlterPartition v3 (kio) from the partition's leader (broker 1) to the controller, and
+        the controller's answer: the new ISR committed at `partition_epoch`."""
+        tid = self.topic_ids[key[0]]
+        req = kio_alter_req.AlterPartitionRequest(broker_id=kio_alter_req.BrokerId(1), broker_epoch=i64(10), topics=(
+            kio_alter_req.TopicData(topic_id=tid, partitions=(kio_alter_req.PartitionData(
+                partition_index=i32(key[1]), leader_epoch=i32(leader_epoch),
+                new_isr_with_epochs=tuple(kio_alter_req.BrokerState(broker_id=kio_alter_req.BrokerId(b),
+                                                                    broker_epoch=i64(10)) for b in isr),
+                leader_recovery_state=i8(0), partition_epoch=i32(partition_epoch - 1)),)),))
+        msg = KioMessage(req, True, 3)
+        msg.API_KEY = 56
+        corr = conn.send(msg)
+        rsp = KioMessage(kio_alter_rsp.AlterPartitionResponse(
+            throttle_time=timedelta(0), error_code=ErrorCode.none, topics=(kio_alter_rsp.TopicData(
+                topic_id=tid, partitions=(kio_alter_rsp.PartitionData(
+                    partition_index=i32(key[1]), error_code=ErrorCode.none, leader_id=kio_alter_rsp.BrokerId(1),
+                    leader_epoch=i32(leader_epoch), isr=tuple(kio_alter_rsp.BrokerId(b) for b in isr),
+                    leader_recovery_state=i8(0), partition_epoch=i32(partition_epoch)),)),)), False, 3)
+        conn.answer(rsp, corr)
+
     # ---- fetch
     def fetch(self, conn: Conn, replica: int, offsets: dict[tuple[str, int], int], leader_epoch: int = 0,
-              isolation: int = 0) -> dict[str, Any]:
+              isolation: int = 0, by_id: bool = False) -> dict[str, Any]:
         topics: dict[str, list[tuple]] = {}
         for key, off in offsets.items():
             topics.setdefault(key[0], []).append((key[1], leader_epoch, off, -1, 1 << 20))
@@ -261,12 +422,25 @@ class Leader:
                     p.isr.add(replica)
                 p.advance_hw()
                 self.step(p, "follower_fetch", replica=replica)
-        req = FetchRequest[FETCH_V](
-            replica_id=replica, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation,
-            session_id=0, session_epoch=-1, topics=list(topics.items()), forgotten_topics_data=[],
-        )
+        if by_id:
+            req: Any = KioMessage(kio_fetch_req.FetchRequest(
+                replica_state=kio_fetch_req.ReplicaState(replica_id=kio_fetch_req.BrokerId(replica)),
+                max_wait=timedelta(milliseconds=500), min_bytes=i32(1), max_bytes=i32(1 << 20),
+                isolation_level=i8(isolation), session_id=i32(0), session_epoch=i32(-1),
+                topics=tuple(kio_fetch_req.FetchTopic(topic_id=self.topic_ids[t], partitions=tuple(
+                    kio_fetch_req.FetchPartition(partition=i32(i), current_leader_epoch=i32(ep), fetch_offset=i64(off),
+                                                 log_start_offset=i64(ls), partition_max_bytes=i32(mb))
+                    for i, ep, off, ls, mb in ps)) for t, ps in topics.items()),
+                forgotten_topics_data=(),
+            ), True)
+        else:
+            req = FetchRequest[self.fetch_v](
+                replica_id=replica, max_wait_ms=500, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation,
+                session_id=0, session_epoch=-1, topics=list(topics.items()), forgotten_topics_data=[],
+                **({"rack_id": ""} if self.fetch_v >= 11 else {}),
+            )
         corr = conn.send(req)
-        return {"conn": conn, "corr": corr, "replica": replica, "offsets": dict(offsets)}
+        return {"conn": conn, "corr": corr, "replica": replica, "offsets": dict(offsets), "by_id": by_id}
 
     def fetch_answer(self, pending: dict[str, Any], max_batches: int | None = None,
                      shrink: dict[tuple[str, int], list[int]] | None = None,
@@ -300,7 +474,20 @@ class Leader:
             else:
                 pending.setdefault("position", {})[key] = chosen[-1][0] + chosen[-1][1] if chosen else off
                 self.step(p, "fetch_response")
-        rsp = FetchResponse[FETCH_V](throttle_time_ms=0, error_code=0, session_id=0, responses=list(by_topic.items()))
+        if pending.get("by_id"):
+            rsp: Any = KioMessage(kio_fetch_rsp.FetchResponse(
+                throttle_time=timedelta(0), error_code=ErrorCode.none, session_id=i32(0),
+                responses=tuple(kio_fetch_rsp.FetchableTopicResponse(topic_id=self.topic_ids[t], partitions=tuple(
+                    kio_fetch_rsp.PartitionData(partition_index=i32(i), error_code=ErrorCode.none,
+                                                high_watermark=i64(hw), last_stable_offset=i64(lso),
+                                                log_start_offset=i64(ls), aborted_transactions=(), records=raw)
+                    for i, _err, hw, lso, ls, _ab, raw in ps)) for t, ps in by_topic.items()),
+            ), False)
+        else:
+            if self.fetch_v >= 11:
+                by_topic = {t: [(*x[:6], -1, x[6]) for x in ps] for t, ps in by_topic.items()}
+            rsp = FetchResponse[self.fetch_v](throttle_time_ms=0, error_code=0, session_id=0,
+                                              responses=list(by_topic.items()))
         pending["conn"].answer(rsp, pending["corr"])
 
     def commit(self, conn: Conn, group: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -491,7 +678,110 @@ def anomalies() -> Leader:
     return ld
 
 
-SCENARIOS = {"textbook": textbook, "isr": isr, "anomalies": anomalies}
+def mixed_ids() -> Leader:
+    ld = Leader("mixed_ids", "one partition, leader 1, follower 2 fetching by name (Fetch v11, kafka-python) "
+                             "and follower 3 by topic id (Fetch v15, kio); no Metadata in the capture: the "
+                             "record batches the leader returns to both tie the id to the name")
+    ld.topic("repl-c", 1)
+    ld.fetch_v = 11
+    ld.topic_ids["repl-c"] = uuid.UUID("5d4f2a8e-1c3b-4e6f-9a7d-2b8c0e1f3a45")
+    ld.truth["topic_ids"] = {str(v): k for k, v in ld.topic_ids.items()}
+    td = Tcpdump(ld.port, HERE / "mixed_ids.pcap")
+    f2, f3, prod = ld.connect("broker-2-fetcher"), ld.connect("broker-3-fetcher"), ld.connect("p-c")
+    P = ("repl-c", 0)
+
+    def round_(n: int, f3_first: bool = False) -> None:
+        a = ld.fetch(f2, 2, {P: ld.parts[P].fol_leo.get(2, 0)})
+        b = ld.fetch(f3, 3, {P: ld.parts[P].fol_leo.get(3, 0)}, by_id=True)
+        if n:
+            ld.produce_answer(ld.produce(prod, 1, {P: n}))
+        for x in ((b, a) if f3_first else (a, b)):
+            ld.fetch_answer(x)
+
+    round_(0)           # both at 0, empty log
+    round_(1)           # 1 record: both followers get it, HW 0
+    round_(3, True)     # HW 1, 3 more records
+    round_(2)
+    round_(9, True)
+    round_(2)
+    round_(0)
+    round_(0)
+    ld.finish(td)
+    return ld
+
+
+def kraft() -> Leader:
+    ld = Leader("kraft", "KRaft: broker 1 leads orders-0 and (as the controller's stand-in) serves the metadata "
+                         "log; broker 2 fetches the log and orders by topic id (Fetch v15, kio), broker 3 "
+                         "orders by name (Fetch v11); the log names the topic (TopicRecord) and states its "
+                         "partition (PartitionRecord); follower 3 falls out of the ISR and back, each change "
+                         "an AlterPartition (v3, kio) and a PartitionChangeRecord; follower 3 also "
+                         "replicates __consumer_offsets and __transaction_state records")
+    ld.fetch_v = 11
+    META, P = ("__cluster_metadata", 0), ("orders", 0)
+    OFFSETS, TXN = ("__consumer_offsets", 0), ("__transaction_state", 0)
+    for name in ("__cluster_metadata", "orders", "__consumer_offsets", "__transaction_state"):
+        ld.topic(name, 1)
+    ld.topic_ids["__cluster_metadata"] = METADATA_TOPIC_ID
+    ld.topic_ids["orders"] = tid = uuid.UUID("7a3c9e21-54b8-4f0d-8e6a-1c2d3e4f5a6b")
+    ld.truth["topic_ids"] = {str(tid): "orders"}
+    td = Tcpdump(ld.port, HERE / "kraft.pcap")
+    meta2, f2, f3 = ld.connect("broker-2-metadata"), ld.connect("broker-2-fetcher"), ld.connect("broker-3-fetcher")
+    ctl, prod = ld.connect("broker-1-alter-partition"), ld.connect("p-orders")
+    stated: list[dict[str, Any]] = []
+
+    def log(*values: bytes, **state: Any) -> None:
+        ld.append(META, [(None, v) for v in values])
+        if state:
+            stated.append({"source": "metadata_log", **state})
+        ld.fetch_answer(ld.fetch(meta2, 2, {META: ld.parts[META].fol_leo.get(2, 0)}, by_id=True))
+
+    def alter(isr: list[int], partition_epoch: int) -> None:
+        ld.alter_partition(ctl, P, isr, 0, partition_epoch)
+        stated.append({"source": "alter_partition", "isr": isr, "leader": 1, "partition_epoch": partition_epoch})
+        log(partition_change_record(tid, 0, isr), isr=isr, leader=1, partition_epoch=partition_epoch)
+
+    def round_(n: int, followers: tuple[int, ...] = (2, 3), **answer: Any) -> None:
+        pend = [ld.fetch(f2, 2, {P: ld.parts[P].fol_leo.get(2, 0)}, by_id=True) if f == 2 else
+                ld.fetch(f3, 3, {P: ld.parts[P].fol_leo.get(3, 0)}) for f in followers]
+        if n:
+            ld.produce_answer(ld.produce(prod, 1, {P: n}))
+        for x in pend:
+            ld.fetch_answer(x, **answer)
+
+    log(topic_record("orders", tid), partition_record(tid, 0, [1, 2, 3], [1, 2, 3], 1, 0, 0),
+        isr=[1, 2, 3], leader=1, partition_epoch=0)
+    round_(0)
+    round_(2)
+    round_(0)                                    # HW 2, both in sync
+    ld.produce_answer(ld.produce(prod, 1, {P: 3}))
+    round_(0, (2,))                              # follower 3 stopped fetching
+    round_(0, (2,), shrink={P: [3]})             # the leader drops it: HW 5 passes it
+    alter([1, 2], 1)
+    round_(0, (3,), max_batches=1)               # follower 3 is back, catches up
+    round_(0, (3,))
+    alter([1, 2, 3], 2)
+    ts = int(time.time() * 1000)
+    ld.append(OFFSETS, [group_metadata_record("g-orders", 3, "c-1", [("c-1", "app-1"), ("c-2", "app-2")], ts),
+                        offset_commit_record("g-orders", "orders", 0, 5, ts)])
+    ld.append(TXN, [transaction_record("tx-1", 4000, 0, 1, {"orders": [0]}, ts),
+                    transaction_record("tx-1", 4000, 0, 2, {"orders": [0]}, ts),
+                    transaction_record("tx-1", 4000, 0, 4, {"orders": [0]}, ts)])
+    ld.fetch_answer(ld.fetch(f3, 3, {OFFSETS: 0, TXN: 0}))
+    round_(1)
+    round_(0)
+    ld.truth["stated"] = stated
+    ld.truth["committed"] = [{"group": "g-orders", "topic": "orders", "partition": 0, "offset": 5}]
+    ld.truth["groups"] = [{"group": "g-orders", "generation": 3, "leader": "c-1", "protocol": "range",
+                           "members": {"c-1": "app-1", "c-2": "app-2"}}]
+    ld.truth["transactions"] = [{"transactional_id": "tx-1", "producer_id": 4000, "producer_epoch": 0,
+                                 "states": ["Ongoing", "PrepareCommit", "CompleteCommit"], "status": 4,
+                                 "partitions": {"orders": [0]}}]
+    ld.finish(td)
+    return ld
+
+
+SCENARIOS = {"textbook": textbook, "isr": isr, "anomalies": anomalies, "mixed_ids": mixed_ids, "kraft": kraft}
 
 
 def main() -> int:

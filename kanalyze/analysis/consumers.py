@@ -128,8 +128,8 @@ class ConsumerAnalyzer:
                             "warning",
                             "read_committed_got_aborted",
                             f"{c.client_id} (read_committed) received {n} records of an aborted "
-                            f"transaction (producer id {pid}) on {key} at offset {base}, not listed "
-                            "in aborted_transactions",
+                            f"transaction (producer id {pid}) on {key} at offset {base}, "
+                            "not listed in aborted_transactions",
                             [ev.frame],
                             ev.ts_s,
                             client_id=c.client_id,
@@ -155,8 +155,9 @@ class ConsumerAnalyzer:
                     self.findings.add(
                         "warning",
                         "commit_ahead_of_consumption",
-                        f"{c.client_id} commits {key} at {off} for group {group} but has fetched "
-                        f"only up to {pos}: records {pos}..{off - 1} count as consumed (at-most-once)",
+                        f"{c.client_id} commits {key} at {off} for group {group} but has "
+                        f"fetched only up to {pos}: records {pos}..{off - 1} count as consumed "
+                        "(at-most-once)",
                         [x for x in (c.position_frames.get(key), ev.frame) if x is not None],
                         ev.ts_s,
                         client_id=c.client_id,
@@ -177,7 +178,8 @@ class ConsumerAnalyzer:
 
 
 def _markers(bs: list[dict]) -> dict[object, list[tuple[int, str]]]:
-    """Producer id -> its control markers (offset, COMMIT/ABORT) in these batches, in offset order."""
+    """Producer id -> its control markers (offset, COMMIT/ABORT) in these batches, in offset
+    order."""
     out: dict[object, list[tuple[int, str]]] = {}
     for b in bs:
         if not b.get("is_control") or not isinstance(b.get("base_offset"), int):
@@ -192,7 +194,8 @@ def _markers(bs: list[dict]) -> dict[object, list[tuple[int, str]]]:
 
 
 def aborted_batch(markers: dict[object, list[tuple[int, str]]], pid: object, base: int) -> bool:
-    """True when the first marker of `pid` after `base` is an ABORT (the batch's transaction aborted)."""
+    """True when the first marker of `pid` after `base` is an ABORT (the batch's transaction
+    aborted)."""
     for off, kind in markers.get(pid, []):
         if off > base:
             return kind == "ABORT"

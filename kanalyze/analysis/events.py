@@ -23,8 +23,9 @@ from kanalyze.correlation import Exchange, Message
 
 
 def analysis_decoder(ctx: DecodeContext | None = None) -> BodyDecoder:
-    """The decoder the analyzers read through: record batches only where the data is."""
-    return BodyDecoder(ctx, Records.DATA)
+    """The decoder the analyzers read through: record batches only where the data is, every
+    one of them decoded in capture order, so they teach topic names too."""
+    return BodyDecoder(ctx, Records.DATA, learn_from_data=True)
 
 
 @dataclass(slots=True)

@@ -30,7 +30,8 @@ class Finding:
 
 
 class Findings:
-    """A bounded collector: at most `cap_per_kind` findings of each kind are kept, the rest counted."""
+    """A bounded collector: at most `cap_per_kind` findings of each kind are kept, the rest
+    counted."""
 
     def __init__(self, cap_per_kind: int = 200) -> None:
         self.items: list[Finding] = []

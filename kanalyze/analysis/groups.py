@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from dissectors import ApiKey, error_name
 from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
-from kanalyze.analysis.wire import topic_of, tp
+from kanalyze.analysis.wire import LogRecords, topic_of, tp
 
 BENIGN_HEARTBEAT = frozenset({27})  # REBALANCE_IN_PROGRESS: the normal signal to rejoin
 
@@ -80,6 +80,7 @@ class Group:
     committed: dict[str, int] = field(default_factory=dict)
     commit_history: dict[str, deque] = field(default_factory=dict)  # partition -> (ts, committed, hw)
     fetched_committed: dict[str, int] = field(default_factory=dict)
+    logged_committed: dict[str, int] = field(default_factory=dict)  # from __consumer_offsets
 
     def member(self, member_id: str) -> Member:
         m = self.members.get(member_id)
@@ -122,6 +123,7 @@ class GroupAnalyzer:
         # TxnOffsetCommit offsets accepted by the coordinator, waiting for their transaction's
         # EndTxn: transactional id -> [(group id, topics of the request)]
         self.txn_commits: dict[str, list[tuple[str, list]]] = {}
+        self.log = LogRecords("__consumer_offsets")
 
     def group(self, group_id: str) -> Group | None:
         g = self.groups.get(group_id)
@@ -280,6 +282,33 @@ class GroupAnalyzer:
                         g.fetched_committed[tp(topic_of(t), p.get("partition_index", -1))] = off
 
     # ConsumerGroupHeartbeat (KIP-848)
+    # __consumer_offsets replicated to a follower: the coordinator's own record of commits and
+    # generations (keys and values decoded by kanalyze.bodies.internal)
+    def _fetch_response(self, ev: Event, body: dict) -> None:
+        for key, value in self.log.new(body):
+            k = key["fields"]
+            g = self.group(k.get("group") or "")
+            if g is None or value is None or not isinstance(value.get("fields"), dict):
+                continue
+            v = value["fields"]
+            if key["type"] == "OffsetCommitKey" and isinstance(v.get("offset"), int):
+                g.logged_committed[tp(k.get("topic") or "?", k.get("partition", -1))] = v["offset"]
+            elif key["type"] == "GroupMetadataKey" and isinstance(v.get("generation"), int):
+                g.protocol_type = v.get("protocol_type") or g.protocol_type
+                gen = g.generations.get(v["generation"])
+                if gen is None:
+                    gen = g.generations[v["generation"]] = Generation(v["generation"])
+                    gen.join_frame = ev.frame
+                gen.protocol = v.get("protocol") or gen.protocol
+                gen.leader = v.get("leader") or gen.leader
+                for m in v.get("members") or []:
+                    if isinstance(m, dict) and m.get("member_id"):
+                        gen.members.add(m["member_id"])
+                        me = g.member(m["member_id"])
+                        me.client_id = me.client_id or m.get("client_id")
+                        if v["generation"] not in me.generations:
+                            me.generations.append(v["generation"])
+
     def _consumer_group_heartbeat_response(self, ev: Event, body: dict) -> None:
         req = ev.bodies.request or {}
         g = self.group(req.get("group_id") or "")
@@ -360,6 +389,8 @@ class GroupAnalyzer:
                 "committed": dict(sorted(g.committed.items())),
                 "committed_before_capture": dict(sorted(g.fetched_committed.items())),
                 "lag": lag,
+                **({"committed_log": dict(sorted(g.logged_committed.items()))}
+                   if g.logged_committed else {}),
             })
         return out
 
@@ -378,6 +409,7 @@ class GroupAnalyzer:
             ApiKey.CONSUMER_GROUP_HEARTBEAT: _consumer_group_heartbeat_response,
             ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit_response,
             ApiKey.END_TXN: _end_txn_response,
+            ApiKey.FETCH: _fetch_response,
         },
     )
 

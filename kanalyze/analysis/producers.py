@@ -167,7 +167,8 @@ class ProducerAnalyzer:
                                 "warning",
                                 "reorder_risk",
                                 f"{prod.client_id}: retry with {self.in_flight[conn]} produce "
-                                f"requests in flight on connection {conn}: batches may be reordered",
+                                f"requests in flight on connection {conn}: "
+                                "batches may be reordered",
                                 [ev.frame],
                                 ev.ts_s,
                                 client_id=prod.client_id,
@@ -222,7 +223,8 @@ class ProducerAnalyzer:
             self.findings.add(
                 "warning",
                 "sequence_overlap",
-                f"{who}: {key} sequence {seq} overlaps batches already sent (next was {ps.next_sequence})",
+                f"{who}: {key} sequence {seq} overlaps batches already sent "
+                f"(next was {ps.next_sequence})",
                 [ev.frame],
                 ev.ts_s,
                 producer_id=prod.producer_id,

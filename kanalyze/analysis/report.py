@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterable
+from pathlib import Path
 
 from dissectors.context import DecodeContext
 from kanalyze.analysis.consumers import ConsumerAnalyzer
-from kanalyze.analysis.events import analysis_decoder, ordered_events
+from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.groups import GroupAnalyzer
 from kanalyze.analysis.producers import ProducerAnalyzer
@@ -18,14 +20,28 @@ from kanalyze.correlation import Exchange
 REPORT_SCHEMA = "kanalyze.report/1"
 
 
+def analyzer_error(findings: Findings, analyzer: object, ev: Event, e: Exception) -> None:
+    """An analyzer raised on one event: say which, where and what, then go on with the next."""
+    name = type(analyzer).__name__
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?"
+    # the exception's text is left out on purpose: it may quote decoded values (credentials)
+    findings.add("error", "analyzer_error",
+                 f"internal error in {name} on frame {ev.frame}: {type(e).__name__} at {where}",
+                 [ev.frame] if isinstance(ev.frame, int) and ev.frame > 0 else [], ev.ts_s,
+                 analyzer=name, error=type(e).__name__, where=where)
+
+
 def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, timeline_cap: int = 5000,
             stall_ms: float = 10_000.0) -> dict[str, object]:
     """Run all analyzers over `exchanges` and return the report document (docs/report.schema.json)."""
     findings = Findings()
-    replication = ReplicationAnalyzer(findings, cap=timeline_cap, stall_ms=stall_ms)
+    decoder = analysis_decoder(ctx)
+    replication = ReplicationAnalyzer(findings, cap=timeline_cap, stall_ms=stall_ms,
+                                      names=decoder.names)
 
     def hw_of(topic: str, partition: int) -> int | None:
-        st = replication.parts.get((topic, partition))
+        st = replication.parts.get((replication.label(topic), partition))
         return None if st is None else st.hw
 
     producers = ProducerAnalyzer(findings)
@@ -35,12 +51,19 @@ def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, tim
     stats = StatsAnalyzer()
     analyzers = (stats, replication, producers, transactions, consumers, groups)
     first_ts = last_ts = None
-    for ev in ordered_events(exchanges, analysis_decoder(ctx)):
+    strict = bool(ctx and ctx.strict)  # tests: re-raise, as the dissectors do
+    for ev in ordered_events(exchanges, decoder):
         if first_ts is None:
             first_ts = ev.ts_s
         last_ts = ev.ts_s
         for a in analyzers:
-            a.feed(ev)
+            try:
+                a.feed(ev)
+            except Exception as e:  # the exception boundary: an analyzer bug is a finding
+                if strict:
+                    raise
+                analyzer_error(findings, a, ev, e)
+    replication.finish()
     return {
         "schema": REPORT_SCHEMA,
         "time": {"first": first_ts, "last": last_ts},

@@ -57,7 +57,8 @@ class StatsAnalyzer:
         ex = ev.ex
         key = (ex.api_key, ex.api, ex.api_version)
         st = self.apis[key]
-        # an exchange is counted at its first event (request, or response when the request is missing)
+        # an exchange is counted at its first event (request, or response when the request is
+        # missing)
         first = ev.is_request or ex.request is None
         if first:
             self.exchanges += 1

@@ -14,8 +14,18 @@ from dataclasses import dataclass, field
 from dissectors import ApiKey, error_name
 from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
-from kanalyze.analysis.wire import batches, fetch_responses, produce_partitions, topic_of, tp
+from kanalyze.analysis.wire import (
+    LogRecords,
+    batches,
+    fetch_responses,
+    produce_partitions,
+    topic_of,
+    tp,
+)
 
+# TransactionLogValue.TransactionStatus (Kafka's TransactionState ids)
+LOG_STATES = {0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit",
+              5: "CompleteAbort", 6: "Dead", 7: "PrepareEpochFence"}
 FENCED = frozenset({47, 90})  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 
@@ -33,6 +43,7 @@ class Txn:
     states: list[str] = field(default_factory=list)
     frames: list[int] = field(default_factory=list)
     markers: dict[str, str] = field(default_factory=dict)  # partition -> COMMIT/ABORT control record seen
+    source: str | None = None  # "transaction_log": known from __transaction_state records only
     first_ts: float | None = None
     end_ts: float | None = None
 
@@ -52,6 +63,7 @@ class Txn:
             "last_frame": self.frames[-1] if self.frames else None,
             "duration_ms": None if self.first_ts is None or self.end_ts is None
             else round((self.end_ts - self.first_ts) * 1000, 3),
+            **({"source": self.source} if self.source else {}),
         }
 
 
@@ -72,6 +84,9 @@ class TransactionAnalyzer:
         self.by_pid: dict[int, str] = {}
         self.done: list[Txn] = []
         self.dropped = 0
+        self.log = LogRecords("__transaction_state")
+        # (transactional id, producer id) -> the transaction as __transaction_state logged it
+        self.logged: dict[tuple[str, int], Txn] = {}
 
     def _prod(self, tid: str) -> TxnProducer:
         p = self.producers.get(tid)
@@ -268,7 +283,36 @@ class TransactionAnalyzer:
                     txn.markers.setdefault(tp(topic_of(topic), part), result)
 
     # control records in fetched logs
+    def _transaction_log(self, ev: Event, body: dict) -> None:
+        """__transaction_state replicated to a follower: the coordinator's record of each
+        transaction's state and partitions (decoded by kanalyze.bodies.internal)."""
+        for key, value in self.log.new(body):
+            tid = key["fields"].get("transactional_id")
+            v = value.get("fields") if value is not None else None
+            pid = v.get("producer_id") if isinstance(v, dict) else None
+            if not isinstance(tid, str) or not isinstance(v, dict) or not isinstance(pid, int):
+                continue
+            t = self.logged.get((tid, pid))
+            if t is None:
+                if len(self.logged) >= self.cap:
+                    continue
+                t = self.logged[(tid, pid)] = Txn(tid, pid, v.get("producer_epoch"))
+                t.source, t.first_ts = "transaction_log", ev.ts_s
+            status = v.get("transaction_status")
+            state = LOG_STATES.get(status, str(status)) if isinstance(status, int) else str(status)
+            if not t.states or t.states[-1] != state:
+                t.states.append(state)
+            t.state, t.producer_epoch = state, v.get("producer_epoch", t.producer_epoch)
+            t.frames.append(ev.frame)
+            for tp_ in v.get("transaction_partitions") or []:
+                for i in tp_.get("partition_ids") or []:
+                    t.partitions.add(tp(tp_.get("topic") or "?", i))
+            if state in ("CompleteCommit", "CompleteAbort"):
+                t.outcome = "committed" if state == "CompleteCommit" else "aborted"
+                t.end_ts = ev.ts_s
+
     def _fetch_response(self, ev: Event, body: dict) -> None:
+        self._transaction_log(ev, body)
         for topic, partition, p in fetch_responses(body):
             for b in batches(p.get("records")):
                 if not b.get("is_control"):
@@ -298,6 +342,7 @@ class TransactionAnalyzer:
     def to_json(self) -> list[dict[str, object]]:
         out = [t.to_json() for t in self.done]
         out.extend(p.current.to_json() for p in self.producers.values() if p.current is not None)
+        out.extend(t.to_json() for t in self.logged.values())
         return out
 
     HANDLERS = Handlers(

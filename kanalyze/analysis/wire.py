@@ -94,3 +94,30 @@ def fetch_responses(rsp: dict | None) -> Iterator[tuple[str, int, dict]]:
 
 def tp(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+class LogRecords:
+    """The decoded records of one of Kafka's own topics (`kanalyze.bodies.internal`) in Fetch
+    responses, each once however many replicas fetch it: by partition, only offsets above the
+    last one read."""
+
+    __slots__ = ("last", "topic")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.last: dict[int, int] = {}
+
+    def new(self, rsp: dict | None) -> Iterator[tuple[dict, dict | None]]:
+        """(decoded key, decoded value or None for a tombstone) of records not read before."""
+        for topic, partition, p in fetch_responses(rsp):
+            if topic != self.topic:
+                continue
+            for b in batches(p.get("records")):
+                for r in b.get("records") or []:
+                    off, key = r.get("offset"), r.get("key_decoded")
+                    if not isinstance(off, int) or off <= self.last.get(partition, -1):
+                        continue
+                    self.last[partition] = off
+                    if isinstance(key, dict) and isinstance(key.get("fields"), dict):
+                        value = r.get("value_decoded")
+                        yield key, value if isinstance(value, dict) else None

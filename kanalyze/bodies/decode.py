@@ -24,7 +24,8 @@ from dissectors import (
     node_to_json,
     node_to_json_collect,
 )
-from kanalyze.bodies.names import TopicNames
+from kanalyze.bodies.internal import InternalRecords
+from kanalyze.bodies.names import BatchLinks, TopicNames
 from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 
 
@@ -41,7 +42,9 @@ DATA_BODIES: frozenset[tuple[int, bool]] = frozenset(
     {(ApiKey.PRODUCE, True), (ApiKey.FETCH, False)}
 )
 
-_CTX_FIELDS = ("limits", "show_secrets", "decode_records", "strict", "buffers", "topic_names")
+_CTX_FIELDS = (
+    "limits", "show_secrets", "decode_records", "strict", "buffers", "topic_names", "budget"
+)
 # a DecodeContext of the known shape is copied field by field (dataclasses.replace is general
 # and slow); a subclass or a changed shape goes through replace
 _PLAIN_CTX = tuple(f.name for f in fields(DecodeContext)) == _CTX_FIELDS
@@ -64,13 +67,23 @@ class BodyDecoder:
         ctx: DecodeContext | None = None,
         records: Records = Records.AS_CONTEXT,
         names: TopicNames | None = None,
+        learn_from_data: bool = False,
     ) -> None:
+        """`learn_from_data`: the consumer decodes every Produce request and Fetch response in
+        capture order (the analysis), so KRaft TopicRecords and the batches a broker returned
+        to a name-based and an id-based Fetch may teach names too. Consumers that decode only
+        some of them (a filtered export) leave it off: what they name must not depend on what
+        they happened to decode (docs/filters.md)."""
         base = ctx or DecodeContext()
         self.names = names if names is not None else TopicNames(base.topic_names)
         if base.topic_names is not self.names.mapping:
             base = replace(base, topic_names=self.names.mapping)
         self.template = base
         self.records = records
+        # names ids from the batches Fetch responses return (learning from data only)
+        self.links = BatchLinks(self.names) if learn_from_data else None
+        # metadata log, __consumer_offsets, ... decoded by name (TopicRecords teach if learning)
+        self.internal = InternalRecords(self.names, learn_from_data)
         if records is Records.AS_CONTEXT:
             self._with = self._without = base
         else:
@@ -116,14 +129,19 @@ class BodyDecoder:
         `walk.diagnostics` (JSON form) and odd floats noted."""
         w = JsonWalk() if walk is None else walk
         value = self.fast_json(ex, msg, is_request, w)
-        if value is not FALLBACK:
-            return value
-        node, ctx = self.node(ex, msg, is_request)
-        if node is None:
-            return None
-        if walk is None:
-            return node_to_json(node, ctx)
-        return node_to_json_collect(node, ctx, walk)
+        if value is FALLBACK:
+            node, ctx = self.node(ex, msg, is_request)
+            if node is None:
+                return None
+            if walk is None:
+                value = node_to_json(node, ctx)
+            else:
+                value = node_to_json_collect(node, ctx, walk)
+        if (ex.api_key, is_request) in DATA_BODIES and isinstance(value, dict):
+            self.internal.decode(value, not is_request, self.context(ex.api_key, is_request))
+            if not is_request and self.links is not None:
+                self.links.observe(ex, value)
+        return value
 
     def learn(self, ex: Exchange) -> None:
         """Decode the response now if it teaches topic names (call in capture order)."""

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from dissectors.context import DecodeContext, Limits
+from kanalyze.bodies.names import TopicIdsError, load_topic_ids
 from kanalyze.engine import EngineOptions, EngineStats
 from kanalyze.flows import SUPPORTED_LINKTYPES
 from kanalyze.reassembly import ReassemblyLimits
@@ -32,7 +33,29 @@ def port(text: str) -> int:
 def add_input_arguments(p: argparse.ArgumentParser, files_required: bool = True) -> None:
     p.add_argument("files", nargs="+" if files_required else "*", metavar="FILE", help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time")
     p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="treat TCP port P as a Kafka broker port (repeatable); Kafka is detected on any port anyway")
+    add_topic_ids_argument(p)
     add_limit_arguments(p)
+
+
+def add_topic_ids_argument(p: argparse.ArgumentParser) -> None:
+    """--topic-ids FILE: names the run's topic-name registry starts with (every output uses
+    them: export's topic_name, the report, the TUI, Spark rows, metrics labels)."""
+    p.add_argument("--topic-ids", type=topic_ids_file, default=None, metavar="FILE",
+                   help="topic id -> name mapping (kafka-topics.sh --describe output or JSON "
+                        "{id: name}) for topics the capture only shows by id")
+
+
+def topic_ids_file(path: str) -> dict[str, str]:
+    """--topic-ids FILE read into an id → name mapping (a bad file is one argparse error)."""
+    try:
+        return load_topic_ids(path).mapping
+    except TopicIdsError as exc:
+        raise argparse.ArgumentTypeError(f"{path}: {exc}") from None
+
+
+def topic_names_of(args: argparse.Namespace) -> dict[str, str]:
+    """A fresh id → name mapping for one run's registry, preloaded with --topic-ids."""
+    return dict(getattr(args, "topic_ids", None) or {})
 
 
 def add_limit_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,7 +111,8 @@ def decode_context(args: argparse.Namespace) -> DecodeContext:
         max_nesting_depth=args.max_nesting,
         max_value_bytes=args.max_value_bytes,
     )
-    return DecodeContext(limits=limits, show_secrets=args.show_secrets, decode_records=not args.no_records)
+    return DecodeContext(limits=limits, show_secrets=args.show_secrets,
+                         decode_records=not args.no_records, topic_names=topic_names_of(args))
 
 
 def report_capture_problems(session: Session) -> None:

@@ -19,6 +19,7 @@ from kanalyze.capture.writer import PcapWriter
 from kanalyze.commands.common import (
     add_decode_arguments,
     add_limit_arguments,
+    add_topic_ids_argument,
     decode_context,
     engine_options,
     port,
@@ -83,6 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="P",
         help="TCP port P is a Kafka broker port (repeatable); Kafka is detected on any port anyway",
     )
+    add_topic_ids_argument(p)
     add_limit_arguments(p)
     add_decode_arguments(p)
     p.add_argument(

@@ -8,7 +8,13 @@ import sys
 
 import orjson
 
-from kanalyze.commands.common import add_input_arguments, engine_options, report_capture_problems
+from dissectors.context import DecodeContext
+from kanalyze.commands.common import (
+    add_input_arguments,
+    engine_options,
+    report_capture_problems,
+    topic_names_of,
+)
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
 from kanalyze.views.records import (
@@ -84,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     session = Session(args.files, engine_options(args), progress=for_command(streams_stdout=True))
-    source = BodySource()
+    source = BodySource(DecodeContext(topic_names=topic_names_of(args)))
     dedup = None if args.all else Dedup()
     topics = set(args.topic)
     parts = set(args.partition)

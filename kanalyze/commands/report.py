@@ -7,12 +7,14 @@ import argparse
 import json
 import sys
 
+from dissectors.context import DecodeContext
 from kanalyze.analysis.report import analyze
 from kanalyze.commands.common import (
     add_input_arguments,
     engine_options,
     explain_nothing,
     positive_int,
+    topic_names_of,
 )
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
@@ -35,19 +37,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def build(session: Session, timeline_cap: int = 5000, stall_ms: float = 10_000.0) -> dict[str, object]:
-    doc = analyze(session.exchanges(), timeline_cap=timeline_cap, stall_ms=stall_ms)
+def build(session: Session, timeline_cap: int = 5000, stall_ms: float = 10_000.0,
+          ctx: DecodeContext | None = None) -> dict[str, object]:
+    doc = analyze(session.exchanges(), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms)
     doc["files"] = list(session.paths)
     return doc
 
 
 def run(args: argparse.Namespace) -> int:
     base = Session(args.files, engine_options(args), progress=for_command(False))
-    session = selected_session(args, base)
+    ctx = DecodeContext(topic_names=topic_names_of(args))
+    session = selected_session(args, base, ctx)  # filters name topics with --topic-ids too
     if args.json:
-        doc = build(session, args.timeline_cap, args.stall_ms)
+        doc = build(session, args.timeline_cap, args.stall_ms, ctx)
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return explain_nothing(base)
-    text_report(session, args.timeline_cap, args.stall_ms, Out())
+    text_report(session, args.timeline_cap, args.stall_ms, Out(), ctx)
     return explain_nothing(base)

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from kanalyze.commands.common import port, positive_int
+from kanalyze.commands.common import port, positive_int, topic_ids_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,6 +63,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=128,
         metavar="MB",
         help="cut uncompressed captures larger than this into byte ranges (default 128)",
+    )
+    p.add_argument(
+        "--topic-ids",
+        type=topic_ids_file,
+        default=None,
+        metavar="FILE",
+        help="topic id -> name mapping: kafka-topics.sh --describe output or JSON {id: name}",
     )
     p.add_argument(
         "--header-only",
@@ -139,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             capture_id=args.capture_id,
             shuffle_partitions=args.shuffle_partitions,
             max_frame=args.max_frame,
+            topic_ids=args.topic_ids,
         )
     except Exception as e:  # noqa: BLE001 - a Spark job failure: report it without a JVM stack
         sys.stderr.write(f"kanalyze: error: the Spark job failed: {_first_line(e)}\n")

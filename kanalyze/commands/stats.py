@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     choices = dict(args.tables) if args.tables else dict.fromkeys(TABLES)
     session = Session(args.files, engine_options(args), progress=for_command(streams_stdout=False))
-    doc = build(session, choices)
+    doc = build(session, choices, args.topic_ids)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -6,10 +6,15 @@ import argparse
 import json
 import sys
 
-from dissectors import JsonWalk
+from dissectors import DecodeContext, JsonWalk
 from kanalyze.analysis.summary import Summary
 from kanalyze.bodies import BodyDecoder, Records, error_codes
-from kanalyze.commands.common import add_input_arguments, engine_options, explain_nothing
+from kanalyze.commands.common import (
+    add_input_arguments,
+    engine_options,
+    explain_nothing,
+    topic_names_of,
+)
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
@@ -42,7 +47,7 @@ def build(session: Session) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     base = Session(args.files, engine_options(args), progress=for_command(False))
-    doc = build(selected_session(args, base))
+    doc = build(selected_session(args, base, DecodeContext(topic_names=topic_names_of(args))))
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")

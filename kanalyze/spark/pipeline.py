@@ -150,8 +150,10 @@ def decode_segments(
     opts: EngineOptions | None = None,
     decode_bodies: bool = True,
     shuffle_partitions: int | None = None,
+    topic_ids: dict[str, str] | None = None,
 ) -> DataFrame:
-    """Shuffle by connection, sort into capture order, run the engine per connection (stage 2)."""
+    """Shuffle by connection, sort into capture order, run the engine per connection (stage 2);
+    `topic_ids` (--topic-ids) preloads every capture group's topic-name registry."""
     files = [f.path for f in plan.files]
     opts = opts or EngineOptions()
     if shuffle_partitions is None:
@@ -160,8 +162,9 @@ def decode_segments(
 
     def stage2(batches: Iterator) -> Iterator:
         from kanalyze.spark.decode import decode
+        from kanalyze.spark.rows import row_context
 
-        yield from decode(batches, files, opts, decode_bodies)
+        yield from decode(batches, files, opts, decode_bodies, row_context(topic_ids))
 
     ordered = seg.repartition(shuffle_partitions, "capture_id", "conn_key").sortWithinPartitions(
         "capture_id", "conn_key", "ts_ns", "file_rank", "file_no"
@@ -180,6 +183,7 @@ def run_pipeline(
     capture_id: str | None = None,
     shuffle_partitions: int | None = None,
     max_frame: int = 256 * 1024 * 1024,
+    topic_ids: dict[str, str] | None = None,
 ) -> PipelineResult:
     """Run both stages over `inputs` and write every table under `out_dir` (Parquet)."""
     from pyspark import StorageLevel
@@ -196,7 +200,7 @@ def run_pipeline(
     res.problems.extend(f"{f.path}: {f.error}" for f in plan.files if f.error)
     opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
     decoded = decode_segments(
-        spark, segments(spark, plan), plan, opts, decode_bodies, shuffle_partitions
+        spark, segments(spark, plan), plan, opts, decode_bodies, shuffle_partitions, topic_ids
     )
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     try:

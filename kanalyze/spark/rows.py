@@ -6,7 +6,7 @@ record counts) from the body service. Pure Python plus pyarrow (no pyspark).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from dissectors import DecodeContext, Limits
@@ -18,6 +18,12 @@ from kanalyze.spark.schemas import PARTITION_FIELDS, pointer
 def _split_endpoint(ep: str) -> tuple[str, int]:
     host, _, port = ep.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def row_context(topic_ids: dict[str, str] | None = None) -> DecodeContext:
+    """The rows' decode context: values cut to 64 bytes (rows stay small), topic ids named by
+    the user's --topic-ids mapping."""
+    return DecodeContext(limits=Limits(max_value_bytes=64), topic_names=dict(topic_ids or {}))
 
 
 @dataclass(slots=True)
@@ -34,7 +40,9 @@ class RowBuilder:
     )  # (engine id, conn id) -> conn_id
 
     def __post_init__(self) -> None:
-        self.bodies = BodyDecoder(self.ctx or DecodeContext(limits=Limits(max_value_bytes=64)))
+        base = self.ctx or row_context()
+        # each capture group its own registry, preloaded with the user's --topic-ids
+        self.bodies = BodyDecoder(replace(base, topic_names=dict(base.topic_names)))
 
     def conn_id(
         self, engine_key: int, conn_no: int, client: str, broker: str, incarnation: int

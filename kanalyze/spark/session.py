@@ -35,7 +35,8 @@ def check_requirements() -> None:
             missing.append(mod)
     if missing:
         raise SparkUnavailable(
-            f"the Spark pipeline needs {', '.join(missing)}: install it with `pip install 'kanalyze[spark]'`"
+            f"the Spark pipeline needs {', '.join(missing)}: "
+            "install it with `pip install 'kanalyze[spark]'`"
         )
     java = find_java()
     if java is None:

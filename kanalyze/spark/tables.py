@@ -15,17 +15,19 @@ TABLES = ("exchanges", "partitions", "connections", "files")
 AGGREGATES = ("api_latency", "partition_hw", "client_topic_usage", "errors")
 
 CONNECTION_DDL = (
-    "capture_id STRING, conn_id STRING, client STRING, broker STRING, incarnations INT, kafka BOOLEAN, "
-    "first_ns BIGINT, last_ns BIGINT, packets BIGINT, syn_seen BOOLEAN, fin_seen BOOLEAN, rst_seen BOOLEAN, "
+    "capture_id STRING, conn_id STRING, client STRING, broker STRING, incarnations INT, "
+    "kafka BOOLEAN, first_ns BIGINT, last_ns BIGINT, packets BIGINT, syn_seen BOOLEAN, "
+    "fin_seen BOOLEAN, rst_seen BOOLEAN, "
     "files_spanned INT, first_file STRING, first_frame BIGINT, client_stream_bytes BIGINT, "
-    "broker_stream_bytes BIGINT, client_frame_bytes BIGINT, broker_frame_bytes BIGINT, skipped_bytes BIGINT, "
+    "broker_stream_bytes BIGINT, client_frame_bytes BIGINT, broker_frame_bytes BIGINT, "
+    "skipped_bytes BIGINT, "
     "gap_bytes BIGINT, gaps BIGINT, retransmitted_bytes BIGINT, requests BIGINT, responses BIGINT, "
     "non_kafka_bytes BIGINT"
 )
 UNIT_DDL = (
-    "rank INT, unit INT, whole BOOLEAN, start BIGINT, `end` BIGINT, packets BIGINT, tcp_packets BIGINT, "
-    "other_packets BIGINT, fragments BIGINT, not_ip BIGINT, first_ns BIGINT, last_ns BIGINT, error STRING, "
-    "diagnostics ARRAY<STRING>"
+    "rank INT, unit INT, whole BOOLEAN, start BIGINT, `end` BIGINT, packets BIGINT, "
+    "tcp_packets BIGINT, other_packets BIGINT, fragments BIGINT, not_ip BIGINT, first_ns BIGINT, "
+    "last_ns BIGINT, error STRING, diagnostics ARRAY<STRING>"
 )
 
 
@@ -40,8 +42,9 @@ def partitions_table(exchanges: DataFrame, topics: DataFrame) -> DataFrame:
     """HW/LEO timeline rows: one per (exchange, topic partition) that carries an offset fact.
 
     `leo` is the log end offset after a successful Produce (base_offset + record_count), or the
-    fetch offset of a follower's Fetch (`replica_id` >= 0: the follower's LEO); `high_watermark`/`last_stable_offset`/`log_start_offset`
-    come from Fetch responses, `offset` from ListOffsets.
+    fetch offset of a follower's Fetch (`replica_id` >= 0: the follower's LEO);
+    `high_watermark`/`last_stable_offset`/`log_start_offset` come from Fetch responses, `offset`
+    from ListOffsets.
     """
     from pyspark.sql import functions as F
 
@@ -49,17 +52,18 @@ def partitions_table(exchanges: DataFrame, topics: DataFrame) -> DataFrame:
         F.coalesce("response_ts", "request_ts").alias("ts"),
         F.coalesce("response_last_ns", "request_last_ns").alias("ts_ns"),
         "dt", "capture_id", "conn_id", "client", "broker", "client_id", "api", "api_version",
-        "correlation_id", "status", "request_file", "request_frame", "response_file", "response_frame",
-        "acks", "replica_id", F.explode("partitions").alias("p"),
+        "correlation_id", "status", "request_file", "request_frame", "response_file",
+        "response_frame", "acks", "replica_id", F.explode("partitions").alias("p"),
     )  # fmt: skip
     p = p.select("*", "p.*").drop("p")
     p = p.join(F.broadcast(topics), on="topic_id", how="left")
     p = p.withColumn("topic", F.coalesce("topic", "topic_name")).drop("topic_name")
+    follower_fetch = (F.col("api") == "Fetch") & (F.col("replica_id") >= 0)
     leo = F.when(
         (F.col("api") == "Produce") & (F.col("error_code") == 0) & F.col("base_offset").isNotNull()
         & (F.col("base_offset") >= 0) & F.col("record_count").isNotNull(),
         F.col("base_offset") + F.col("record_count"),
-    ).when((F.col("api") == "Fetch") & (F.col("replica_id") >= 0), F.col("fetch_offset"))  # fmt: skip
+    ).when(follower_fetch, F.col("fetch_offset"))  # fmt: skip
     p = p.withColumn("leo", leo)
     facts = [
         "high_watermark",

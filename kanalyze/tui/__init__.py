@@ -1,1 +1,2 @@
-"""The Textual TUI (`kanalyze tui`). Imported only by that command: the core never imports textual."""
+"""The Textual TUI (`kanalyze tui`). Imported only by that command: the core never imports
+textual."""

@@ -13,10 +13,13 @@ import os
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 
 from textual import work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.dom import DOMNode
+from textual.screen import Screen
 from textual.worker import get_current_worker
 
 from dissectors.context import DecodeContext
@@ -26,6 +29,7 @@ from kanalyze.engine import EngineOptions
 from kanalyze.session import Session
 from kanalyze.tui.analysis_source import analyze_exchanges
 from kanalyze.tui.messages import AnalysisReady, IndexProgress
+from kanalyze.tui.pcap_export import write_pcap
 from kanalyze.tui.screens.exchanges import ExchangesScreen
 from kanalyze.tui.screens.groups import GroupsScreen
 from kanalyze.tui.screens.help import HelpScreen
@@ -53,7 +57,7 @@ class KanalyzeApp(App):
 
     CSS_PATH = "kanalyze.tcss"
     TITLE = "kanalyze"
-    ENABLE_COMMAND_PALETTE = False
+    ENABLE_COMMAND_PALETTE = True  # ctrl+p: every action of the app and the screen, by name
     MODES = {
         "exchanges": ExchangesScreen,
         "replication": ReplicationScreen,
@@ -84,6 +88,8 @@ class KanalyzeApp(App):
         self.paths = list(paths)
         self.opts = opts or EngineOptions()
         self.store = ExchangeStore(ctx)
+        # the user's --topic-ids, for the analysis's own registry (the store's learns as it decodes)
+        self.topic_ids = dict(ctx.topic_names) if ctx is not None else {}
         self.source = source
         self.source_label = source_label or (", ".join(os.path.basename(p) for p in self.paths) or "live")
         self._initial_theme = theme
@@ -223,7 +229,7 @@ class KanalyzeApp(App):
                 yield ex
 
         try:
-            report = analyze_exchanges(counted())
+            report = analyze_exchanges(counted(), self.topic_ids)
         except SpillClosed:  # the app is exiting
             return
         if worker.is_cancelled:
@@ -241,27 +247,60 @@ class KanalyzeApp(App):
 
     @work(thread=True, group="export")
     def _export(self, rows: array, path: str) -> None:
-        """NDJSON of the rows, in their order; each exchange is rebuilt from the store."""
-        exchange = self.store.exchange
-        line = self.store.encoder.line
+        """NDJSON of the rows, in their order (each exchange rebuilt from the store), or, for a
+        .pcap name, the packets carrying them copied from the input files."""
+        worker = get_current_worker()
+        what = f"{len(rows):,} exchanges"
         try:
-            with open(path, "w", encoding="utf-8") as f:
-                for i in rows:
-                    f.write(line(exchange(i)))
-                    f.write("\n")
+            if path.endswith(".pcap"):
+                n = write_pcap(self.store, rows, self.paths, path, lambda: worker.is_cancelled)
+                what = f"{n:,} packets of {len(rows):,} exchanges"
+            else:
+                exchange = self.store.exchange
+                line = self.store.encoder.line
+                with open(path, "w", encoding="utf-8") as f:
+                    for i in rows:
+                        f.write(line(exchange(i)))
+                        f.write("\n")
         except SpillClosed:  # the app is exiting
             return
-        except OSError as e:
+        except (OSError, CaptureError) as e:
             self.call_from_thread(self.notify, f"export failed: {e}", severity="error")
             return
         self.last_export = (path, len(rows))
-        self.call_from_thread(self.notify, f"exported {len(rows):,} exchanges to {path}")
+        self.call_from_thread(self.notify, f"exported {what} to {path}")
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The command palette lists every binding of the app and of the screen it opened on
+        (shown in the footer or not), with its key; picking one runs the action there."""
+        yield from super().get_system_commands(screen)
+        seen: set[str] = set()
+        for key, active in screen.active_bindings.items():
+            b = active.binding
+            if b.action in seen or not b.description:
+                continue
+            seen.add(b.action)
+            yield SystemCommand(f"{b.description} ({b.key_display or key})", b.action,
+                                partial(self._run_bound, active.node, b.action))
+
+    async def _run_bound(self, node: DOMNode, action: str) -> None:
+        await self.run_action(action, node)
 
     # -- actions ----------------------------------------------------------------------------
     def action_mode(self, mode: str) -> None:
         self.switch_mode(mode)
         if mode in ANALYSIS_MODES:
             self.request_analysis()
+
+    def jump_to_frame(self, frame: int) -> None:
+        """From a view's finding to the exchanges view, the exchange of `frame` selected."""
+        self.switch_mode("exchanges")
+        self.call_after_refresh(self._goto_frame, frame)
+
+    def _goto_frame(self, frame: int) -> None:
+        screen = self.screen
+        if isinstance(screen, ExchangesScreen):
+            screen.goto("frame", frame)
 
     def action_analyze(self) -> None:
         self.request_analysis(force=True)

@@ -89,10 +89,14 @@ class Filter:
 
 
 _STATUSES = ("ok", "no_response", "request_missing")
+_KEYS = ("api", "topic", "client", "conn", "status")
+_OPERATORS = ("not", "and", "or", "&&", "||", "!")
 
 
 def parse_filter(text: str) -> Filter:
-    """Parse the filter bar's text; raises FilterError with a readable message."""
+    """Parse the filter bar's text; raises FilterError with a readable message. What this little
+    language cannot say is an error, never free text: `lat<1`, `not api:Fetch`, `frame:57`
+    would otherwise silently match nothing (or everything)."""
     f = Filter(text=text)
     for raw in text.split():
         tok = raw.lower()
@@ -105,7 +109,16 @@ def parse_filter(text: str) -> Filter:
                 f.min_latency_ms = float(num)
             except ValueError:
                 raise FilterError(f"latency needs a number of ms: {raw!r}") from None
-        elif sep and key in ("api", "topic", "client", "conn", "status"):
+            if f.min_latency_ms != f.min_latency_ms or f.min_latency_ms < 0:  # nan, negative
+                raise FilterError(f"latency needs a number of ms >= 0: {raw!r}")
+        elif tok in _OPERATORS or tok.startswith("!"):
+            raise FilterError(f"{raw!r}: no operators here, terms combine with AND")
+        elif any(c in tok for c in "<>="):
+            raise FilterError(f"{raw!r}: the only comparison is lat>N (ms)")
+        elif sep and key.isidentifier() and key not in _KEYS:  # 10.0.0.1:9092 is free text
+            raise FilterError(f"unknown term {key}: (terms: {', '.join(k + ':' for k in _KEYS)}"
+                              " errors, lat>N, words)")
+        elif sep and key in _KEYS:
             if not val:
                 raise FilterError(f"{key}: needs a value")
             if key == "api":
@@ -126,3 +139,22 @@ def parse_filter(text: str) -> Filter:
         else:
             f.words.append(tok)
     return f
+
+
+def parse_any(text: str, env: object = None) -> Filter | object:
+    """The bar's text as the bar's own terms (`api:Produce lat>5`, checked on the row columns,
+    fast) or else as the query language of `-Y` (docs/filters.md: `api == "Fetch" and
+    latency > 100ms`, matched on rebuilt exchanges). FilterError with the more telling of the
+    two messages when neither reads it (the bar's for `key:value` text, else the language's,
+    with its column)."""
+    try:
+        return parse_filter(text)
+    except FilterError as own:
+        from kanalyze.query import try_compile
+
+        q = try_compile(text, env)  # type: ignore[arg-type]
+        if not isinstance(q, ValueError):
+            return q
+        if ":" in text:
+            raise
+        raise FilterError(f"{q} (column {q.column})") from own

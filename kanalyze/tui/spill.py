@@ -104,6 +104,11 @@ class FrameSpill:
         head = _HEAD.unpack(self.read(off, HEAD_SIZE))
         return Pdu(self.read(off + HEAD_SIZE, head[0]), *head[1:])
 
+    def packets(self, off: int) -> tuple[int, int]:
+        """(first_pkt, last_pkt) of the frame at `off`: its header only, no data read."""
+        head = _HEAD.unpack(self.read(off, HEAD_SIZE))
+        return head[3], head[5]
+
     def reader(self, window: int | None = None) -> SpillReader:
         """A reader for frames at ascending offsets; `window` bytes are read at a time."""
         return SpillReader(self, WINDOW_BYTES if window is None else window)

@@ -63,7 +63,7 @@ def summarize(ex: Exchange, bodies: BodyDecoder) -> Summary:
         elif len(ps) <= 3:
             parts.append(f"{t}[{','.join(str(p) for p in sorted(ps))}]")
         else:
-            parts.append(f"{t}[{len(ps)}p]")
+            parts.append(f"{t}[{len(ps)} partitions]")
     return " ".join(parts), tuple(errors)
 
 
@@ -228,6 +228,22 @@ class ExchangeStore:
             None if resp_off == NO_MESSAGE else Message(get(resp_off), {}, rows.resp_body[i]),
         )
 
+    def frames(self, i: int) -> list[tuple[int, int]]:
+        """(first_pkt, last_pkt) of row i's request and response frames (headers read only)."""
+        return [self.spill.packets(off) for off in (self.rows.req[i], self.rows.resp[i])
+                if off != NO_MESSAGE]
+
+    def find_frame(self, frame: int, cancelled: Callable[[], bool] = lambda: False) -> int | None:
+        """The row whose request or response was carried by packet `frame` (tshark's frame
+        number), or None. A scan of the frame headers: Ctrl-G and the findings' jumps."""
+        for i in range(len(self)):
+            if (i & 0xFFF) == 0 and cancelled():
+                return None
+            for first, last in self.frames(i):
+                if first <= frame <= last:
+                    return i
+        return None
+
     # -- summaries --------------------------------------------------------------------------
     def learn_topic_names(self, upto: int) -> None:
         """Decode the name-teaching responses (Metadata, ...) before index `upto`, in order."""
@@ -314,6 +330,36 @@ class ExchangeStore:
                 if not match(i, s):
                     continue
             out.append(i)
+        return out
+
+    def query_env(self) -> object:
+        """An Env for the query language sharing the summaries' decoder (its topic names)."""
+        from kanalyze.query import Env
+
+        env = Env(decoder=self._summary_bodies)
+        env.capture_start_ns = self.first_ts
+        return env
+
+    def match_query(self, flt: object, start: int, end: int, conn: int | None = None,
+                    cancelled: Callable[[], bool] = lambda: False,
+                    progress: Callable[[int], None] | None = None) -> Rows | None:
+        """Indices in [start, end) matching a `kanalyze.query` filter (each row rebuilt, read
+        through a window); None if cancelled."""
+        self.learn_topic_names(end)
+        env = getattr(flt, "env", None)
+        if env is not None:
+            env.capture_start_ns = self.first_ts
+        match = flt.match  # type: ignore[attr-defined]
+        out = array("q")
+        conns = self.rows.conn
+        for i, ex in self.iter_exchanges(start, end):
+            if (i & 0xFF) == 0:
+                if cancelled():
+                    return None
+                if progress is not None:
+                    progress(i)
+            if (conn is None or conns[i] == conn) and match(ex):
+                out.append(i)
         return out
 
     def sort_indices(self, indices: Iterable[int], key: str, reverse: bool = False) -> Rows:

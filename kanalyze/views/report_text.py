@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from dissectors.context import DecodeContext
 from kanalyze.analysis.report import analyze
 from kanalyze.bodies import Bodies, exchange_facts
 from kanalyze.correlation import Exchange
@@ -194,6 +195,14 @@ def _replication(doc: dict, out: Out) -> None:
             if len(tl) > TIMELINE_ROWS
             else ""
         )
+        stated = (p["final"] or {}).get("stated")
+        if stated:  # the ISR as the cluster stated it (metadata log, AlterPartition)
+            out.line(
+                f"  {p['topic']}-{p['partition']} stated ({stated.get('source')}): "
+                f"ISR {stated.get('isr')}, leader {dash(stated.get('leader'))}, leader epoch "
+                f"{dash(stated.get('leader_epoch'))}, partition epoch "
+                f"{dash(stated.get('partition_epoch'))}"
+            )
         out.line(f"  {p['topic']}-{p['partition']} timeline{more}:")
         out.table(
             (
@@ -389,7 +398,8 @@ def render(
         section()
 
 
-def text_report(session: Session, timeline_cap: int, stall_ms: float, out: Out) -> None:
+def text_report(session: Session, timeline_cap: int, stall_ms: float, out: Out,
+                ctx: DecodeContext | None = None) -> None:
     """Run the report over `session` and write its text. The text also shows latency with
     long-polls and rebalance waits apart: one more reader of the same exchanges (Fetch
     requests and JoinGroup responses decoded a second time, cheap next to the analysis)."""
@@ -403,7 +413,7 @@ def text_report(session: Session, timeline_cap: int, stall_ms: float, out: Out) 
                 latency.feed(Exch(ex, Bodies(ex, source.decoder), exchange_facts))
             yield ex
 
-    doc = analyze(tee(session.exchanges()), timeline_cap=timeline_cap, stall_ms=stall_ms)
+    doc = analyze(tee(session.exchanges()), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms)
     doc["files"] = list(session.paths)
     capture = {"packets": session.capture.packets, "notes": capture_notes(session)}
     render(doc, out, latency.rows(), capture)

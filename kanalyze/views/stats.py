@@ -579,7 +579,8 @@ COLLECTORS = {
 }
 
 
-def build(session: object, choices: dict[str, object]) -> dict[str, object]:
+def build(session: object, choices: dict[str, object],
+          topic_ids: dict[str, str] | None = None) -> dict[str, object]:
     """Run `session` once, feeding the chosen collectors; the `kanalyze stats --json` document.
 
     `choices` maps table names (TABLES) to their argument: for io, (interval in seconds or
@@ -590,7 +591,9 @@ def build(session: object, choices: dict[str, object]) -> dict[str, object]:
     from kanalyze.views.window import capture_notes
 
     assert isinstance(session, Session)
-    source = BodySource()
+    from dissectors.context import DecodeContext
+
+    source = BodySource(DecodeContext(topic_names=dict(topic_ids or {})))  # --topic-ids
     cols: dict[str, object] = {}
     for name in TABLES:
         if name in choices:

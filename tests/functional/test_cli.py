@@ -177,3 +177,43 @@ def test_summary_counts_limit_hits():
 def test_limit_flags_reject_nonsense():
     r = kanalyze("summary", "--max-buffered", "0", str(CAP))
     assert r.returncode == 2 and b"positive" in r.stderr and b"Traceback" not in r.stderr
+
+
+def _fetch_v15_topics(stdout: bytes) -> list[dict]:
+    rows = [json.loads(line) for line in stdout.splitlines()]
+    return [t for r in rows if r["api"] == "Fetch" and r["api_version"] == 15
+            for t in r["request"]["body"]["topics"]]
+
+
+def test_topic_ids_file_names_fetches_by_id(tmp_path):
+    """--topic-ids takes kafka-topics.sh --describe output (ids in Kafka's base64 form) or JSON;
+    export then names every by-id topic, from the first frame on; a bad file is exit 2."""
+    import base64
+    import uuid
+
+    cap = ROOT / "captures" / "replication" / "mixed_ids.pcap"
+    truth = json.loads(cap.with_suffix(".truth.json").read_text())
+    (tid, name), = truth["topic_ids"].items()
+    kafka_form = base64.urlsafe_b64encode(uuid.UUID(tid).bytes).decode().rstrip("=")
+    describe = tmp_path / "describe.txt"
+    describe.write_text(
+        f"Topic: {name}\tTopicId: {kafka_form}\tPartitionCount: 1\tReplicationFactor: 3\t"
+        f"Configs: \n\tTopic: {name}\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3\n"
+    )
+    plain = _fetch_v15_topics(kanalyze("export", str(cap)).stdout)
+    # nothing on the wire names it for export (the record-batch links are the analysis's: a
+    # filtered export must name what the unfiltered one names)
+    assert all(t["topic_id"] == tid and "topic_name" not in t for t in plain)
+    named = _fetch_v15_topics(kanalyze("export", "--topic-ids", str(describe), str(cap)).stdout)
+    assert len(named) == len(plain) == 8 and all(t["topic_name"] == name for t in named)
+    r = kanalyze("report", "--json", "--topic-ids", str(describe), str(cap))
+    parts = json.loads(r.stdout)["replication"]
+    assert [(p["topic"], p["topic_id"]) for p in parts] == [(name, tid)]
+    # a filter on the name selects the by-id fetches too, from the first one on
+    fetches = f'topic == "{name}" && api == "Fetch"'
+    r = kanalyze("report", "--json", "--topic-ids", str(describe), "-Y", fetches, str(cap))
+    assert json.loads(r.stdout)["stats"]["exchanges"] == 16
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"repl-c": "not-an-id"}')
+    r = kanalyze("report", "--topic-ids", str(bad), str(cap))
+    assert r.returncode == 2 and b"is a topic id" in r.stderr and b"Traceback" not in r.stderr

@@ -1,5 +1,6 @@
 """Crafted edge-case captures (captures/crafted, made by captures/make_crafted.py from real
-traffic, with expectations computed independently of kanalyze) give exactly the expected exchanges."""
+traffic, with expectations computed independently of kanalyze) give exactly the expected
+exchanges."""
 
 from __future__ import annotations
 

@@ -276,7 +276,8 @@ def test_cli_report_text_and_json(tmp_path: Path) -> None:
 def test_analysis_is_headless() -> None:
     code = (
         "import sys, kanalyze.analysis.report, kanalyze.commands.report; "
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'pyspark', 'scapy')]; print(bad)"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'pyspark', 'scapy')]; "
+        "print(bad)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, cwd=ROOT, check=True, timeout=60

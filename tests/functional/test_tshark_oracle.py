@@ -135,7 +135,8 @@ Request = tuple[int, int | None, int | None, int | None]
 def _kanalyze(
     pcap: Path, port: int
 ) -> tuple[set[Request], dict[tuple[int, int | None], int | None]]:
-    """Requests as (frame, key, version, corr id); responses by (frame, corr id) -> request frame."""
+    """Requests as (frame, key, version, corr id); responses by (frame, corr id) -> request
+    frame."""
     requests: set[Request] = set()
     responses: dict[tuple[int, int | None], int | None] = {}
     for ex in Session([str(pcap)], EngineOptions(ports=frozenset({port}))).exchanges():
@@ -170,13 +171,15 @@ def test_tshark_agrees(pcap: Path, port: int) -> None:
         t_requests |= extra  # proven right above; everything else must still agree
 
     assert k_requests == t_requests, (
-        f"only kanalyze: {sorted(k_requests - t_requests)[:20]}; only tshark: {sorted(t_requests - k_requests)[:20]}"
+        f"only kanalyze: {sorted(k_requests - t_requests)[:20]}; "
+        f"only tshark: {sorted(t_requests - k_requests)[:20]}"
     )
 
     t_request_corr: set[tuple[int, int | None, int | None]] = {
         (p.frame, p.correlation_id, p.stream) for p in pdus if p.is_request
     }
-    # requests tshark missed but the ground truth confirms (TSHARK_NO_RESYNC): connection unknown to tshark
+    # requests tshark missed but the ground truth confirms (TSHARK_NO_RESYNC): connection unknown
+    # to tshark
     t_request_corr |= {(frame, corr, None) for frame, _key, _ver, corr in extra}
     t_stream_reqs = {(p.stream, p.correlation_id, p.frame) for p in pdus if p.is_request}
     wrong = []

@@ -74,9 +74,10 @@ def test_known_bugs_have_files():
 
 # ---- the same known bugs, stated directly against the public entry points ----
 def test_oversized_plausible_request_does_not_hang_the_engine():
-    """Fixed in 37e7d40 (was an endless resync loop growing Framer.events). One 14-byte client payload, default options: a size prefix of 0x10000001 (just over
-    max_frame = 256 MiB, first byte 0x10 = max_frame >> 24 so the search does not rule it
-    out) before an ApiVersions v0 header."""
+    """Fixed in 37e7d40 (was an endless resync loop growing Framer.events). One 14-byte client
+    payload, default options: a size prefix of 0x10000001 (just over max_frame = 256 MiB,
+    first byte 0x10 = max_frame >> 24 so the search does not rule it out) before an
+    ApiVersions v0 header."""
     payload = b"\x10\x00\x00\x01" + b"\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff"
     _opts, pkts = T.stream_packets(T.encode_stream(0, [(0, 0, payload)]))
 
@@ -101,16 +102,18 @@ def _unframeable_tail(from_broker: bool, nbytes: int) -> bytes:
 
 @pytest.mark.parametrize("from_broker", [False, True], ids=["client", "broker"])
 def test_search_is_linear(from_broker):
-    """Fixed in 37e7d40 (a fruitless search dropped nothing and rescanned from 0). 128 KiB of unframeable bytes: linear work is ~0.1-0.3 s even on a loaded machine;
-    the quadratic rescan takes 6-8 s (256 KiB: ~30 s; it stays quadratic up to 1 MiB)."""
+    """Fixed in 37e7d40 (a fruitless search dropped nothing and rescanned from 0). 128 KiB of
+    unframeable bytes: linear work is ~0.1-0.3 s even on a loaded machine; the quadratic
+    rescan takes 6-8 s (256 KiB: ~30 s; it stays quadratic up to 1 MiB)."""
     data = _unframeable_tail(from_broker, 128 * 1024)
     bounded(T.run_stream, data, 2.0)
 
 
 def test_unanswered_requests_beyond_max_pending_are_linear():
-    """Fixed in a2a68bb (each eviction scanned every pending id with min()). 15,000 ApiVersions v0 requests (14 bytes each) and no response on one connection (a
-    capture of one direction only): 5,000 evictions. Linear work is ~0.3 s; each eviction
-    scans all 10,000 pending ids (~2.7 ms), ~13 s in all."""
+    """Fixed in a2a68bb (each eviction scanned every pending id with min()). 15,000
+    ApiVersions v0 requests (14 bytes each) and no response on one connection (a capture of
+    one direction only): 5,000 evictions. Linear work is ~0.3 s; each eviction scans all
+    10,000 pending ids (~2.7 ms), ~13 s in all."""
     import struct
 
     blob = b"".join(struct.pack(">ihhih", 10, 18, 0, i, -1) for i in range(15_000))
@@ -158,8 +161,9 @@ def test_records_per_field_are_bounded_fuzz_storm():
 
 
 def test_corrupt_gzip_is_a_capture_error(tmp_path):
-    """Fixed in 37e7d40 (zlib.error escaped read_capture). A gzip member whose deflate data is invalid from the first block: read_capture must
-    raise CaptureError (not a capture we can read), not zlib.error."""
+    """Fixed in 37e7d40 (zlib.error escaped read_capture). A gzip member whose deflate data is
+    invalid from the first block: read_capture must raise CaptureError (not a capture we can
+    read), not zlib.error."""
     path = tmp_path / "bad.pcap.gz"
     path.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + b"\xff" * 8)
     try:

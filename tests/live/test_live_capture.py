@@ -112,7 +112,8 @@ def read_ndjson(path: Path) -> list[dict]:
 
 
 def produced(exchanges: list[dict]) -> dict[str, tuple[int, int]]:
-    """value -> (partition, offset) from Produce requests and their responses, as kanalyze saw them."""
+    """value -> (partition, offset) from Produce requests and their responses, as kanalyze saw
+    them."""
     out: dict[str, tuple[int, int]] = {}
     for d in exchanges:
         if d["api"] != "Produce" or d["status"] != "ok":

@@ -26,8 +26,9 @@ def offline_keys(path: str | Path) -> Counter:
         rq, rs = d["request"], d["response"]
         out[
             (
-                d["connection"]["client"], d["connection"]["broker"], d["api_key"], d["api_version"],
-                d["correlation_id"], d["status"], rq["frame"] if rq else None, rs["frame"] if rs else None,
+                d["connection"]["client"], d["connection"]["broker"], d["api_key"],
+                d["api_version"], d["correlation_id"], d["status"],
+                rq["frame"] if rq else None, rs["frame"] if rs else None,
             )
         ] += 1  # fmt: skip
     return out
@@ -52,8 +53,9 @@ def spark_keys(rows: list[dict], offsets: dict[str, int] | None = None) -> Count
 
     return Counter(
         (
-            r["client"], r["broker"], r["api_key"], r["api_version"], r["correlation_id"], r["status"],
-            frame(r["request_file"], r["request_frame"]), frame(r["response_file"], r["response_frame"]),
+            r["client"], r["broker"], r["api_key"], r["api_version"], r["correlation_id"],
+            r["status"], frame(r["request_file"], r["request_frame"]),
+            frame(r["response_file"], r["response_frame"]),
         )
         for r in rows
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""The pipeline gives exactly the offline exchanges, however the capture is rotated or range-split."""
+"""The pipeline gives exactly the offline exchanges, however the capture is rotated or
+range-split."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def run(spark, tmp_path_factory: pytest.TempPathFactory):
     for r in rows:
         by_group[Path(r["capture_id"]).name].append(r)
     return {
-        "res": res, "out": out, "rows": by_group, "pieces": pieces, "pcap": whole_pcap, "pcapng": whole_ng,
+        "res": res, "out": out, "rows": by_group, "pieces": pieces, "pcap": whole_pcap,
+        "pcapng": whole_ng,
     }  # fmt: skip
 
 

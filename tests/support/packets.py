@@ -131,7 +131,8 @@ def gz(data: bytes) -> bytes:
 
 
 class Conversation:
-    """A TCP conversation between a client and a broker, as IP packets with correct sequence numbers."""
+    """A TCP conversation between a client and a broker, as IP packets with correct sequence
+    numbers."""
 
     def __init__(
         self,

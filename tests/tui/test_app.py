@@ -340,3 +340,222 @@ async def test_spill_write_error_is_reported(monkeypatch):
         await pilot.pause(0.3)
         assert "cannot write the spill file" in status_text(app)
         assert 0 < len(app.store) < 52
+
+
+def hex_first_line(app) -> str:
+    """The hex pane's first line as drawn (its title)."""
+    return "".join(seg.text for seg in app.screen.query_one(HexView).render_line(0)).strip()
+
+
+@aio
+async def test_hex_pane_follows_table_moves_filter_sort_and_switch():
+    """The hex pane's first line names the frame of the exchange the table selects, after every
+    cursor move, filter, sort and screen switch (it used to keep the first exchange's bytes)."""
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        tree = screen.query_one(DecodeTree)
+
+        async def in_step(what: str) -> None:
+            def ok() -> bool:
+                i = table.current
+                if i is None or tree.index != i:
+                    return False
+                ex = app.store.exchange(i)
+                msg = ex.request or ex.response
+                side = "request" if ex.request else "response"
+                return hex_first_line(app).startswith(f"{side} frame {msg.pdu.last_pkt}")
+            await wait_for(pilot, ok, timeout=10, what=f"hex pane in step after {what}")
+
+        await in_step("start")
+        first = hex_first_line(app)
+        for _ in range(3):
+            await pilot.press("down")
+            await in_step("down")
+        assert hex_first_line(app) != first
+        await pilot.press("end")
+        await in_step("end")
+        screen.apply_filter("api:fetch")
+        await wait_for(pilot, lambda: not screen.filtering, what="filter")
+        await in_step("filter")
+        await pilot.press("s")  # sort by latency
+        await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "latency", what="sort")
+        await pilot.press("end")
+        await in_step("sort")
+        await pilot.press("2")
+        await pilot.press("1")
+        await pilot.press("up")
+        await in_step("screen switch")
+
+
+@aio
+async def test_filter_box_validates_live():
+    """Red with the reason while the text cannot be parsed (nothing applied), green when it can."""
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        inp = screen.query_one("#filter")
+        msg = screen.query_one("#filter-msg")
+        await pilot.press("slash", *"lat<1")
+        await pilot.pause(0.1)
+        assert inp.has_class("invalid") and "latency" in str(msg.render())  # the language's hint
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        assert screen.focused is inp and screen.filter.empty  # nothing applied, the box keeps focus
+        assert len(screen.query_one(ExchangeTable).rows) == 52
+        for _ in range(5):
+            await pilot.press("backspace")
+        await pilot.press(*"frame:57")
+        await pilot.pause(0.1)
+        assert inp.has_class("invalid") and "unknown term frame" in str(msg.render())
+        for _ in range(8):
+            await pilot.press("backspace")
+        await pilot.press(*"api:fetch")
+        await pilot.pause(0.1)
+        assert inp.has_class("valid") and not inp.has_class("invalid")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) < 52,
+                       what="filter")
+
+
+@aio
+async def test_layout_80x24_folds_side_panes_and_keys_bring_them_back():
+    from kanalyze.tui.widgets.exchange_table import COLUMNS
+
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        tree = screen.query_one(DecodeTree)
+        hexv = screen.query_one(HexView)
+        conns = screen.query_one(ConnectionsPane)
+        shown = {c.title for c, w in zip(COLUMNS, table.widths(), strict=True) if w}
+        assert {"API", "Latency ms", "Status / error"} <= shown
+        line = "".join(seg.text for seg in table.render_line(1))
+        assert "ApiVersions v3" in line and "0.413" in line and " ok" in line
+        assert conns.has_class("hidden") and hexv.has_class("hidden") and tree.size.width >= 40
+        await pilot.press("H")  # the hex pane takes the detail area (no room for both)
+        await pilot.pause(0.1)
+        assert not hexv.has_class("hidden") and tree.has_class("hidden")
+        await pilot.press("H")
+        await pilot.pause(0.1)
+        assert hexv.has_class("hidden") and not tree.has_class("hidden")
+        await pilot.press("C")
+        await pilot.pause(0.1)
+        assert not conns.has_class("hidden")
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        hexv = screen.query_one(HexView)
+        tree = screen.query_one(DecodeTree)
+        before = hexv.size.width
+        await pilot.press("left_square_bracket", "left_square_bracket")  # a wider tree
+        await pilot.pause(0.1)
+        assert hexv.size.width == before - 8 and tree.size.width >= 40
+        await pilot.press("T")  # absolute time
+        await pilot.pause(0.1)
+        assert screen.query_one(ExchangeTable).time_text(0).startswith("20")
+
+
+@aio
+async def test_goto_follow_palette_and_finding_jump():
+    app = KanalyzeApp([str(CAPTURES / "lib_transactions.pcap")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        store = app.store
+        # Ctrl-G 12 selects the exchange carried by frame 12 of the capture... or #5, the fifth row
+        target = store.exchange(7)
+        frame = target.request.pdu.last_pkt
+        await pilot.press("ctrl+g", *str(frame), "enter")
+        await wait_for(pilot, lambda: table.current == 7, what="go to frame")
+        await pilot.press("ctrl+g", "#", "3", "enter")
+        await wait_for(pilot, lambda: table.current == 2, what="go to exchange")
+        # a row the filter hides: the filter is cleared and the row selected
+        screen.apply_filter("api:produce")
+        await wait_for(pilot, lambda: not screen.filtering, what="filter")
+        assert 2 not in table.rows
+        screen.goto("exchange", 3)
+        await wait_for(pilot, lambda: not screen.filtering and table.current == 2, what="go to hidden")
+        # follow: only this row's connection
+        conn = store.row(2).conn.id
+        await pilot.press("f")
+        await wait_for(pilot, lambda: not screen.filtering and screen.conn == conn, what="follow")
+        assert all(store.row(i).conn.id == conn for i in table.rows)
+        # the command palette knows the screen's actions
+        commands = {c.title for c in app.get_system_commands(screen)}
+        assert any(t.startswith("Go to") for t in commands) and any(t.startswith("Filter") for t in commands)
+        # view 3: Enter on a finding opens the exchange of its first frame
+        await pilot.press("escape")
+        await pilot.press("3")
+        await wait_report(pilot)
+        findings = app.report["findings"]
+        fnd = app.screen.query_one("#findings")
+        fnd.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExchangesScreen), what="back to exchanges")
+        want = store.find_frame(findings[0]["frames"][0])
+        await wait_for(pilot, lambda: table.current == want, what="finding's exchange")
+
+
+@aio
+async def test_export_pcap_asks_before_overwriting(tmp_path):
+    app = KanalyzeApp([CODECS])
+    out = tmp_path / "produce.pcap"
+    out.write_bytes(b"old")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        screen.apply_filter("api:produce")
+        await wait_for(pilot, lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) == 5,
+                       what="filter")
+        await pilot.press("e")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ExportScreen", what="export dialog")
+        app.screen.query_one("#export-path").value = str(out)
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert app.screen.__class__.__name__ == "ExportScreen"  # asked first
+        assert "exists" in str(app.screen.query_one("#export-hint").render()) and out.read_bytes() == b"old"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.last_export is not None, what="export")
+    # the pcap reads back as the five Produce exchanges, nothing else
+    again = list(Session([str(out)]).exchanges())
+    assert len(again) == 5 and {ex.api for ex in again} == {"Produce"}
+
+
+@aio
+async def test_filter_box_takes_the_query_language():
+    """`-Y` expressions work in the box too (kanalyze.query), with the same rows as `export -Y`."""
+    from kanalyze.query import Env, compile_filter
+
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        text = 'api == "Fetch" and topic == "lib-gzip"'
+        await pilot.press("slash", *text)
+        await pilot.pause(0.1)
+        assert screen.query_one("#filter").has_class("valid")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not screen.filtering and screen.query_filter is not None, what="filter")
+        env = Env()
+        flt = compile_filter(text, env)
+        expected = []
+        for i, ex in enumerate(Session([CODECS]).exchanges()):  # as docs/filters.md says: names
+            env.decoder.learn(ex)  # learned in capture order
+            if flt.match(ex):
+                expected.append(i)
+        assert list(table.rows) == expected and len(expected) == 2
+        assert f"2 of {len(app.store)} match" in status_text(app)
+        # an expression that does not parse: the language's message and column, nothing applied
+        await pilot.press("slash", "ctrl+a", *'latency > "x"')
+        await pilot.pause(0.1)
+        assert screen.query_one("#filter").has_class("invalid")
+        assert "column" in str(screen.query_one("#filter-msg").render())

@@ -87,3 +87,22 @@ def test_help(snap_compare):
         await pilot.wait_for_scheduled_animations()
 
     assert snap_compare(app_for("lib_codecs.pcap"), terminal_size=SIZE, run_before=run_before)
+
+
+async def _second_produce(pilot) -> None:
+    """Indexed, cursor on the fifth row (a Produce), its detail and hex shown."""
+    await wait_indexed(pilot)
+    screen = pilot.app.screen
+    table = screen.query_one(ExchangeTable)
+    tree = screen.query_one(DecodeTree)
+    await pilot.press("down", "down", "down", "down")
+    await wait_for(pilot, lambda: tree.index == table.current == 4, what="detail")
+    await pilot.pause(0.3)
+    await pilot.wait_for_scheduled_animations()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_exchanges_at_size(snap_compare, size):
+    """80x24 (a default ssh terminal): API with version, latency and status on every row, the
+    side panes folded, the tree full width; wider: columns from content, side panes back."""
+    assert snap_compare(app_for("lib_codecs.pcap"), terminal_size=size, run_before=_second_produce)

@@ -27,10 +27,17 @@ def test_parse_terms():
     assert parse_filter("").empty and not parse_filter("api:0").needs_summary
 
 
-@pytest.mark.parametrize("text", ["lat>x", "status:bogus", "conn:abc", "api:"])
+@pytest.mark.parametrize("text", ["lat>x", "status:bogus", "conn:abc", "api:", "lat>abc", "lat<1",
+                                  "not api:Fetch", "frame:57", "api:fetch || api:produce", "!errors",
+                                  "lat>-1", "latency=5"])
 def test_parse_errors(text):
+    """What the bar cannot say is an error shown to the user, never read as free text."""
     with pytest.raises(FilterError):
         parse_filter(text)
+
+
+def test_addresses_stay_free_text():
+    assert parse_filter("127.0.0.1:19091").words == ["127.0.0.1:19091"]
 
 
 def test_counts_and_connections(store):
@@ -99,7 +106,7 @@ def test_append_from_threads():
 
 def test_secret_bytes_masked_for_the_hex_view():
     from dissectors.secrets import is_secret
-    from kanalyze.tui.widgets.decode_tree import _mask_secrets
+    from kanalyze.tui.widgets.decode_tree import hex_buffer
 
     st = ExchangeStore()
     st.add(Session([str(CAPTURES / "sasl_scram_rejected.pcap")]).exchanges())
@@ -107,7 +114,7 @@ def test_secret_bytes_masked_for_the_hex_view():
     node, _ctx = st.bodies.node(ex, ex.request, True)
     proof = next(n for n in node.walk() if is_secret(n.value))
     data = ex.request.pdu.data
-    masked = _mask_secrets(data, node)
+    masked = hex_buffer(ex, ex.request, True, node)
     assert masked[proof.offset:proof.offset + proof.length] == b"*" * proof.length
     assert masked[:proof.offset] == data[:proof.offset] and len(masked) == len(data)
 

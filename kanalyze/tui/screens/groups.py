@@ -36,10 +36,12 @@ class GroupsScreen(ReportScreen):
         lag = self.query_one("#lag", DataTable)
         for t in (reb, mem, lag):
             t.clear()
+        reb_frames = self.frames_of("rebalances")
         for g in report.get("groups") or []:
             gid = g.get("group_id") or "-"
             for r in g.get("rebalances") or []:
                 leader = (r.get("leader") or "-")[:24]
+                reb_frames.append(r.get("started_frame") or r.get("completed_frame"))
                 reb.add_row(gid, g.get("protocol") or "-", v(r.get("generation_id")), v(r.get("members")),
                             v(r.get("assignor")), leader, ms(r.get("duration_ms")))
             for m in g.get("members") or []:

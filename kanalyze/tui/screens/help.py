@@ -21,7 +21,10 @@ HELP = """\
   Enter      go to the decoded tree                   c / x / d   focus connections / exchanges / detail
   Tab        next pane                                e       export the listed exchanges to NDJSON
   In the tree: ← → collapse / expand, ↑ ↓ move; the hex view marks the bytes of the field under the cursor
-  C          hide / show the connections pane
+  C / H      hide / show the connections / hex pane (they fold away on a narrow terminal)
+  [ ]  { }   hex pane wider / narrower, connections pane narrower / wider
+  Ctrl-G     go to a frame (57) or an exchange (#12)       f   follow: only this row's connection
+  T          time: relative / absolute (UTC) / delta from the row above
   In connections: Enter shows only that connection ("all connections" clears it)
 
 [b]Filter terms[/b] (they combine with AND)
@@ -31,11 +34,13 @@ HELP = """\
   conn:3                  connection number
   status:ok | status:no_response | status:request_missing
   errors                  problems only: non-ok status or an error code in the response
-  lat>5                   latency above 5 ms
+  lat>5                   latency above 5 ms (no other comparison, no not/or: those are errors)
   other words             free text over api, client, addresses, correlation id, topics, errors
 
 [b]Anywhere[/b]
   ?  this help     t  dark / light theme     q  quit     Esc  close this help
+  Ctrl-P  command palette: every action by name
+  In views 2-4: Enter on a finding, transaction, rebalance or timeline entry opens its exchange
 """
 
 

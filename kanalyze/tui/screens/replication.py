@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -23,6 +25,11 @@ def partition_series(part: dict) -> dict[str, list[int | None]]:
     for f in followers:
         series[f"follower {f} LEO"] = [((e.get("followers") or {}).get(f) or {}).get("leo") for e in tl]
     return series
+
+
+def time_label(ts: float) -> str:
+    """A capture timestamp (seconds) as a UTC clock, for the chart's left end."""
+    return time.strftime("%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d} UTC"
 
 
 class ReplicationScreen(ReportScreen):
@@ -94,12 +101,19 @@ class ReplicationScreen(ReportScreen):
         self.query_one("#rep-summary", Static).update(Text.from_markup("\n".join(lines)))
         chart = self.query_one(StepChart)
         tl = p.get("timeline") or []
-        x = (f"frame {tl[0]['frame']}", f"frame {tl[-1]['frame']}") if tl else ("", "")
-        chart.set_series(partition_series(p), x)
+        xs = [e.get("ts") for e in tl]
+        if tl and all(isinstance(t, int | float) for t in xs):
+            x = (time_label(xs[0]), f"+{xs[-1] - xs[0]:.3f} s (frame {tl[-1]['frame']})")
+            chart.set_series(partition_series(p), x, xs)
+        else:
+            x = (f"frame {tl[0]['frame']}", f"frame {tl[-1]['frame']}") if tl else ("", "")
+            chart.set_series(partition_series(p), x)
         self.query_one("#rep-legend", Static).update(chart.legend())
         table = self.query_one("#rep-timeline", DataTable)
         table.clear()
+        frames = self.frames_of("rep-timeline")
         for e in tl:
+            frames.append(e.get("frame"))
             fol = " ".join(f"{k}:{v(f.get('leo'))}/{v(f.get('remote_leo'))}/{v(f.get('hw'))}"
                            for k, f in (e.get("followers") or {}).items())
             table.add_row(str(e.get("frame")), e.get("event", ""), v(e.get("leader_leo")), v(e.get("high_watermark")),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import on
 from textual.screen import Screen
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 
 class ReportScreen(Screen):
@@ -15,6 +16,21 @@ class ReportScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self._shown_report: object = None
+        # table id -> the frame each of its rows points at (Enter on a row jumps to its exchange)
+        self.row_frames: dict[str, list[int | None]] = {}
+
+    def frames_of(self, table_id: str) -> list[int | None]:
+        """The (cleared) list of frames for a table's rows; fill it as rows are added."""
+        out = self.row_frames[table_id] = []
+        return out
+
+    @on(DataTable.RowSelected)
+    def jump(self, event: DataTable.RowSelected) -> None:
+        """Enter on a finding, a transaction, a rebalance or a timeline entry: the exchanges
+        view with the exchange carried by its frame selected."""
+        frames = self.row_frames.get(event.data_table.id or "")
+        if frames and 0 <= event.cursor_row < len(frames) and frames[event.cursor_row]:
+            self.app.jump_to_frame(frames[event.cursor_row])
 
     def on_mount(self) -> None:
         self.set_interval(0.25, self.poll)

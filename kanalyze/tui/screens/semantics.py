@@ -48,7 +48,9 @@ class SemanticsScreen(ReportScreen):
                              v(s.get("gaps")), v(s.get("retries")), errors if i == 0 else "")
         txn = self.query_one("#transactions", DataTable)
         txn.clear()
+        txn_frames = self.frames_of("transactions")
         for t in report.get("transactions") or []:
+            txn_frames.append(t.get("first_frame"))
             markers = ",".join(f"{k}:{m}" for k, m in (t.get("control_records") or {}).items()) or "-"
             txn.add_row(t.get("transactional_id") or "-", v(t.get("producer_id")), v(t.get("producer_epoch")),
                         (t.get("outcome") or "-").upper(), ",".join(t.get("partitions") or []),
@@ -56,5 +58,7 @@ class SemanticsScreen(ReportScreen):
                         f"{v(t.get('first_frame'))}-{v(t.get('last_frame'))}", ms(t.get("duration_ms")))
         fnd = self.query_one("#findings", DataTable)
         fnd.clear()
+        fnd_frames = self.frames_of("findings")
         for f in report.get("findings") or []:
+            fnd_frames.append(f["frames"][0] if f.get("frames") else None)
             fnd.add_row(f["severity"].upper(), f["kind"], f["message"], ",".join(str(x) for x in f["frames"][:8]))

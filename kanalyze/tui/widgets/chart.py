@@ -1,5 +1,10 @@
-"""A small multi-series step chart (offsets over timeline entries), drawn with text cells so it
-needs no plotting dependency and reads the same in a snapshot, a terminal and tmux."""
+"""A small multi-series step chart (offsets over capture time), drawn with text cells so it
+needs no plotting dependency and reads the same in a snapshot, a terminal and tmux.
+
+x is time when `xs` (one timestamp per position) is given: a column shows the last value at or
+before its time, so bursts and idle stretches look like what they were. Leader LEO is the upper
+half of a cell, HW the lower half; a follower's LEO is a marker drawn over them in its own
+color (on their color), so a follower equal to HW stays visible."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ SERIES_STYLE = {
     "HW": ("█", "green"),
 }
 FOLLOWER_STYLES = ("magenta", "yellow", "cyan", "red")
+FOLLOWER_GLYPHS = ("●", "◆", "▲", "■")
 
 
 class StepChart(Widget):
@@ -23,18 +29,38 @@ class StepChart(Widget):
         super().__init__(**kwargs)
         self.series: dict[str, list[int | None]] = {}
         self.x_labels: tuple[str, str] = ("", "")
+        self.xs: list[float] | None = None
 
-    def set_series(self, series: dict[str, list[int | None]], x_labels: tuple[str, str] = ("", "")) -> None:
+    def set_series(self, series: dict[str, list[int | None]], x_labels: tuple[str, str] = ("", ""),
+                   xs: list[float] | None = None) -> None:
         self.series = series
         self.x_labels = x_labels
+        self.xs = xs if xs and len(xs) == max((len(v) for v in series.values()), default=0) else None
         self.refresh()
+
+    def positions(self, plot_w: int, n: int) -> list[int]:
+        """The series position each column shows: by time when `xs` is known (the last entry
+        at or before the column's time), else spread evenly."""
+        xs = self.xs
+        if not xs or n == 0:
+            return [min(n - 1, col * n // plot_w) if n else 0 for col in range(plot_w)]
+        t0, t1 = xs[0], xs[-1]
+        span = (t1 - t0) or 1.0
+        out = []
+        i = 0
+        for col in range(plot_w):
+            t = t0 + span * col / max(1, plot_w - 1)
+            while i + 1 < n and xs[i + 1] <= t:
+                i += 1
+            out.append(i)
+        return out
 
     def _style(self, name: str, i: int) -> tuple[str, str]:
         if name in SERIES_STYLE:
             return SERIES_STYLE[name]
         followers = [k for k in self.series if k not in SERIES_STYLE]
         i = followers.index(name) if name in followers else i
-        return "▒", FOLLOWER_STYLES[i % len(FOLLOWER_STYLES)]
+        return FOLLOWER_GLYPHS[i % len(FOLLOWER_GLYPHS)], FOLLOWER_STYLES[i % len(FOLLOWER_STYLES)]
 
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
@@ -50,15 +76,16 @@ class StepChart(Widget):
         plot_w, plot_h = width - label_w - 1, height - 2
         grid: list[list[tuple[str, str]]] = [[(" ", "")] * plot_w for _ in range(plot_h)]
         span = max(1, hi - lo)
-        # draw followers first, then leader LEO, then HW on top
-        order = [k for k in self.series if k not in SERIES_STYLE] + [k for k in SERIES_STYLE if k in self.series]
+        cols = self.positions(plot_w, n)
+        # leader LEO and HW first (half cells), then the followers' markers over them
+        order = [k for k in SERIES_STYLE if k in self.series] + [k for k in self.series if k not in SERIES_STYLE]
         # distinct rows per series when equal: a thin offset is not possible in cells, so each series
         # takes its own row band of the cell: LEO upper half, HW lower half, followers full
         for si, name in enumerate(order):
             glyph, style = self._style(name, si)
             data = self.series[name]
             for col in range(plot_w):
-                i = min(n - 1, col * n // plot_w) if n else 0
+                i = cols[col]
                 v = data[i] if i < len(data) else None
                 if v is None:
                     continue
@@ -71,6 +98,9 @@ class StepChart(Widget):
                 cur = grid[row][col]
                 if {cur[0], g} == {"▀", "▄"}:
                     grid[row][col] = ("█", "green on blue" if g == "▄" else "blue on green")
+                elif name not in SERIES_STYLE and cur[0] != " ":
+                    under = cur[1].split(" on ")[0] if cur[0] in "▀▄█" else cur[1].split(" on ")[-1]
+                    grid[row][col] = (g, f"bold {style} on {under}")
                 else:
                     grid[row][col] = (g, style)
         out = Text()
@@ -99,6 +129,6 @@ class StepChart(Widget):
                 glyph = "▀"
             elif name == "HW":
                 glyph = "▄"
-            t.append(glyph * 2, style)
+            t.append(glyph * 2 if name in SERIES_STYLE else f" {glyph}", style)
             t.append(f" {name}   ")
         return t

@@ -4,6 +4,7 @@ hex view to mark them. Children are built when a node is first expanded (records
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -13,10 +14,11 @@ from textual.widgets.tree import TreeNode
 
 from dissectors.context import DecodeContext
 from dissectors.errors import error_name
+from dissectors.jsonify import json_key
 from dissectors.node import ARRAY, PRIM, RAW, RECORDS, Node
-from dissectors.secrets import is_secret, redacted
+from dissectors.secrets import SECRET_BODIES, is_secret, redacted, withheld_spans
 from kanalyze.bodies import BodyDecoder
-from kanalyze.correlation import Exchange, Message
+from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 from kanalyze.tui.messages import FieldHighlighted
 
 MAX_CHILDREN = 2000  # beyond this an expanded array shows a "… N more" line
@@ -29,11 +31,15 @@ class Side:
     label: str  # "request" / "response"
     frame: bytes  # pdu.data with secret bytes masked
     ctx: DecodeContext | None
+    frame_no: int = 0  # the packet that completed the frame (pdu.last_pkt), as the table shows
 
     def buffer(self, source: int) -> tuple[bytes, str]:
+        """The bytes a node points into and the hex view's title, which names the frame: the
+        pane is then checkably about the exchange the table and the tree show."""
         if source == 0 or self.ctx is None:
-            return self.frame, f"{self.label} frame"
-        return self.ctx.buffers[source - 1], f"{self.label} decompressed buffer #{source}"
+            return self.frame, f"{self.label} frame {self.frame_no}"
+        return (self.ctx.buffers[source - 1],
+                f"{self.label} decompressed buffer #{source} (frame {self.frame_no})")
 
 
 @dataclass(slots=True)
@@ -49,6 +55,22 @@ class Ref:
     populated: bool = False
 
 
+def json_value(v: object, limit: int = 80) -> str:
+    """A value as the NDJSON spells it (null, true, "text"), cut at `limit` characters: the tree
+    and `kanalyze export` read alike."""
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v if len(v) <= limit else v[:limit], ensure_ascii=False) + (
+            "…" if len(v) > limit else "")
+    if isinstance(v, dict | list):
+        s = json.dumps(v, ensure_ascii=False, default=str)
+        return s if len(s) <= limit else s[:limit] + "…"
+    return str(v)
+
+
 def _value_text(node: Node, show_secrets: bool) -> str:
     v = node.value
     if is_secret(v) and not show_secrets:
@@ -56,19 +78,20 @@ def _value_text(node: Node, show_secrets: bool) -> str:
     if isinstance(v, bytes | bytearray | memoryview):
         b = bytes(v)
         return f"{len(b)} bytes {b[:16].hex()}" + ("…" if len(b) > 16 else "")
-    if isinstance(v, str):
-        return repr(v) if len(v) <= 80 else repr(v[:80]) + "…"
-    return str(v)
+    return json_value(v)
+
+
+def field_name(name: str) -> str:
+    """The NDJSON key of a spec field name (HighWatermark -> high_watermark); array items as [i]."""
+    return f"[{name}]" if name.isdigit() else json_key(name)[0]
 
 
 def node_label(node: Node, show_secrets: bool = False) -> Text:
-    name = node.name
-    if name.isdigit():
-        name = f"[{name}]"
+    name = field_name(node.name)
     kind = node.kind
     if kind == PRIM:
         text = Text.assemble((name, "bold"), ": ", _value_text(node, show_secrets))
-        if name.endswith("ErrorCode") and isinstance(node.value, int):
+        if json_key(node.name)[1] and isinstance(node.value, int):
             ename = error_name(node.value) or "?"
             text.append(f" ({ename})", "bold red" if node.value else "green")
     elif kind == ARRAY:
@@ -93,13 +116,7 @@ _PREVIEW_KEYS = ("base_offset", "offset", "codec", "producer_id", "base_sequence
 
 
 def _dict_preview(d: dict) -> str:
-    parts = []
-    for k in _PREVIEW_KEYS:
-        if k in d:
-            v = d[k]
-            if isinstance(v, str) and len(v) > 24:
-                v = v[:24] + "…"
-            parts.append(f"{k}={v}")
+    parts = [f"{k}={json_value(d[k], 24)}" for k in _PREVIEW_KEYS if k in d]
     if "records" in d and isinstance(d["records"], list):
         parts.append(f"records={len(d['records'])}")
     return " ".join(parts)
@@ -109,14 +126,33 @@ def _struct_preview(node: Node) -> str:
     for c in node.children or ():
         if c.kind == PRIM and c.name in ("Name", "Topic", "TopicName", "GroupId", "PartitionIndex",
                                           "Partition", "Index") and not isinstance(c.value, bytes):
-            return f" {c.name}={c.value}"
+            return f" {json_key(c.name)[0]}={json_value(c.value, 40)}"
     return ""
 
 
-def _mask_secrets(data: bytes, node: Node | None) -> bytes:
-    if node is None:
-        return data
-    spans = [(n.offset, n.length) for n in node.walk() if n.source == 0 and is_secret(n.value)]
+def hex_buffer(ex: Exchange, msg: Message, is_req: bool, node: Node | None) -> bytes:
+    """What the hex pane shows of one side's frame (secrets masked)."""
+    credentials = ex.api_key == SASL_RAW_API or (ex.api_key, is_req) in SECRET_BODIES
+    body_at = msg.body_offset
+    undecoded = node is None or node.kind == RAW
+    if msg.diagnostics and (credentials or undecoded):  # a broken header: anything after it
+        body_at = min(body_at, 8 if is_req and ex.api_key != SASL_RAW_API else 0)
+        node = None
+    return _mask_secrets(msg.pdu.data, node, body_at, credentials)
+
+
+def _mask_secrets(data: bytes, node: Node | None, body_at: int, credentials: bool) -> bytes:
+    """The frame with its secrets' bytes masked; a body that carries credentials and did not
+    decode cleanly, or any body not decoded at all, is masked whole: where a secret sits in it
+    is unknown."""
+    whole = [(body_at, len(data) - body_at)]
+    if node is None or node.kind == RAW:  # not decoded (unknown api, an unmatched response)
+        spans = whole
+    elif credentials:
+        found = withheld_spans(node)
+        spans = whole if found is None else found
+    else:
+        spans = [(n.offset, n.length) for n in node.walk() if n.source == 0 and is_secret(n.value)]
     if not spans:
         return data
     buf = bytearray(data)
@@ -173,11 +209,17 @@ class DecodeTree(Tree[Ref]):
                 continue
             node, ctx = bodies.node(ex, msg, is_req)
             show = bodies.template.show_secrets
-            side = Side(label, msg.pdu.data if show else _mask_secrets(msg.pdu.data, node), ctx)
+            data = msg.pdu.data if show else hex_buffer(ex, msg, is_req, node)
+            side = Side(label, data, ctx, msg.pdu.last_pkt)
             top = self._message_node(ex, msg, is_req, side, node)
             first = first or top
         if first is not None:
+            # after clear() the cursor line may already equal the first line: Tree then posts no
+            # NodeHighlighted, and the hex view would keep the previous exchange's bytes. Say it.
             self.move_cursor(first)
+            self._announce(first)
+        else:
+            self.post_message(FieldHighlighted(b"", "no frame captured", 0, 0))
 
     def _message_node(self, ex: Exchange, msg: Message, is_req: bool, side: Side,
                       body: Node | None) -> TreeNode[Ref]:
@@ -192,7 +234,7 @@ class DecodeTree(Tree[Ref]):
         top = self.root.add(title, data=Ref(side, 0, 0, len(pdu.data), populated=True), expand=True)
         hdr = top.add(Text("header", "bold"), data=Ref(side, 0, 0, msg.body_offset, populated=True))
         for key, (off, length) in _header_spans(msg, is_req).items():
-            hdr.add_leaf(Text.assemble((key, "bold"), f": {msg.header.get(key)!r}"),
+            hdr.add_leaf(Text.assemble((key, "bold"), f": {json_value(msg.header.get(key))}"),
                          data=Ref(side, 0, off, length, populated=True))
         for d in msg.diagnostics:
             top.add_leaf(Text(f"⚠ {d.code} at {d.offset}: {d.message}", "bold red"),
@@ -242,16 +284,25 @@ class DecodeTree(Tree[Ref]):
         self._populate(event.node)
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[Ref]) -> None:
-        ref = event.node.data
+        self._announce(event.node)
+
+    def _announce(self, tnode: TreeNode[Ref]) -> None:
+        """Tell the hex view about `tnode`, unless it belongs to a tree since cleared (a late
+        highlight of the previous exchange must not overwrite the current one's bytes)."""
+        ref = tnode.data
         if ref is None:
+            return
+        top = tnode
+        while top.parent is not None:
+            top = top.parent
+        if top is not self.root:
             return
         data, title = ref.side.buffer(ref.source)
         self.post_message(FieldHighlighted(data, title, ref.offset, ref.length))
 
 
 def _short(v: object) -> str:
-    s = repr(v) if isinstance(v, str) else str(v)
-    return s if len(s) <= 100 else s[:100] + "…"
+    return json_value(v, 100)
 
 
 def _header_spans(msg: Message, is_req: bool) -> dict[str, tuple[int, int]]:

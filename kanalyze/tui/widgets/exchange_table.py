@@ -3,8 +3,10 @@ rows scroll without a freeze. Rows are indices into the store; cells are built o
 
 from __future__ import annotations
 
+import time
 from array import array
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
@@ -17,24 +19,87 @@ from textual.strip import Strip
 
 from kanalyze.tui.store import ExchangeStore
 
-# (title, width, sort key or None)
-COLUMNS: tuple[tuple[str, int, str | None], ...] = (
-    ("No.", 7, "time"),
-    ("Time", 10, "time"),
-    ("Conn", 5, "conn"),
-    ("Client id", 14, None),
-    ("API", 20, "api"),
-    ("Corr", 7, "corr"),
-    ("Topic/partitions", 24, None),
-    ("Latency ms", 10, "latency"),
-    ("Status / error", 22, "status"),
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """A table column: `least` is the narrowest it is drawn, `most` the widest its content may
+    make it; `essential` columns are always shown (API with version, latency, status), the others
+    only when their content fits beside them. `rank` is the order in which they claim room."""
+
+    title: str
+    least: int
+    most: int
+    rank: int
+    sort: str | None = None
+    right: bool = False
+    essential: bool = False
+    squeeze: bool = False  # shown narrower than its content rather than not at all
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("No.", 3, 9, 0, "time", right=True, essential=True),
+    Column("Time", 9, 26, 4, "time", right=True, squeeze=True),
+    Column("Conn", 4, 6, 6, "conn", right=True),
+    Column("Client id", 9, 32, 5, None, squeeze=True),
+    Column("API", 11, 30, 1, "api", essential=True),
+    Column("Corr", 4, 11, 8, "corr", right=True),
+    Column("Topic/partitions", 10, 60, 7, None),
+    Column("Latency ms", 7, 12, 2, "latency", right=True, essential=True),
+    Column("Status / error", 8, 60, 3, "status", essential=True),
 )
+TIME_FORMATS = ("relative", "absolute", "delta")  # seconds since the first exchange, UTC clock,
+# seconds since the row above (as Wireshark's View > Time Display Format)
 
 
 def _fit(text: str, width: int, right: bool = False) -> str:
     if len(text) > width:
         return text[: width - 1] + "…"
     return text.rjust(width) if right else text.ljust(width)
+
+
+def _fit_middle(text: str, width: int) -> str:
+    """Cut in the middle: client ids differ at their end (producer-1, producer-2)."""
+    if len(text) <= width:
+        return text.ljust(width)
+    if width < 5:
+        return _fit(text, width)
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def layout(width: int, wanted: list[int]) -> list[int]:
+    """Width of each column of COLUMNS (0: not shown) for a table `width` cells wide, given the
+    width each column's content asks for. Columns claim room by rank at their wanted width;
+    essential ones are always there (at their least width when room is short); what is left
+    goes to the status (the last column)."""
+    out = [0] * len(COLUMNS)
+    used = 0
+    by_rank = sorted(range(len(COLUMNS)), key=lambda i: COLUMNS[i].rank)
+    for i in by_rank:
+        c = COLUMNS[i]
+        want = max(c.least, min(c.most, wanted[i]))
+        if used + want + 1 <= width:
+            out[i] = want
+        elif c.squeeze and used + c.least + 1 <= width:
+            out[i] = width - used - 1
+        elif c.essential:
+            out[i] = c.least
+        else:
+            continue
+        used += out[i] + 1
+    # too narrow even so: the essential columns give back their extra width, widest first
+    while used > width:
+        i = max(range(len(out)), key=lambda k: out[k] - COLUMNS[k].least if out[k] else -1)
+        if not out[i] or out[i] <= COLUMNS[i].least:
+            break
+        out[i] -= 1
+        used -= 1
+    spare = width - used
+    for i in (8, 6, 3):  # status (the last column), else topics, else client id takes the rest
+        if out[i] and spare > 0:
+            out[i] += spare
+            break
+    return out
 
 
 class ExchangeTable(ScrollView, can_focus=True):
@@ -78,7 +143,11 @@ class ExchangeTable(ScrollView, can_focus=True):
         self.cursor = 0
         self.sort_key = "time"
         self.sort_reverse = False
-        self._width = sum(w + 1 for _t, w, _k in COLUMNS)
+        self.time_format = TIME_FORMATS[0]
+        # the widest content met so far in each column (titles first): widths follow content
+        self._seen = [len(c.title) for c in COLUMNS]
+        self._widths = layout(80, self._seen)
+        self._laid_out: tuple[int, tuple[int, ...]] = (-1, ())
 
     # -- data -----------------------------------------------------------------------------
     def set_rows(self, rows: Iterable[int], keep: int | None = None) -> None:
@@ -102,8 +171,34 @@ class ExchangeTable(ScrollView, can_focus=True):
             self._announce()
 
     def _resize(self) -> None:
-        self.virtual_size = Size(self._width, len(self.rows) + 1)
+        self.virtual_size = Size(self.size.width, len(self.rows) + 1)
         self.refresh()
+
+    def on_resize(self) -> None:
+        self._resize()
+
+    def widths(self) -> list[int]:
+        """Column widths for the current size and content (recomputed when either changed)."""
+        self._seen[0] = max(self._seen[0], len(str(len(self.store))))
+        key = (self.size.width, tuple(self._seen))
+        if key != self._laid_out:
+            self._laid_out = key
+            self._widths = layout(self.size.width, self._seen)
+        return self._widths
+
+    def set_time_format(self, fmt: str) -> None:
+        self.time_format = fmt
+        self._seen[1] = len(COLUMNS[1].title)
+        self.refresh()
+
+    def column_at(self, x: int) -> Column | None:
+        for c, w in zip(COLUMNS, self.widths(), strict=True):
+            if not w:
+                continue
+            if x < w + 1:
+                return c
+            x -= w + 1
+        return None
 
     @property
     def current(self) -> int | None:
@@ -146,13 +241,9 @@ class ExchangeTable(ScrollView, can_focus=True):
 
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
-            x = event.x + int(self.scroll_x)
-            for _title, width, key in COLUMNS:
-                if x < width + 1:
-                    if key:
-                        self.post_message(self.HeaderClicked(key))
-                    return
-                x -= width + 1
+            col = self.column_at(event.x + int(self.scroll_x))
+            if col is not None and col.sort:
+                self.post_message(self.HeaderClicked(col.sort))
             return
         self.move_to(int(self.scroll_y) + event.y - 1)
 
@@ -161,20 +252,26 @@ class ExchangeTable(ScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         width = self.size.width
         base = self.rich_style
+        widths = self.widths()
         if y == 0:
             style = self.get_component_rich_style("exchange-table--header")
             cells = []
-            for title, w, key in COLUMNS:
+            for c, w in zip(COLUMNS, widths, strict=True):
+                if not w:
+                    continue
                 mark = ""
-                if key == self.sort_key and title != "No.":
+                if c.sort == self.sort_key and c.title != "No.":
                     mark = "▼" if self.sort_reverse else "▲"
+                title = "Time (UTC)" if c.title == "Time" and self.time_format == "absolute" else c.title
+                if c.title == "Time" and self.time_format == "delta":
+                    title = "Δ Time"
                 cells.append(_fit(title + mark, w))
             return self._strip(" ".join(cells), style, scroll_x, width)
         pos = scroll_y + y - 1
         if pos >= len(self.rows):
             return Strip.blank(width, base)
         idx = self.rows[pos]
-        text, problem = self._row_text(idx)
+        text, problem = self._row_text(idx, pos, widths)
         style = base
         if problem:
             style = base + self.get_component_rich_style("exchange-table--error")
@@ -186,7 +283,19 @@ class ExchangeTable(ScrollView, can_focus=True):
         text = text[scroll_x:]
         return Strip([Segment(text.ljust(width)[:width], style)], width)
 
-    def _row_text(self, idx: int) -> tuple[str, bool]:
+    def time_text(self, pos: int) -> str:
+        """The Time cell of table line `pos` in the current time display format."""
+        st = self.store
+        row = st.row(self.rows[pos])
+        if self.time_format == "absolute":
+            sec, ns = divmod(row.start_ts, 1_000_000_000)
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(sec)) + f".{ns // 1000:06d}"
+        if self.time_format == "delta":
+            prev = st.row(self.rows[pos - 1]).start_ts if pos > 0 else row.start_ts
+            return f"{(row.start_ts - prev) / 1e9:.6f}"
+        return f"{st.rel_time(row):.6f}"
+
+    def _row_text(self, idx: int, pos: int, widths: list[int]) -> tuple[str, bool]:
         st = self.store
         ex = st.row(idx)
         topics, errors = st.summary(idx)
@@ -198,15 +307,22 @@ class ExchangeTable(ScrollView, can_focus=True):
         if ex.status != "ok" and errors:
             status = f"{ex.status} {status}"
         vals = (
-            (str(idx + 1), True),
-            (f"{st.rel_time(ex):.6f}", True),
-            (str(ex.conn.id), True),
-            (ex.client_id or "-", False),
-            (api, False),
-            ("-" if ex.correlation_id is None else str(ex.correlation_id), True),
-            (topics or "-", False),
-            ("-" if lat is None else f"{lat / 1e6:.3f}", True),
-            (status, False),
+            str(idx + 1),
+            self.time_text(pos),
+            str(ex.conn.id),
+            ex.client_id or "-",
+            api,
+            "-" if ex.correlation_id is None else str(ex.correlation_id),
+            topics or "-",
+            "-" if lat is None else f"{lat / 1e6:.3f}",
+            status,
         )
-        text = " ".join(_fit(v, w, right) for (v, right), (_t, w, _k) in zip(vals, COLUMNS, strict=True))
-        return text, ex.status != "ok" or bool(errors)
+        seen = self._seen
+        cells = []
+        for i, (v, c, w) in enumerate(zip(vals, COLUMNS, widths, strict=True)):
+            if len(v) > seen[i]:
+                seen[i] = len(v)
+                self.call_later(self.refresh)  # a wider value: lay the columns out again
+            if w:
+                cells.append(_fit_middle(v, w) if i == 3 else _fit(v, w, c.right))
+        return " ".join(cells), ex.status != "ok" or bool(errors)

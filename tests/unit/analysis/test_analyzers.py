@@ -3,6 +3,8 @@ ordering, bounded collections."""
 
 from __future__ import annotations
 
+import pytest
+
 from kanalyze.analysis.consumers import _markers, aborted_batch
 from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
@@ -213,3 +215,60 @@ def test_hw_stalled_while_the_leo_moves() -> None:
         ra.feed(ev)
     stalls = [x for x in f.to_json() if x["kind"] == "hw_stalled"]
     assert len(stalls) == 1 and stalls[0]["high_watermark"] == 0 and stalls[0]["leader_leo"] == 1
+
+
+def _by_id_fetch(tid: str, off: int, hw: int, batches: list[dict]) -> tuple[dict, dict]:
+    req = {"replica_state": {"replica_id": 3}, "topics": [{"topic_id": tid, "partitions": [
+        {"partition": 0, "fetch_offset": off}]}]}
+    part = {"partition_index": 0, "error_code": 0, "high_watermark": hw,
+            "records": {"batches": batches}}
+    rsp = {"responses": [{"topic_id": tid, "partitions": [part]}]}
+    return req, rsp
+
+
+def test_an_id_nobody_names_is_one_partition_with_one_hint() -> None:
+    from kanalyze.analysis.replication import ReplicationAnalyzer
+    from kanalyze.bodies import TopicNames
+
+    f = Findings()
+    ra = ReplicationAnalyzer(f, names=TopicNames())
+    tid = "11111111-2222-3333-4444-555555555555"
+    for i in range(3):
+        for ev in exchange(1, *_by_id_fetch(tid, i, i, []), 10 * i + 1):
+            ra.feed(ev)
+    ra.finish()
+    out = ra.to_json()
+    got = [(p["topic"], p["topic_id"], p.get("topic_unresolved")) for p in out]
+    assert got == [(tid, tid, True)]
+    assert len(out[0]["timeline"]) == 6
+    hints = [x for x in f.to_json() if x["kind"] == "unresolved_topic_id"]
+    assert len(hints) == 1 and "--topic-ids" in hints[0]["message"] and hints[0]["topic_id"] == tid
+
+
+@pytest.mark.parametrize("bound", ["HOLD_CAP", "HOLD_BYTES"])
+def test_an_id_named_after_the_hold_cap_merges_into_the_name(bound: str) -> None:
+    """Past HOLD_CAP events (or HOLD_BYTES of frames) the held events go on under the id; a
+    name learned later merges them."""
+    import kanalyze.analysis.replication as rep
+    from kanalyze.bodies import TopicNames
+
+    names = TopicNames()
+    ra = rep.ReplicationAnalyzer(Findings(), names=names)
+    tid = "11111111-2222-3333-4444-555555555555"
+    old = getattr(rep, bound)
+    setattr(rep, bound, 1 if bound == "HOLD_CAP" else -1)
+    try:
+        for ev in exchange(1, *_by_id_fetch(tid, 0, 0, []), 1):
+            ra.feed(ev)
+    finally:
+        setattr(rep, bound, old)
+    assert list(ra.parts) == [(tid, 0)]
+    parts = [{"partition": 0, "fetch_offset": 0}]
+    name_fetch = {"replica_id": 2, "topics": [{"topic": "t", "partitions": parts}]}
+    names.learn(tid, "t", "test")
+    for ev in exchange(1, name_fetch, None, 5):
+        ra.feed(ev)
+    ra.finish()
+    (p,) = ra.to_json()
+    assert (p["topic"], p["topic_id"]) == ("t", tid)
+    assert [e["frame"] for e in p["timeline"]] == [1, 2, 5] and p["final"]["isr"] == [2, 3]

@@ -70,7 +70,7 @@ def test_textbook_case_step_by_step() -> None:
     assert part["hw_advance_latency_ms"]["count"] == 1  # offset 0 became committed once
 
 
-@pytest.mark.parametrize("name", ["textbook", "isr", "anomalies"])
+@pytest.mark.parametrize("name", ["textbook", "isr", "anomalies", "mixed_ids"])
 def test_timelines_equal_the_generator_truth(name: str) -> None:
     t = truth(name)
     got = timelines(report(name))
@@ -175,3 +175,206 @@ def test_tshark_agrees_on_follower_positions_and_stable_offsets(name: str) -> No
                 assert by_frame[(frame_no, part)]["last_stable_offset"] == lso
                 checked += 1
     assert checked >= 4
+
+
+# ------------------------------------------------------------------ topic ids (mixed_ids.pcap)
+
+
+def test_followers_by_name_and_by_id_share_one_timeline() -> None:
+    """Follower 2 fetches repl-c by name (Fetch v11, kafka-python), follower 3 by id (Fetch v15,
+    kio), no Metadata in the capture: one partition, the HWs the leader sent in order, every
+    follower with its LEO, the id named from the record batches both got."""
+    t = truth("mixed_ids")
+    doc = report("mixed_ids")
+    assert [(p["topic"], p["partition"]) for p in doc["replication"]] == [("repl-c", 0)]
+    part = doc["replication"][0]
+    (tid,) = t["topic_ids"]
+    assert part["topic_id"] == tid and "topic_unresolved" not in part
+    sent = [s["high_watermark"] for s in t["steps"] if s["event"].endswith("response")]
+    shown = [e["high_watermark"] for e in part["timeline"] if e["event"].endswith("response")]
+    assert shown == sent
+    assert sorted(set(sent)) == [0, 1, 4, 6, 15, 17]
+    hws = [e["high_watermark"] for e in part["timeline"]]
+    assert hws == sorted(hws)  # never backwards
+    want = t["final"]["repl-c-0"]
+    assert {f: v["leo"] for f, v in part["final"]["followers"].items()} == {
+        f: v["leo"] for f, v in want["followers"].items()} == {"2": 17, "3": 17}
+    assert part["final"]["isr"] == [2, 3]
+    assert not [f for f in doc["findings"] if f["severity"] != "info"]
+
+
+def test_topic_ids_file_names_the_id_from_the_start(tmp_path: Path) -> None:
+    """With the user's mapping the id is named before any batch: the same single timeline."""
+    from kanalyze.bodies.names import load_topic_ids
+
+    t = truth("mixed_ids")
+    (tid, name), = t["topic_ids"].items()
+    f = tmp_path / "ids.json"
+    f.write_text(json.dumps({name: tid}))
+    opts = EngineOptions(ports=frozenset({t["broker"]["port"]}))
+    s = Session([str(REP / "mixed_ids.pcap")], opts)
+    names = load_topic_ids(str(f))
+    assert names.origin == {tid: "topic_ids_file"}
+    doc = analyze(s.exchanges(), DecodeContext(strict=True, topic_names=names.mapping))
+    assert [p["topic"] for p in doc["replication"]] == ["repl-c"]
+    assert timelines(doc) == timelines(report("mixed_ids"))
+
+
+# ------------------------------------------------------------------ KRaft (kraft.pcap)
+
+
+def test_metadata_log_names_the_topic_and_states_the_isr() -> None:
+    """The metadata log (Fetch v15 by the log's fixed id) names orders (TopicRecord) before
+    follower 2 fetches it by id; the ISR the cluster stated (PartitionRecord, AlterPartition
+    responses, PartitionChangeRecords) is the generator's, in order, beside the inferred one."""
+    t = truth("kraft")
+    doc = report("kraft")
+    parts = {p["topic"]: p for p in doc["replication"]}
+    assert set(parts) == {
+        "__cluster_metadata", "orders", "__consumer_offsets", "__transaction_state"}
+    (tid,) = t["topic_ids"]
+    orders = parts["orders"]
+    assert orders["topic_id"] == tid
+    assert {"metadata_log", "alter_partition"} <= set(orders["sources"])
+    stated = [(e["stated"]["source"], e["stated"]["isr"], e["stated"]["partition_epoch"])
+              for e in orders["timeline"] if e["event"] == "isr_stated"]
+    assert stated == [(s["source"], s["isr"], s["partition_epoch"]) for s in t["stated"]]
+    fin = orders["final"]
+    assert fin["stated"]["isr"] == [1, 2, 3] and fin["stated"]["leader"] == 1
+    assert fin["isr"] == [2, 3]
+    assert {f: v["leo"] for f, v in fin["followers"].items()} == {
+        f: v["leo"] for f, v in t["final"]["orders-0"]["followers"].items()}
+    kinds = [f["kind"] for f in doc["findings"]]
+    assert "isr_disagreement" not in kinds and "unresolved_topic_id" not in kinds
+    assert kinds.count("topic_created") == 1  # the log is applied once however often it is fetched
+    # the HWs the leader sent for orders, in order
+    sent = [s["high_watermark"] for s in t["steps"]
+            if s["topic"] == "orders" and s["event"].endswith("response")]
+    shown = [e["high_watermark"] for e in orders["timeline"] if e["event"].endswith("response")]
+    assert shown == sent
+
+
+def test_stated_and_inferred_isr_disagree_is_an_alert() -> None:
+    """The cluster states ISR [1, 2] while follower 3 keeps fetching at the leader's end."""
+    from kanalyze.analysis.events import Event
+    from kanalyze.analysis.findings import Findings
+    from kanalyze.analysis.replication import ReplicationAnalyzer
+    from kanalyze.bodies import Bodies
+    from kanalyze.correlation import ConnInfo, Exchange, Message
+    from kanalyze.framing import Pdu
+
+    def pair(api: int, req: dict, rsp: dict, frame: int) -> list[Event]:
+        m = [Message(Pdu(b"", 0, 0, f, f, f, f), {}, 0) for f in (frame, frame + 1)]
+        ex = Exchange(ConnInfo(1, "a:1", "b:2"), api, 0, frame, "c", "ok", m[0], m[1])
+        bodies = Bodies.given(ex, None, req, rsp)  # type: ignore[arg-type]
+        return [Event(True, bodies, frame, frame), Event(False, bodies, frame + 1, frame + 1)]
+
+    f = Findings()
+    ra = ReplicationAnalyzer(f)
+    fetch = {"replica_id": 3,
+             "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
+    committed = {"partition_index": 0, "error_code": 0, "leader_id": 1, "leader_epoch": 4,
+                 "isr": [1, 2], "partition_epoch": 7}
+    alter = {"topics": [{"topic_name": "t", "partitions": [committed]}]}
+    for ev in [*pair(1, fetch, {"responses": []}, 1), *pair(56, {}, alter, 3)]:
+        ra.feed(ev)
+    ra.finish()
+    (p,) = ra.to_json()
+    assert p["final"]["stated"] == {"isr": [1, 2], "leader": 1, "leader_epoch": 4,
+                                    "partition_epoch": 7, "source": "alter_partition", "frame": 4}
+    assert p["leader_epoch"] == 4
+    (alert,) = [x for x in f.to_json() if x["kind"] == "isr_disagreement"]
+    assert alert["replicas"] == [3] and alert["stated_isr"] == [1, 2]
+    assert alert["inferred_isr"] == [3]
+
+
+def test_groups_and_transactions_from_the_internal_topics() -> None:
+    """__consumer_offsets and __transaction_state records a follower replicates drive the group
+    and transaction analyses: commits, generation and members, transaction states."""
+    t = truth("kraft")
+    doc = report("kraft")
+    (g,) = doc["groups"]
+    want = t["groups"][0]
+    assert g["group_id"] == want["group"] and g["protocol_type"] == "consumer"
+    want_log = {f"{c['topic']}-{c['partition']}": c["offset"] for c in t["committed"]}
+    assert g["committed_log"] == want_log
+    (gen,) = g["generations"]
+    assert (gen["generation_id"], gen["leader"], gen["protocol"]) == (
+        want["generation"], want["leader"], want["protocol"])
+    assert {m["member_id"]: m["client_id"] for m in g["members"]} == want["members"]
+    (txn,) = doc["transactions"]
+    want = t["transactions"][0]
+    assert (txn["transactional_id"], txn["producer_id"], txn["source"]) == (
+        want["transactional_id"], want["producer_id"], "transaction_log")
+    assert txn["states"] == want["states"] and txn["outcome"] == "committed"
+    assert txn["partitions"] == [f"{k}-{i}" for k, ids in want["partitions"].items() for i in ids]
+
+
+def test_spark_rows_name_ids_from_topic_ids() -> None:
+    """The Spark rows' registry is preloaded with --topic-ids, one copy per capture group."""
+    from kanalyze.spark.rows import RowBuilder, row_context
+
+    t = truth("mixed_ids")
+    (tid, name), = t["topic_ids"].items()
+    ctx = row_context({tid: name})
+
+    def fetch_topics(builder: RowBuilder) -> list[list[str]]:
+        opts = EngineOptions(ports=frozenset({t["broker"]["port"]}))
+        s = Session([str(REP / "mixed_ids.pcap")], opts)
+        rows = [(ex, builder.row(ex, "c")) for ex in s.exchanges()]  # every row, in capture order
+        return [r["topics"] for ex, r in rows if ex.api_key == 1 and ex.api_version == 15]
+
+    named = RowBuilder([str(REP / "mixed_ids.pcap")], ctx=ctx)
+    assert fetch_topics(named) == [[name]] * 8
+    assert named.bodies.names.mapping is not ctx.topic_names  # its own registry
+    plain = fetch_topics(RowBuilder([str(REP / "mixed_ids.pcap")]))
+    assert plain == [[tid]] * 8  # the record-batch links are the analysis's alone
+
+
+def test_metrics_label_followers_by_id_with_the_topic_name() -> None:
+    """Prometheus labels use the one identity: follower 3's by-id fetches count under repl-c
+    from the first one on when --topic-ids names the id."""
+    from prometheus_client import CollectorRegistry
+
+    from kanalyze.export import ExchangeEncoder
+    from kanalyze.metrics import Metrics
+
+    t = truth("mixed_ids")
+    (tid, name), = t["topic_ids"].items()
+    metrics = Metrics(CollectorRegistry())
+    enc = ExchangeEncoder(DecodeContext(topic_names={tid: name}))
+    opts = EngineOptions(ports=frozenset({t["broker"]["port"]}))
+    for ex in Session([str(REP / "mixed_ids.pcap")], opts).exchanges():
+        metrics.observe(ex, enc.encode(ex))
+    labels = {tuple(sorted(s.labels.items())) for m in metrics.registry.collect()
+              if m.name == "kanalyze_follower_fetch_offset" for s in m.samples}
+    assert labels == {(("partition", "0"), ("replica", r), ("topic", name)) for r in ("2", "3")}
+
+
+def test_metadata_log_broker_records_and_topic_deletion_are_findings() -> None:
+    """Registration, fencing and topic deletion in the log, each once however often fetched."""
+    from kanalyze.analysis.events import Event
+    from kanalyze.analysis.findings import Findings
+    from kanalyze.analysis.replication import ReplicationAnalyzer
+    from kanalyze.bodies import Bodies
+    from kanalyze.correlation import ConnInfo, Exchange, Message
+    from kanalyze.framing import Pdu
+
+    def rec(offset: int, kind: str, **fields: object) -> dict:
+        return {"offset": offset, "metadata_record": {"type": kind, "fields": fields}}
+
+    records = [rec(0, "RegisterBrokerRecord", broker_id=2, broker_epoch=7),
+               rec(1, "FenceBrokerRecord", id=2, epoch=7),
+               rec(2, "RemoveTopicRecord", topic_id="7a3c9e21-54b8-4f0d-8e6a-1c2d3e4f5a6b")]
+    rsp = {"responses": [{"topic": "__cluster_metadata", "partitions": [
+        {"partition_index": 0, "error_code": 0, "records": {"batches": [
+            {"base_offset": 0, "last_offset_delta": 2, "records": records}]}}]}]}
+    f = Findings()
+    ra = ReplicationAnalyzer(f)
+    for frame in (1, 3):  # two brokers fetch the same log
+        m = Message(Pdu(b"", 0, 0, frame, frame, frame, frame), {}, 0)
+        ex = Exchange(ConnInfo(frame, "a:1", "b:2"), 1, 12, frame, "c", "ok", None, m)
+        ra.feed(Event(False, Bodies.given(ex, None, None, rsp), frame, frame))  # type: ignore[arg-type]
+    ra.finish()
+    got = [(x["kind"], x.get("broker"), x.get("broker_epoch")) for x in f.to_json()]
+    assert got == [("broker_registered", 2, 7), ("broker_fenced", 2, 7), ("topic_deleted", None, None)]

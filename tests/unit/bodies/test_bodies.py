@@ -4,6 +4,7 @@ registry, the one error scanner and topic/partition reader, and the facts of rea
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from kanalyze.bodies import (
     exchange_facts,
     topic_entries,
 )
+from kanalyze.correlation import ConnInfo, Exchange
 from kanalyze.session import Session
 
 CAPTURES = Path(__file__).resolve().parents[3] / "captures"
@@ -150,3 +152,43 @@ def test_partitions_of_topics_nested_in_groups() -> None:
     assert fetches
     topics = {p.topic for ex in fetches for p in Bodies(ex, dec).facts.partitions}
     assert {"kp-gzip", "kp-lz4", "kp-none", "kp-snappy", "kp-zstd"} <= topics
+
+
+def test_topic_ids_files_in_every_accepted_form() -> None:
+    import base64
+    import uuid
+
+    from kanalyze.bodies.names import TopicIdsError, canonical_topic_id, parse_topic_ids
+
+    tid = "5d4f2a8e-1c3b-4e6f-9a7d-2b8c0e1f3a45"
+    kafka_form = base64.urlsafe_b64encode(uuid.UUID(tid).bytes).decode().rstrip("=")
+    assert len(kafka_form) == 22 and canonical_topic_id(kafka_form) == tid
+    assert canonical_topic_id(tid.upper()) == tid and canonical_topic_id("orders") is None
+    want = {tid: "orders"}
+    assert parse_topic_ids(json.dumps({tid: "orders"})) == want
+    assert parse_topic_ids(json.dumps({"orders": kafka_form})) == want
+    assert parse_topic_ids(json.dumps([{"name": "orders", "topic_id": tid}])) == want
+    assert parse_topic_ids(f"Topic: orders\tTopicId: {kafka_form}\tPartitionCount: 3\n") == want
+    for bad in ("{", "nothing here", '{"a": "b"}', '{"a": 1}'):
+        with pytest.raises(TopicIdsError):
+            parse_topic_ids(bad)
+
+
+def test_batch_links_name_an_id_only_from_the_same_broker() -> None:
+    from kanalyze.bodies.names import BatchLinks
+
+    def fetch(broker: str, topic: dict, base: int, crc: int) -> tuple[Exchange, dict]:
+        ex = Exchange(ConnInfo(1, "c:1", broker), 1, 15, 1, "f", "ok", None, None)
+        batch = {"base_offset": base, "crc": crc, "crc_ok": True}
+        part = {"partition_index": 0, "records": {"batches": [batch]}}
+        return ex, {"responses": [{**topic, "partitions": [part]}]}
+
+    names = TopicNames()
+    links = BatchLinks(names)
+    tid = "5d4f2a8e-1c3b-4e6f-9a7d-2b8c0e1f3a45"
+    links.observe(*fetch("b:1", {"topic": "orders"}, 0, 7))
+    links.observe(*fetch("b:2", {"topic_id": tid}, 0, 7))  # another broker: another log
+    links.observe(*fetch("b:1", {"topic_id": tid}, 0, 8))  # another batch
+    assert names.get(tid) is None
+    links.observe(*fetch("b:1", {"topic_id": tid}, 0, 7))
+    assert names.get(tid) == "orders" and names.origin[tid] == "record_batches"

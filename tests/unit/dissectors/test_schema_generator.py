@@ -12,9 +12,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 SPECS = ROOT.parent / "shared" / "kafka-message-specs"
 SETS = [SPECS / "apache-kafka-trunk-2024-10", SPECS / "apache-kafka-4.x-client"]
+RECORD_SETS = [
+    SPECS / "apache-kafka-trunk-2024-10-kraft-metadata",
+    SPECS / "apache-kafka-trunk-2024-10-internal-topics",
+]
 
 
-@pytest.mark.skipif(not all(s.is_dir() for s in SETS), reason="../shared specs not present")
+@pytest.mark.skipif(
+    not all(s.is_dir() for s in SETS + RECORD_SETS), reason="../shared specs not present"
+)
 def test_regenerated_schemas_match_committed(tmp_path: Path) -> None:
     out = tmp_path / "pkg" / "schemas"
     subprocess.run(
@@ -25,6 +31,8 @@ def test_regenerated_schemas_match_committed(tmp_path: Path) -> None:
             *map(str, SETS),
             "--out",
             str(out),
+            "--records",
+            *map(str, RECORD_SETS),
         ],
         check=True,
         capture_output=True,
@@ -74,3 +82,18 @@ def test_api_table_shape() -> None:
     assert apis.REQUEST_FLEXIBLE_FROM[1] == 12 and apis.RESPONSE_FLEXIBLE_FROM[1] == 12
     assert apis.REQUEST_FLEXIBLE_FROM[17] is None  # SaslHandshake is never flexible
     assert apis.ApiKey.METADATA == 3 and apis.ApiKey["METADATA"] is apis.ApiKey(3)
+
+
+def test_record_index_tables() -> None:
+    """KRaft record types and internal-topic key versions index the generated record modules."""
+    from dissectors import schemas
+
+    assert schemas.METADATA_RECORDS[2] == "TopicRecord"
+    assert schemas.METADATA_RECORDS[3] == "PartitionRecord"
+    assert schemas.METADATA_RECORDS[5] == "PartitionChangeRecord"
+    assert schemas.INTERNAL_KEYS["__consumer_offsets"][1] == "OffsetCommitKey"
+    assert schemas.INTERNAL_KEYS["__consumer_offsets"][2] == "GroupMetadataKey"
+    assert schemas.INTERNAL_KEYS["__transaction_state"] == {0: "TransactionLogKey"}
+    offsets = schemas.INTERNAL_KEYS["__consumer_offsets"]
+    for name in [*schemas.METADATA_RECORDS.values(), *offsets.values()]:
+        assert name in schemas.MESSAGE_MODULES

@@ -87,10 +87,11 @@ def _value(node: Node, s: se.Spec, element: bool = False):
 
 
 def diagnostics_outside_embedded(node: Node) -> list:
-    """Diagnostics of the tree, except inside embedded protocols decoded from random bytes."""
+    """Diagnostics of the tree, except inside embedded protocols decoded from random bytes (or
+    kept as bytes with a diagnostic: random bytes are rarely a valid structure)."""
     out = list(node.diagnostics)
     for c in node.children or ():
-        if not (c.name in EMBEDDED and c.kind == STRUCT):
+        if not (c.name in EMBEDDED and c.kind in (STRUCT, PRIM)):
             out += diagnostics_outside_embedded(c)
     return out
 

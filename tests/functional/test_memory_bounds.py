@@ -1,0 +1,112 @@
+"""Issue 20: memory proportional to the input, not to what a frame claims.
+
+Each amplifier the audit found is built at test time (tests/support/adversarial.py) and run
+through the CLI in a subprocess under an address-space limit; its peak RSS must stay under the
+bound docs/limits.md states ("Worst-case memory"). Before the decode budget the legacy flood
+took 1.7 GB, the nested wrappers (--max-nesting 8) 24 GB, the Metadata tags 494 MB.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tests.support import adversarial as A
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+MB = 1024 * 1024
+AS_LIMIT = 3 * 1024 * MB  # a regression fails here instead of swapping the machine
+RUN = (
+    "import resource, sys; from kanalyze.cli import main; rc = main(sys.argv[1:]); "
+    "sys.stderr.write('\\nRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)"
+)
+
+
+def peak_rss(argv: list[str], tmp: Path) -> int:
+    """Peak RSS (bytes) of `kanalyze argv` in a fresh process; its output must be whole."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+    out = tmp / "out"
+    with out.open("wb") as f:
+        r = subprocess.run(
+            [sys.executable, "-c", RUN, *argv],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            timeout=600,
+            preexec_fn=limit,
+        )
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 0 and "Traceback" not in err, err[-2000:]
+    if argv[0] == "export":
+        for line in out.read_bytes().splitlines():
+            json.loads(line)
+    return int(err.rsplit("RSS ", 1)[1].split()[0]) * 1024
+
+
+@cache
+def baseline() -> int:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        return peak_rss(
+            [
+                "summary",
+                str(ROOT / "tests" / "data" / "bounded" / "produce_partial_second_batch.pcap"),
+            ],
+            Path(d),
+        )
+
+
+def _capture(tmp: Path, name: str, **kw: object) -> Path:
+    path = tmp / f"{name}.pcap"
+    path.write_bytes(A.AMPLIFIERS[name](**kw))
+    return path
+
+
+@pytest.mark.parametrize("mode", ["export", "report"])
+def test_legacy_gzip_flood(tmp_path: Path, mode: str) -> None:
+    """163 KB: one gzip wrapper of 1.5 M 26-byte messages (was 1.8 GB export, 1.6 GB report)."""
+    cap = _capture(tmp_path, "legacy_gzip_flood")
+    frame = cap.stat().st_size
+    bound = baseline() + 2 * (16 * frame + 64 * MB)  # docs/limits.md: 2 x the frame's budget
+    assert peak_rss([mode, str(cap)], tmp_path) < bound
+
+
+def test_nested_legacy_wrappers_share_one_budget(tmp_path: Path) -> None:
+    """5 KB of gzip wrappers 8 deep, each 64 copies of the one below (was 24 GB with --max-nesting 8)."""
+    cap = _capture(tmp_path, "legacy_nested")
+    rss = peak_rss(["export", "--max-nesting", "8", str(cap)], tmp_path)
+    assert rss < baseline() + 64 * MB
+
+
+def test_metadata_unknown_tags(tmp_path: Path) -> None:
+    """1.3 MB Metadata v12 request, 20,000 topics x 20 unknown tagged fields (was 494 MB)."""
+    cap = _capture(tmp_path, "metadata_tags")
+    frame = cap.stat().st_size
+    assert peak_rss(["export", str(cap)], tmp_path) < baseline() + 2 * (16 * frame + 64 * MB)
+
+
+def test_syn_flood_connection_cost(tmp_path: Path) -> None:
+    """SYNs never answered: each open connection costs about 6.5 KB (docs/limits.md), so
+    --max-connections bounds the RSS."""
+    cap = _capture(tmp_path, "syn_flood", n=30_000)
+    rss = peak_rss(["summary", "--max-connections", "10000", str(cap)], tmp_path)
+    assert rss < baseline() + 10_000 * 8 * 1024 + 16 * MB
+
+
+def test_partial_frames_buffered_cost(tmp_path: Path) -> None:
+    """100 connections each holding 240 KiB of a 256 KiB frame: RSS stays within 2.5 x
+    --max-buffered (bytearray growth and the reassembly copy) plus the baseline."""
+    cap = _capture(tmp_path, "partial_frames", conns=100)
+    rss = peak_rss(["summary", "--max-buffered", str(16 * MB), str(cap)], tmp_path)
+    assert rss < baseline() + 5 * 16 * MB // 2 + 16 * MB
