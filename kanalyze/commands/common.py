@@ -7,6 +7,7 @@ import sys
 
 from dissectors.context import DecodeContext, Limits
 from kanalyze.bodies.names import TopicIdsError, load_topic_ids
+from kanalyze.capture import CaptureStats
 from kanalyze.engine import EngineOptions, EngineStats
 from kanalyze.flows import SUPPORTED_LINKTYPES
 from kanalyze.reassembly import ReassemblyLimits
@@ -115,20 +116,30 @@ def decode_context(args: argparse.Namespace) -> DecodeContext:
                          decode_records=not args.no_records, topic_names=topic_names_of(args))
 
 
+def add_jobs_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
+                   help="worker processes (default: the number of cores; 1 for inputs under "
+                   "16 MB or stdin); the output is the same for every N")
+
+
 def report_capture_problems(session: Session) -> None:
     """Damage found inside capture files goes to stderr (the output stays machine-readable)."""
-    for name, d in session.capture.diagnostics:
+    st = session.engine.stats if session.engine is not None else None
+    skipped = st.client.skipped + st.broker.skipped if st else 0
+    # bytes a snaplen cut are said once by explain_nothing, not as capture losses
+    gaps = st.client.gaps + st.broker.gaps - st.client.uncaptured - st.broker.uncaptured if st else 0
+    capture_problems(session.capture, skipped, gaps)
+
+
+def capture_problems(capture: CaptureStats, skipped: int, gaps: int) -> None:
+    """`report_capture_problems` from the numbers (a `--jobs` run adds them up over shards)."""
+    for name, d in capture.diagnostics:
         sys.stderr.write(f"kanalyze: {name}: offset {d.offset}: {d.message}\n")
-    if session.engine is not None:
-        skipped = session.engine.stats.client.skipped + session.engine.stats.broker.skipped
-        st = session.engine.stats
-        # bytes a snaplen cut are said once by explain_nothing, not as capture losses
-        gaps = st.client.gaps + st.broker.gaps - st.client.uncaptured - st.broker.uncaptured
-        if skipped or gaps:
-            sys.stderr.write(
-                f"kanalyze: {skipped} bytes skipped while resynchronizing, {gaps} bytes lost in capture gaps "
-                "(see `kanalyze summary`)\n"
-            )
+    if skipped or gaps:
+        sys.stderr.write(
+            f"kanalyze: {skipped} bytes skipped while resynchronizing, {gaps} bytes lost in capture gaps "
+            "(see `kanalyze summary`)\n"
+        )
 
 
 NOTHING_ANALYZED = 3  # exit status: the input was readable, but not one Kafka connection was in it

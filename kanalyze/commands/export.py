@@ -8,6 +8,8 @@ import sys
 from kanalyze.commands.common import (
     add_decode_arguments,
     add_input_arguments,
+    add_jobs_argument,
+    capture_problems,
     decode_context,
     engine_options,
     explain_nothing,
@@ -20,6 +22,7 @@ from kanalyze.export.outputs import (
     needs_learning,
     run_output,
 )
+from kanalyze.parallel.run import default_jobs, run_export
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
@@ -32,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_decode_arguments(p)
     add_filter_arguments(p)
     add_output_arguments(p)
+    add_jobs_argument(p)
     p.add_argument("-o", "--output", default="-", metavar="OUT", help="output file (default: stdout)")
     p.set_defaults(run=run)
 
@@ -54,6 +58,12 @@ def run(args: argparse.Namespace) -> int:
     binary = args.output != "-" or stdout is not None
     out = (stdout or sys.stdout) if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
     try:
+        jobs = default_jobs(args.files, args.jobs) if session is base else 1  # filters: one process
+        if jobs > 1 and binary:
+            done = run_export(args.files, jobs, opts, ctx, args.header_only, out)
+            if done is not None:
+                capture_problems(*done)
+                return 0
         write = out.write
         line, newline = (enc.line_bytes, b"\n") if binary else (enc.line, "\n")
         for ex in session.exchanges():

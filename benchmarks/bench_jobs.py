@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""`--jobs N`: speed-up over one process, the header-only floor, and tshark, in one run.
+
+On one capture (by default the cached 250 MB benchmark capture of `bench_export.py`), it times
+
+* `kanalyze export` (full bodies) and `export --header-only` with `--jobs 1` and `--jobs 2`:
+  wall and CPU seconds of the whole process tree (`wait4`), peak RSS;
+* the header-only sketch (`header_sketch.py`: struct over mmap, TCP in order, frame headers
+  only), the floor a pure-Python header walk reaches;
+* `tshark -T fields` with the oracle's header fields (and with `--tshark-full`, `tshark -V`);
+
+and prints the ratios. The machine is shared (the load average is printed before and after):
+wall time says little on a busy machine, CPU time says how much work was done, and the
+speed-up is also given as a *critical path* from CPU times measured per phase in process:
+start-up, then the scan and shard 0 in the calling process while each spawned worker starts
+(interpreter, imports) and then runs its shard, then the merge: the wall time on idle cores. The same model, with the shards run one after the other in this
+process and each timed, gives the scaling up to 16 jobs.
+
+Usage::
+
+    python benchmarks/bench_jobs.py [--pcap FILE] [--port P] [--repeat 3] [--tshark-full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+from bench_export import KANALYZE_ENV, compile_kanalyze, kanalyze_cmd, timed, tshark_base  # noqa: E402
+
+DEFAULT_PCAP = HERE / ".data" / "bench-250mb-plain.pcap"  # bench_export.py builds it
+MB = 1_000_000
+
+
+def load() -> str:
+    a, b, c = os.getloadavg()
+    return f"load average {a:.1f} {b:.1f} {c:.1f} on {os.cpu_count()} cores"
+
+
+def start_up_cpu() -> float:
+    """CPU of starting kanalyze and importing what an export needs (the part `--jobs` repeats
+    in every spawned worker)."""
+    code = "import kanalyze.parallel.worker, kanalyze.cli"
+    cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); {code}"]
+    best = 1e9
+    for _ in range(3):
+        t0 = os.times()
+        subprocess.run(cmd, check=True, env=KANALYZE_ENV)
+        t1 = os.times()
+        best = min(best, t1.children_user + t1.children_system - t0.children_user - t0.children_system)
+    return best
+
+
+def phases(pcap: Path, jobs: int, header_only: bool, processes: bool) -> dict:
+    from dissectors.context import DecodeContext
+    from kanalyze.engine import EngineOptions
+    from kanalyze.parallel import run
+
+    with open(os.devnull, "wb") as out:
+        done = run.run_export([str(pcap)], jobs, EngineOptions(), DecodeContext(), header_only,
+                              out, processes=processes)
+    if done is None:
+        raise RuntimeError(f"--jobs {jobs} fell back to one process: {run.last_fallback}")
+    return dict(run.last_timings)
+
+
+def critical_path(t: dict, start: float, jobs: int) -> float:
+    """start-up, then shard 0 after the scan in this process, each other shard once both the
+    scan and its worker's own start-up (which runs meanwhile) are done; then the merge."""
+    shards, scan = t["shards"], t["scan"]
+    ends = [scan + shards[0]] + [max(scan, start) + s for s in shards[1:]]
+    return start + max(ends) + t["merge"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pcap", type=Path, default=DEFAULT_PCAP)
+    ap.add_argument("--port", type=int, help="Kafka port (default: from the .json beside the capture)")
+    ap.add_argument("--repeat", type=int, default=1, help="best of N for each timed run")
+    ap.add_argument("--tshark-full", action="store_true", help="also time tshark -V (slow)")
+    ap.add_argument("--scale", default="1,2,4,8,16", help="job counts for the scaling model")
+    args = ap.parse_args(argv)
+    pcap = args.pcap
+    port = args.port or json.loads(pcap.with_suffix(".json").read_text())["port"]
+    size = pcap.stat().st_size / MB
+    print(f"capture: {pcap} ({size:.0f} MB)")
+    print(f"before: {load()}")
+    compile_kanalyze()
+    kan = kanalyze_cmd()
+    rows: list[tuple[str, float, float, float]] = []
+
+    def run(name: str, cmd: list[str]) -> float:
+        wall, rss, cpu = timed(cmd, None, args.repeat)
+        rows.append((name, wall, cpu, rss))
+        sys.stderr.write(f"{name}: {cpu:.2f} s CPU, {wall:.2f} s wall\n")
+        return cpu
+
+    for mode, flag in (("full", []), ("header-only", ["--header-only"])):
+        for jobs in (1, 2):
+            run(f"export {mode} --jobs {jobs}", [*kan, "export", *flag, "--jobs", str(jobs), str(pcap)])
+    run("header sketch (floor)", [sys.executable, str(HERE / "header_sketch.py"), str(pcap)])
+    base = tshark_base(pcap, port)
+    fields = ["-e", "frame.number", "-e", "kafka.request_key", "-e", "kafka.request.version", "-e",
+              "kafka.response_key", "-e", "kafka.correlation_id", "-e", "kafka.request_frame"]
+    tf = run("tshark -T fields (headers)", [*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a",
+                                           "-E", "aggregator=|", *fields])
+    tv = run("tshark -V", [*base, "-V"]) if args.tshark_full else None
+
+    print(f"after: {load()}\n")
+    print(f"{'run':32} {'CPU s':>7} {'wall s':>7} {'RSS MB':>7} {'MB/CPU s':>9} {'vs tshark fields':>17}")
+    for name, wall, cpu, rss in rows:
+        print(f"{name:32} {cpu:7.2f} {wall:7.2f} {rss:7.0f} {size / cpu:9.0f} {tf / cpu:16.2f}x")
+    if tv:
+        full1 = rows[0][2]
+        print(f"\nfull export --jobs 1 vs tshark -V: {tv / full1:.2f}x (CPU)")
+
+    start = start_up_cpu()
+    print(f"\nstart-up (interpreter + imports): {start:.2f} s CPU")
+    print("critical path = start-up + max(scan + shard 0, max(scan, worker start-up) + "
+          "shard i) + merge, from per-phase CPU seconds (the wall time on idle cores)")
+    for mode, ho in (("full", False), ("header-only", True)):
+        one = phases(pcap, 1, ho, False)
+        t1 = critical_path(one, start, 1)
+        two = phases(pcap, 2, ho, True)
+        t2 = critical_path(two, start, 2)
+        print(f"  {mode}: --jobs 1 {t1:.2f} s, --jobs 2 {t2:.2f} s (shards "
+              f"{', '.join(f'{s:.2f}' for s in two['shards'])}, scan {two['scan']:.2f}, merge "
+              f"{two['merge']:.2f}): speed-up {t1 / t2:.2f}x")
+        print(f"  {mode}, scaling (shards timed one after the other in this process):")
+        for jobs in (int(j) for j in args.scale.split(",")):
+            t = phases(pcap, jobs, ho, False)
+            tn = critical_path(t, start, jobs)
+            print(f"    --jobs {jobs:2}: {tn:5.2f} s  speed-up {t1 / tn:5.2f}x  balance "
+                  f"{t['balance']:.2f}  slowest shard {max(t['shards']):.2f} s, all shards "
+                  f"{sum(t['shards']):.2f} s, scan {t['scan']:.2f} s, merge {t['merge']:.2f} s")
+    print(f"\nend: {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.stdout = io.TextIOWrapper(sys.stdout.buffer, line_buffering=True)
+    t0 = time.time()
+    code = main()
+    sys.stderr.write(f"bench_jobs: {time.time() - t0:.0f} s\n")
+    raise SystemExit(code)
