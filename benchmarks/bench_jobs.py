@@ -57,7 +57,9 @@ def start_up_cpu() -> float:
         t0 = os.times()
         subprocess.run(cmd, check=True, env=KANALYZE_ENV)
         t1 = os.times()
-        best = min(best, t1.children_user + t1.children_system - t0.children_user - t0.children_system)
+        best = min(
+            best, t1.children_user + t1.children_system - t0.children_user - t0.children_system
+        )
     return best
 
 
@@ -67,8 +69,15 @@ def phases(pcap: Path, jobs: int, header_only: bool, processes: bool) -> dict:
     from kanalyze.parallel import run
 
     with open(os.devnull, "wb") as out:
-        done = run.run_export([str(pcap)], jobs, EngineOptions(), DecodeContext(), header_only,
-                              out, processes=processes)
+        done = run.run_export(
+            [str(pcap)],
+            jobs,
+            EngineOptions(),
+            DecodeContext(),
+            header_only,
+            out,
+            processes=processes,
+        )
     if done is None:
         raise RuntimeError(f"--jobs {jobs} fell back to one process: {run.last_fallback}")
     return dict(run.last_timings)
@@ -85,7 +94,9 @@ def critical_path(t: dict, start: float, jobs: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pcap", type=Path, default=DEFAULT_PCAP)
-    ap.add_argument("--port", type=int, help="Kafka port (default: from the .json beside the capture)")
+    ap.add_argument(
+        "--port", type=int, help="Kafka port (default: from the .json beside the capture)"
+    )
     ap.add_argument("--repeat", type=int, default=1, help="best of N for each timed run")
     ap.add_argument("--tshark-full", action="store_true", help="also time tshark -V (slow)")
     ap.add_argument("--scale", default="1,2,4,8,16", help="job counts for the scaling model")
@@ -107,17 +118,36 @@ def main(argv: list[str] | None = None) -> int:
 
     for mode, flag in (("full", []), ("header-only", ["--header-only"])):
         for jobs in (1, 2):
-            run(f"export {mode} --jobs {jobs}", [*kan, "export", *flag, "--jobs", str(jobs), str(pcap)])
+            run(
+                f"export {mode} --jobs {jobs}",
+                [*kan, "export", *flag, "--jobs", str(jobs), str(pcap)],
+            )
     run("header sketch (floor)", [sys.executable, str(HERE / "header_sketch.py"), str(pcap)])
     base = tshark_base(pcap, port)
-    fields = ["-e", "frame.number", "-e", "kafka.request_key", "-e", "kafka.request.version", "-e",
-              "kafka.response_key", "-e", "kafka.correlation_id", "-e", "kafka.request_frame"]
-    tf = run("tshark -T fields (headers)", [*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a",
-                                           "-E", "aggregator=|", *fields])
+    fields = [
+        "-e",
+        "frame.number",
+        "-e",
+        "kafka.request_key",
+        "-e",
+        "kafka.request.version",
+        "-e",
+        "kafka.response_key",
+        "-e",
+        "kafka.correlation_id",
+        "-e",
+        "kafka.request_frame",
+    ]
+    tf = run(
+        "tshark -T fields (headers)",
+        [*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", *fields],
+    )
     tv = run("tshark -V", [*base, "-V"]) if args.tshark_full else None
 
     print(f"after: {load()}\n")
-    print(f"{'run':32} {'CPU s':>7} {'wall s':>7} {'RSS MB':>7} {'MB/CPU s':>9} {'vs tshark fields':>17}")
+    print(
+        f"{'run':32} {'CPU s':>7} {'wall s':>7} {'RSS MB':>7} {'MB/CPU s':>9} {'vs tshark fields':>17}"
+    )
     for name, wall, cpu, rss in rows:
         print(f"{name:32} {cpu:7.2f} {wall:7.2f} {rss:7.0f} {size / cpu:9.0f} {tf / cpu:16.2f}x")
     if tv:
@@ -126,23 +156,29 @@ def main(argv: list[str] | None = None) -> int:
 
     start = start_up_cpu()
     print(f"\nstart-up (interpreter + imports): {start:.2f} s CPU")
-    print("critical path = start-up + max(scan + shard 0, max(scan, worker start-up) + "
-          "shard i) + merge, from per-phase CPU seconds (the wall time on idle cores)")
+    print(
+        "critical path = start-up + max(scan + shard 0, max(scan, worker start-up) + "
+        "shard i) + merge, from per-phase CPU seconds (the wall time on idle cores)"
+    )
     for mode, ho in (("full", False), ("header-only", True)):
         one = phases(pcap, 1, ho, False)
         t1 = critical_path(one, start, 1)
         two = phases(pcap, 2, ho, True)
         t2 = critical_path(two, start, 2)
-        print(f"  {mode}: --jobs 1 {t1:.2f} s, --jobs 2 {t2:.2f} s (shards "
-              f"{', '.join(f'{s:.2f}' for s in two['shards'])}, scan {two['scan']:.2f}, merge "
-              f"{two['merge']:.2f}): speed-up {t1 / t2:.2f}x")
+        print(
+            f"  {mode}: --jobs 1 {t1:.2f} s, --jobs 2 {t2:.2f} s (shards "
+            f"{', '.join(f'{s:.2f}' for s in two['shards'])}, scan {two['scan']:.2f}, merge "
+            f"{two['merge']:.2f}): speed-up {t1 / t2:.2f}x"
+        )
         print(f"  {mode}, scaling (shards timed one after the other in this process):")
         for jobs in (int(j) for j in args.scale.split(",")):
             t = phases(pcap, jobs, ho, False)
             tn = critical_path(t, start, jobs)
-            print(f"    --jobs {jobs:2}: {tn:5.2f} s  speed-up {t1 / tn:5.2f}x  balance "
-                  f"{t['balance']:.2f}  slowest shard {max(t['shards']):.2f} s, all shards "
-                  f"{sum(t['shards']):.2f} s, scan {t['scan']:.2f} s, merge {t['merge']:.2f} s")
+            print(
+                f"    --jobs {jobs:2}: {tn:5.2f} s  speed-up {t1 / tn:5.2f}x  balance "
+                f"{t['balance']:.2f}  slowest shard {max(t['shards']):.2f} s, all shards "
+                f"{sum(t['shards']):.2f} s, scan {t['scan']:.2f} s, merge {t['merge']:.2f} s"
+            )
     print(f"\nend: {load()}")
     return 0
 

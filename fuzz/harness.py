@@ -49,7 +49,9 @@ def instrumentation(name: str) -> tuple[list[str], list[str]]:
     exclude exact module names, so every other module of those packages is excluded."""
     targets = INSTRUMENT[name]
     packages = sorted({t.split(".")[0] for t in targets})
-    keep = {t.rsplit(".", k)[0] for t in targets for k in range(t.count(".") + 1)}  # targets and parents
+    keep = {
+        t.rsplit(".", k)[0] for t in targets for k in range(t.count(".") + 1)
+    }  # targets and parents
 
     def wanted(mod: str) -> bool:
         return mod in keep or any(mod.startswith(t + ".") for t in targets)

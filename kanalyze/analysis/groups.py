@@ -78,7 +78,9 @@ class Group:
     generations: dict[int, Generation] = field(default_factory=dict)
     joining_since: tuple[float, int] | None = None
     committed: dict[str, int] = field(default_factory=dict)
-    commit_history: dict[str, deque] = field(default_factory=dict)  # partition -> (ts, committed, hw)
+    commit_history: dict[str, deque] = field(
+        default_factory=dict
+    )  # partition -> (ts, committed, hw)
     fetched_committed: dict[str, int] = field(default_factory=dict)
     logged_committed: dict[str, int] = field(default_factory=dict)  # from __consumer_offsets
 
@@ -89,7 +91,9 @@ class Group:
         return m
 
 
-def burrow_status(history: list[tuple[float, int, int | None]], now: float | None, stop_after_s: float) -> str:
+def burrow_status(
+    history: list[tuple[float, int, int | None]], now: float | None, stop_after_s: float
+) -> str:
     """OK / WARN / STALL / STOP / REWIND from (ts, committed offset, HW) samples, newest last."""
     if not history:
         return "OK"
@@ -111,8 +115,14 @@ def burrow_status(history: list[tuple[float, int, int | None]], now: float | Non
 
 
 class GroupAnalyzer:
-    def __init__(self, findings: Findings, hw_of=None, cap: int = 10_000, history: int = 64,
-                 stop_after_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        findings: Findings,
+        hw_of=None,
+        cap: int = 10_000,
+        history: int = 64,
+        stop_after_s: float = 60.0,
+    ) -> None:
         self.findings = findings
         self.hw_of = hw_of  # (topic, partition) -> current HW, from the replication analyzer
         self.cap = cap
@@ -191,7 +201,9 @@ class GroupAnalyzer:
         m.client_id = m.client_id or ev.ex.client_id
         m.assignment = parts
         if len(m.assignments) < self.history:
-            m.assignments.append({"generation_id": req.get("generation_id"), "partitions": parts, "frame": ev.frame})
+            m.assignments.append(
+                {"generation_id": req.get("generation_id"), "partitions": parts, "frame": ev.frame}
+            )
         if gen is not None:
             gen.assignments[mid] = parts
             gen.synced_ts, gen.sync_frame = ev.ts_s, ev.frame
@@ -207,16 +219,27 @@ class GroupAnalyzer:
         m = g.member(req.get("member_id") or "")
         m.heartbeat_errors[error_name(err)] += 1
         if err not in BENIGN_HEARTBEAT:
-            self.findings.add("warning", "heartbeat_error",
-                              f"group {g.group_id}: heartbeat of {m.client_id or m.member_id} failed with "
-                              f"{error_name(err)}", [ev.frame], ev.ts_s, group_id=g.group_id, member_id=m.member_id)
+            self.findings.add(
+                "warning",
+                "heartbeat_error",
+                f"group {g.group_id}: heartbeat of {m.client_id or m.member_id} failed with "
+                f"{error_name(err)}",
+                [ev.frame],
+                ev.ts_s,
+                group_id=g.group_id,
+                member_id=m.member_id,
+            )
 
     # LeaveGroup
     def _leave_group_request(self, ev: Event, body: dict) -> None:
         g = self.group(body.get("group_id") or "")
         if g is None:
             return
-        ids = [body["member_id"]] if body.get("member_id") else [m.get("member_id") for m in body.get("members") or []]
+        ids = (
+            [body["member_id"]]
+            if body.get("member_id")
+            else [m.get("member_id") for m in body.get("members") or []]
+        )
         for mid in ids:
             if mid:
                 m = g.member(mid)
@@ -258,10 +281,16 @@ class GroupAnalyzer:
                 hw = self.hw_of(topic, part) if self.hw_of else None
                 hist = g.commit_history.setdefault(key, deque(maxlen=self.history))
                 if hist and off < hist[-1][1]:
-                    self.findings.add("warning", "commit_rewind",
-                                      f"group {g.group_id}: committed offset of {key} went back from "
-                                      f"{hist[-1][1]} to {off}", [ev.frame], ev.ts_s, group_id=g.group_id,
-                                      partition_key=key)
+                    self.findings.add(
+                        "warning",
+                        "commit_rewind",
+                        f"group {g.group_id}: committed offset of {key} went back from "
+                        f"{hist[-1][1]} to {off}",
+                        [ev.frame],
+                        ev.ts_s,
+                        group_id=g.group_id,
+                        partition_key=key,
+                    )
                 hist.append((ev.ts_s, off, hw))
                 g.committed[key] = off
 
@@ -321,9 +350,16 @@ class GroupAnalyzer:
         m.client_id = m.client_id or ev.ex.client_id
         if err:
             m.heartbeat_errors[error_name(err)] += 1
-            self.findings.add("warning", "heartbeat_error",
-                              f"group {g.group_id}: ConsumerGroupHeartbeat of {m.client_id or mid} failed with "
-                              f"{error_name(err)}", [ev.frame], ev.ts_s, group_id=g.group_id, member_id=mid)
+            self.findings.add(
+                "warning",
+                "heartbeat_error",
+                f"group {g.group_id}: ConsumerGroupHeartbeat of {m.client_id or mid} failed with "
+                f"{error_name(err)}",
+                [ev.frame],
+                ev.ts_s,
+                group_id=g.group_id,
+                member_id=mid,
+            )
             return
         if req.get("member_epoch") == -1:
             m.left = True
@@ -339,13 +375,17 @@ class GroupAnalyzer:
             assignment = body.get("assignment")
             if isinstance(assignment, dict):
                 parts = sorted(
-                    tp(topic_of(t), p) for t in assignment.get("topic_partitions") or [] for p in t.get("partitions") or []
+                    tp(topic_of(t), p)
+                    for t in assignment.get("topic_partitions") or []
+                    for p in t.get("partitions") or []
                 )
                 gen.assignments[mid] = parts
                 gen.synced_ts, gen.sync_frame = ev.ts_s, ev.frame
                 m.assignment = parts
                 if len(m.assignments) < self.history:
-                    m.assignments.append({"generation_id": epoch, "partitions": parts, "frame": ev.frame})
+                    m.assignments.append(
+                        {"generation_id": epoch, "partitions": parts, "frame": ev.frame}
+                    )
 
     def to_json(self) -> list[dict[str, object]]:
         out = []
@@ -355,15 +395,17 @@ class GroupAnalyzer:
                 dur = None
                 if gen.join_started_ts is not None and gen.synced_ts is not None:
                     dur = round((gen.synced_ts - gen.join_started_ts) * 1000, 3)
-                rebalances.append({
-                    "generation_id": gen.generation_id,
-                    "leader": gen.leader,
-                    "assignor": gen.protocol,
-                    "members": len(gen.members),
-                    "started_frame": gen.join_frame,
-                    "completed_frame": gen.sync_frame,
-                    "duration_ms": dur,
-                })
+                rebalances.append(
+                    {
+                        "generation_id": gen.generation_id,
+                        "leader": gen.leader,
+                        "assignor": gen.protocol,
+                        "members": len(gen.members),
+                        "started_frame": gen.join_frame,
+                        "completed_frame": gen.sync_frame,
+                        "duration_ms": dur,
+                    }
+                )
             lag = {}
             for key, hist in sorted(g.commit_history.items()):
                 topic, _, part = key.rpartition("-")
@@ -377,21 +419,31 @@ class GroupAnalyzer:
                     "high_watermark": hw,
                     "lag": None if hw is None or committed is None else max(0, hw - committed),
                     "status": burrow_status(samples, self.last_ts, self.stop_after_s),
-                    "history": [{"ts": ts, "committed": c, "high_watermark": h} for ts, c, h in hist],
+                    "history": [
+                        {"ts": ts, "committed": c, "high_watermark": h} for ts, c, h in hist
+                    ],
                 }
-            out.append({
-                "group_id": g.group_id,
-                "protocol": g.kind,
-                "protocol_type": g.protocol_type,
-                "generations": [gen.to_json() for gen in sorted(g.generations.values(), key=lambda x: x.generation_id)],
-                "rebalances": rebalances,
-                "members": [m.to_json() for m in g.members.values()],
-                "committed": dict(sorted(g.committed.items())),
-                "committed_before_capture": dict(sorted(g.fetched_committed.items())),
-                "lag": lag,
-                **({"committed_log": dict(sorted(g.logged_committed.items()))}
-                   if g.logged_committed else {}),
-            })
+            out.append(
+                {
+                    "group_id": g.group_id,
+                    "protocol": g.kind,
+                    "protocol_type": g.protocol_type,
+                    "generations": [
+                        gen.to_json()
+                        for gen in sorted(g.generations.values(), key=lambda x: x.generation_id)
+                    ],
+                    "rebalances": rebalances,
+                    "members": [m.to_json() for m in g.members.values()],
+                    "committed": dict(sorted(g.committed.items())),
+                    "committed_before_capture": dict(sorted(g.fetched_committed.items())),
+                    "lag": lag,
+                    **(
+                        {"committed_log": dict(sorted(g.logged_committed.items()))}
+                        if g.logged_committed
+                        else {}
+                    ),
+                }
+            )
         return out
 
     HANDLERS = Handlers(
@@ -413,8 +465,13 @@ class GroupAnalyzer:
         },
     )
 
+
 def _assigned(assignment: object) -> list[str]:
     """Partitions of a decoded consumer-protocol assignment, as sorted "topic-partition" strings."""
     if not isinstance(assignment, dict):
         return []
-    return sorted(tp(topic_of(a), p) for a in assignment.get("assigned_partitions") or [] for p in a.get("partitions") or [])
+    return sorted(
+        tp(topic_of(a), p)
+        for a in assignment.get("assigned_partitions") or []
+        for p in a.get("partitions") or []
+    )

@@ -70,7 +70,13 @@ class Follower:
         lag_ms = None
         if self.caught_up_ts is not None:
             lag_ms = 0.0 if lag == 0 else round((now - self.caught_up_ts) / 1e6, 3)
-        return {"leo": self.leo, "remote_leo": self.remote_leo, "hw": self.hw, "lag_records": lag, "lag_ms": lag_ms}
+        return {
+            "leo": self.leo,
+            "remote_leo": self.remote_leo,
+            "hw": self.hw,
+            "lag_records": lag,
+            "lag_ms": lag_ms,
+        }
 
 
 @dataclass(slots=True)
@@ -105,7 +111,9 @@ class PartitionState:
     sources: set[str] = field(default_factory=set)
     timeline: deque = field(default_factory=deque)
     entries: int = 0
-    tentative: dict[int, tuple[int, int | None, list[tuple[int, int, int]]]] = field(default_factory=dict)
+    tentative: dict[int, tuple[int, int | None, list[tuple[int, int, int]]]] = field(
+        default_factory=dict
+    )
     acked_seq: dict[tuple[int, int, int], int] = field(default_factory=dict)
     pending: list[Pending] = field(default_factory=list)
     hw_latency_ms: list[float] = field(default_factory=list)
@@ -140,7 +148,9 @@ class PartitionState:
             if p.hw_ts is None and p.end is not None and p.end <= value:
                 p.hw_ts = ts
                 self.hw_latency_ms.append((ts - p.req_ts) / 1e6)
-        self.pending = [p for p in self.pending if not (p.hw_ts is not None and (p.answered or p.acks != -1))]
+        self.pending = [
+            p for p in self.pending if not (p.hw_ts is not None and (p.answered or p.acks != -1))
+        ]
         if len(self.pending) > 10_000:
             del self.pending[: len(self.pending) - 10_000]
 
@@ -157,19 +167,23 @@ class PartitionState:
     def entry(self, ev: Event, event: str, **extra: object) -> None:
         self.entries += 1
         now = ev.ts
-        self.timeline.append({
-            "frame": ev.frame,
-            "ts": ev.ts_s,
-            "event": event,
-            "leader_leo": self.leo,
-            "high_watermark": self.hw,
-            "log_start_offset": self.log_start,
-            "last_stable_offset": self.lso,
-            "followers": {str(f): st.to_json(self.leo, now) for f, st in sorted(self.followers.items())},
-            "isr": sorted(self.isr),
-            **({"stated": dict(self.stated)} if self.stated is not None else {}),
-            **extra,
-        })
+        self.timeline.append(
+            {
+                "frame": ev.frame,
+                "ts": ev.ts_s,
+                "event": event,
+                "leader_leo": self.leo,
+                "high_watermark": self.hw,
+                "log_start_offset": self.log_start,
+                "last_stable_offset": self.lso,
+                "followers": {
+                    str(f): st.to_json(self.leo, now) for f, st in sorted(self.followers.items())
+                },
+                "isr": sorted(self.isr),
+                **({"stated": dict(self.stated)} if self.stated is not None else {}),
+                **extra,
+            }
+        )
 
     def absorb(self, other: PartitionState) -> None:
         """Take in the state of the same partition followed under another label (an id named
@@ -214,8 +228,12 @@ def _stats(values: list[float]) -> dict[str, object]:
 
 
 # metadata-log records about brokers -> what happened to the broker
-BROKER_RECORDS = {"RegisterBrokerRecord": "registered", "FenceBrokerRecord": "fenced",
-                  "UnfenceBrokerRecord": "unfenced", "UnregisterBrokerRecord": "unregistered"}
+BROKER_RECORDS = {
+    "RegisterBrokerRecord": "registered",
+    "FenceBrokerRecord": "fenced",
+    "UnfenceBrokerRecord": "unfenced",
+    "UnregisterBrokerRecord": "unregistered",
+}
 # events held back at most while waiting for a topic id's name (then they go on as the id),
 # and at most this many wire bytes of them (their decoded bodies are held too)
 HOLD_CAP = 20_000
@@ -233,8 +251,13 @@ def _int(v: object) -> int:
 class ReplicationAnalyzer:
     """Feeds on Produce, Fetch and OffsetForLeaderEpoch events; one `PartitionState` each."""
 
-    def __init__(self, findings: Findings, cap: int = 5000, stall_ms: float = 10_000.0,
-                 names: TopicNames | None = None) -> None:
+    def __init__(
+        self,
+        findings: Findings,
+        cap: int = 5000,
+        stall_ms: float = 10_000.0,
+        names: TopicNames | None = None,
+    ) -> None:
         self.findings = findings
         self.cap = cap
         self.stall_ns = int(stall_ms * 1e6)
@@ -304,7 +327,7 @@ class ReplicationAnalyzer:
     def _merge_named(self) -> None:
         """Partitions followed under an id the registry has named since: into the name's."""
         self.known = len(self.names)
-        for (topic, partition) in list(self.parts):
+        for topic, partition in list(self.parts):
             name = self.names.get(topic)
             if name is None:
                 continue
@@ -323,8 +346,9 @@ class ReplicationAnalyzer:
         self._merge_named()
         self._check_stated()
         for tid in sorted({t for (t, _p) in self.parts if t in self.given_up}):
-            self.findings.add("info", "unresolved_topic_id", f"{tid}: {UNRESOLVED_HINT}", [], None,
-                              topic_id=tid)
+            self.findings.add(
+                "info", "unresolved_topic_id", f"{tid}: {UNRESOLVED_HINT}", [], None, topic_id=tid
+            )
 
     # ------------------------------------------------------------------ produce
     def _produce_request(self, ev: Event) -> None:
@@ -337,8 +361,9 @@ class ReplicationAnalyzer:
             seqs: list[tuple[int, int, int]] = []
             for b in bs:
                 n = batch_count(b)
-                pid, epoch, seq = (_int(b.get(k)) for k in ("producer_id", "producer_epoch",
-                                                              "base_sequence"))
+                pid, epoch, seq = (
+                    _int(b.get(k)) for k in ("producer_id", "producer_epoch", "base_sequence")
+                )
                 if isinstance(pid, int) and pid >= 0 and (pid, epoch, seq) in st.acked_seq:
                     continue  # a resent batch the leader already has: deduplicated, not appended
                 count += n
@@ -348,7 +373,16 @@ class ReplicationAnalyzer:
                 st.set_leo(st.leo + count, ev.ts)
             st.tentative[id(ev.bodies)] = (count, before, seqs)
             if count:
-                st.pending.append(Pending(before, None if before is None else before + count, count, ev.ts, ev.frame, acks))
+                st.pending.append(
+                    Pending(
+                        before,
+                        None if before is None else before + count,
+                        count,
+                        ev.ts,
+                        ev.frame,
+                        acks,
+                    )
+                )
             st.maybe_advance_hw(ev.ts, ev.frame)
             self._check_stall(st, ev)
             st.entry(ev, "produce")
@@ -360,9 +394,22 @@ class ReplicationAnalyzer:
             st.sources.add("produce_acks")
             count, before, seqs = st.tentative.pop(id(ev.bodies), (0, None, []))
             err, base = r.get("error_code", 0), r.get("base_offset", -1)
-            if before is not None and count and (err or (isinstance(base, int) and base >= 0 and base + count <= before)):
-                st.leo = (st.leo or 0) - count  # rejected or deduplicated: the leader did not append
-            pend = next((p for p in st.pending if p.frame == (ev.ex.request.pdu.last_pkt if ev.ex.request else -1)), None)
+            if (
+                before is not None
+                and count
+                and (err or (isinstance(base, int) and base >= 0 and base + count <= before))
+            ):
+                st.leo = (
+                    st.leo or 0
+                ) - count  # rejected or deduplicated: the leader did not append
+            pend = next(
+                (
+                    p
+                    for p in st.pending
+                    if p.frame == (ev.ex.request.pdu.last_pkt if ev.ex.request else -1)
+                ),
+                None,
+            )
             if not err and isinstance(base, int) and base >= 0 and count:
                 st.set_leo(base + count, ev.ts)
                 for s in seqs:
@@ -385,7 +432,13 @@ class ReplicationAnalyzer:
                     if pend.first_copy_ts is not None:
                         st.acks_all_append_ms.append((pend.first_copy_ts - pend.req_ts) / 1e6)
                         st.acks_all_replication_ms.append((ev.ts - pend.first_copy_ts) / 1e6)
-            if not err and ev.ex.acks == -1 and pend is not None and pend.end is not None and (st.hw is None or st.hw < pend.end):
+            if (
+                not err
+                and ev.ex.acks == -1
+                and pend is not None
+                and pend.end is not None
+                and (st.hw is None or st.hw < pend.end)
+            ):
                 st.set_hw(pend.end, ev.ts, ev.frame)  # acks=all answered: the HW passed the batch
             elif pend is not None and pend.hw_ts is not None:
                 st.pending.remove(pend)
@@ -402,10 +455,17 @@ class ReplicationAnalyzer:
             epoch = p.get("current_leader_epoch")
             if isinstance(epoch, int) and epoch >= 0:
                 if st.leader_epoch is not None and epoch > st.leader_epoch:
-                    self.findings.add("info", "leader_epoch_change",
-                                      f"{tp(topic, partition)}: leader epoch {st.leader_epoch} -> {epoch}",
-                                      [ev.frame], ev.ts_s, topic=topic, partition=partition,
-                                      old_epoch=st.leader_epoch, new_epoch=epoch)
+                    self.findings.add(
+                        "info",
+                        "leader_epoch_change",
+                        f"{tp(topic, partition)}: leader epoch {st.leader_epoch} -> {epoch}",
+                        [ev.frame],
+                        ev.ts_s,
+                        topic=topic,
+                        partition=partition,
+                        old_epoch=st.leader_epoch,
+                        new_epoch=epoch,
+                    )
                 if st.leader_epoch is None or epoch > st.leader_epoch:
                     st.leader_epoch = epoch
             if replica < 0:
@@ -419,11 +479,19 @@ class ReplicationAnalyzer:
                 f = st.followers[replica] = Follower()
                 st.isr.add(replica)
             elif f.leo is not None and off < f.leo:
-                self.findings.add("warning", "follower_truncation",
-                                  f"{tp(topic, partition)}: follower {replica} fetches from {off}, below its "
-                                  f"position {f.leo} (truncated its log)",
-                                  [x for x in (f.last_frame, ev.frame) if x is not None], ev.ts_s,
-                                  topic=topic, partition=partition, replica=replica, previous=f.leo, offset=off)
+                self.findings.add(
+                    "warning",
+                    "follower_truncation",
+                    f"{tp(topic, partition)}: follower {replica} fetches from {off}, below its "
+                    f"position {f.leo} (truncated its log)",
+                    [x for x in (f.last_frame, ev.frame) if x is not None],
+                    ev.ts_s,
+                    topic=topic,
+                    partition=partition,
+                    replica=replica,
+                    previous=f.leo,
+                    offset=off,
+                )
             f.remote_leo = off
             f.leo = off
             f.last_frame = ev.frame
@@ -436,10 +504,17 @@ class ReplicationAnalyzer:
                 f.caught_up_ts = ev.ts
             if replica not in st.isr and st.hw is not None and off >= st.hw:
                 st.isr.add(replica)
-                self.findings.add("info", "isr_expand",
-                                  f"{tp(topic, partition)}: follower {replica} caught up to the HW {st.hw} "
-                                  "and rejoins the ISR", [ev.frame], ev.ts_s,
-                                  topic=topic, partition=partition, replica=replica)
+                self.findings.add(
+                    "info",
+                    "isr_expand",
+                    f"{tp(topic, partition)}: follower {replica} caught up to the HW {st.hw} "
+                    "and rejoins the ISR",
+                    [ev.frame],
+                    ev.ts_s,
+                    topic=topic,
+                    partition=partition,
+                    replica=replica,
+                )
             st.maybe_advance_hw(ev.ts, ev.frame)
             self._check_stall(st, ev)
             st.entry(ev, "follower_fetch", replica=replica)
@@ -453,38 +528,60 @@ class ReplicationAnalyzer:
                 self._metadata_log(ev, p)
             st = self.part(topic, partition)
             topic = st.topic  # the partition's one name
-            st.sources.add("follower_fetch_responses" if replica >= 0 else "consumer_fetch_responses")
+            st.sources.add(
+                "follower_fetch_responses" if replica >= 0 else "consumer_fetch_responses"
+            )
             hw = p.get("high_watermark")
             bs = batches(p.get("records"))
             end = max((e for e in (batch_end(b) for b in bs) if e is not None), default=None)
             st.set_leo(end, ev.ts)
             if isinstance(hw, int) and hw >= 0:
                 if st.reported_hw is not None and hw < st.reported_hw:
-                    self.findings.add("warning", "hw_regression",
-                                      f"{tp(topic, partition)}: high watermark went back from {st.reported_hw} to {hw}",
-                                      [x for x in (st.reported_hw_frame, ev.frame) if x is not None], ev.ts_s,
-                                      topic=topic, partition=partition, previous=st.reported_hw, high_watermark=hw)
+                    self.findings.add(
+                        "warning",
+                        "hw_regression",
+                        f"{tp(topic, partition)}: high watermark went back from {st.reported_hw} to {hw}",
+                        [x for x in (st.reported_hw_frame, ev.frame) if x is not None],
+                        ev.ts_s,
+                        topic=topic,
+                        partition=partition,
+                        previous=st.reported_hw,
+                        high_watermark=hw,
+                    )
                 regression = st.reported_hw is not None and hw < st.reported_hw
                 st.reported_hw, st.reported_hw_frame = hw, ev.frame
                 if not regression and st.hw is not None and hw < st.hw and st.infer_hw:
                     st.infer_hw = False
                     self.findings.add(
-                        "warning", "hw_inference_ahead",
+                        "warning",
+                        "hw_inference_ahead",
                         f"{tp(topic, partition)}: the leader reports HW {hw} below the {st.hw} "
                         "inferred from what the capture shows (a replica or ack it does not show "
                         "holds it back); the HW follows the leader's reports from here",
-                        [ev.frame], ev.ts_s, topic=topic, partition=partition,
-                        high_watermark=hw, inferred=st.hw)
+                        [ev.frame],
+                        ev.ts_s,
+                        topic=topic,
+                        partition=partition,
+                        high_watermark=hw,
+                        inferred=st.hw,
+                    )
                 st.set_hw(hw, ev.ts, ev.frame)
                 st.set_leo(hw, ev.ts)
                 for fid in sorted(st.isr):
                     r = st.followers[fid].remote_leo
                     if r is not None and r < hw:
                         st.isr.discard(fid)
-                        self.findings.add("warning", "isr_shrink",
-                                          f"{tp(topic, partition)}: HW {hw} passed follower {fid} at {r}: "
-                                          "it is out of the ISR", [ev.frame], ev.ts_s,
-                                          topic=topic, partition=partition, replica=fid)
+                        self.findings.add(
+                            "warning",
+                            "isr_shrink",
+                            f"{tp(topic, partition)}: HW {hw} passed follower {fid} at {r}: "
+                            "it is out of the ISR",
+                            [ev.frame],
+                            ev.ts_s,
+                            topic=topic,
+                            partition=partition,
+                            replica=fid,
+                        )
             for key, attr in (("log_start_offset", "log_start"), ("last_stable_offset", "lso")):
                 v = p.get(key)
                 if isinstance(v, int) and v >= 0:
@@ -498,15 +595,21 @@ class ReplicationAnalyzer:
                         f.hw = min(f.leo, st.hw)
                 if end is not None:
                     for pend in st.pending:
-                        if pend.first_copy_ts is None and pend.start is not None and end > pend.start:
+                        if (
+                            pend.first_copy_ts is None
+                            and pend.start is not None
+                            and end > pend.start
+                        ):
                             pend.first_copy_ts = ev.ts
             self._check_stall(st, ev)
-            st.entry(ev, "follower_fetch_response" if replica >= 0 else "fetch_response",
-                     **({"replica": replica} if replica >= 0 else {}))
+            st.entry(
+                ev,
+                "follower_fetch_response" if replica >= 0 else "fetch_response",
+                **({"replica": replica} if replica >= 0 else {}),
+            )
 
     # ------------------------------------------------------------------ stated ISR
-    def _state(self, ev: Event, topic: str, partition: int, source: str,
-               **change: object) -> None:
+    def _state(self, ev: Event, topic: str, partition: int, source: str, **change: object) -> None:
         """The cluster's word on a partition (replicas, ISR, leader, epochs) changed."""
         st = self.part(topic, partition)
         stated = dict(st.stated or {})
@@ -542,21 +645,41 @@ class ReplicationAnalyzer:
             tid, index = f.get("topic_id"), f.get("partition_id")
             if not isinstance(tid, str) or not isinstance(index, int):
                 return
-            self._state(ev, tid, index, "metadata_log", isr=f.get("isr"),
-                        replicas=f.get("replicas"), leader=f.get("leader"),
-                        leader_epoch=f.get("leader_epoch"),
-                        partition_epoch=f.get("partition_epoch"))
+            self._state(
+                ev,
+                tid,
+                index,
+                "metadata_log",
+                isr=f.get("isr"),
+                replicas=f.get("replicas"),
+                leader=f.get("leader"),
+                leader_epoch=f.get("leader_epoch"),
+                partition_epoch=f.get("partition_epoch"),
+            )
         elif kind in BROKER_RECORDS:
             broker, what = f.get("broker_id", f.get("id")), BROKER_RECORDS[kind]
-            self.findings.add("info", f"broker_{what}", f"broker {broker} {what} (metadata log)",
-                              [ev.frame], ev.ts_s, broker=broker,
-                              broker_epoch=f.get("broker_epoch", f.get("epoch")))
+            self.findings.add(
+                "info",
+                f"broker_{what}",
+                f"broker {broker} {what} (metadata log)",
+                [ev.frame],
+                ev.ts_s,
+                broker=broker,
+                broker_epoch=f.get("broker_epoch", f.get("epoch")),
+            )
         elif kind in ("TopicRecord", "RemoveTopicRecord"):
             tid = f.get("topic_id")
             name = f.get("name") or self.names.get(tid if isinstance(tid, str) else None) or tid
             what = "created" if kind == "TopicRecord" else "deleted"
-            self.findings.add("info", f"topic_{what}", f"topic {name} {what} (metadata log)",
-                              [ev.frame], ev.ts_s, topic=name, topic_id=tid)
+            self.findings.add(
+                "info",
+                f"topic_{what}",
+                f"topic {name} {what} (metadata log)",
+                [ev.frame],
+                ev.ts_s,
+                topic=name,
+                topic_id=tid,
+            )
 
     def _alter_partition_response(self, ev: Event) -> None:
         """The controller's answer to a leader's AlterPartition: the ISR it committed."""
@@ -566,9 +689,16 @@ class ReplicationAnalyzer:
                 index = p.get("partition_index")
                 if p.get("error_code", 0) or not isinstance(index, int):
                     continue
-                self._state(ev, topic, index, "alter_partition", isr=p.get("isr"),
-                            leader=p.get("leader_id"), leader_epoch=p.get("leader_epoch"),
-                            partition_epoch=p.get("partition_epoch"))
+                self._state(
+                    ev,
+                    topic,
+                    index,
+                    "alter_partition",
+                    isr=p.get("isr"),
+                    leader=p.get("leader_id"),
+                    leader_epoch=p.get("leader_epoch"),
+                    partition_epoch=p.get("partition_epoch"),
+                )
 
     def _check_stated(self) -> None:
         """End of the run: a follower the wire shows in sync, or not, against the cluster's word."""
@@ -582,26 +712,42 @@ class ReplicationAnalyzer:
             stated: dict = st.stated  # type: ignore[assignment]
             frame = stated.get("frame")
             self.findings.add(
-                "warning", "isr_disagreement",
+                "warning",
+                "isr_disagreement",
                 f"{tp(st.topic, st.partition)}: the cluster states ISR {sorted(isr)} "
                 f"({stated.get('source')}), the wire shows followers {sorted(st.isr)} in sync",
-                [frame] if isinstance(frame, int) else [], None, topic=st.topic,
-                partition=st.partition, stated_isr=sorted(isr), inferred_isr=sorted(st.isr),
-                replicas=differ)
+                [frame] if isinstance(frame, int) else [],
+                None,
+                topic=st.topic,
+                partition=st.partition,
+                stated_isr=sorted(isr),
+                inferred_isr=sorted(st.isr),
+                replicas=differ,
+            )
 
     def _epoch_response(self, ev: Event) -> None:
-        replica = (ev.bodies.request or {}).get("replica_id", -1) if ev.ex.request is not None else -1
+        replica = (
+            (ev.bodies.request or {}).get("replica_id", -1) if ev.ex.request is not None else -1
+        )
         for t in (ev.body or {}).get("topics") or []:
             topic = self.label(topic_of(t))
             for p in t.get("partitions") or []:
                 if p.get("error_code", 0):
                     continue
                 end, epoch = p.get("end_offset"), p.get("leader_epoch")
-                self.findings.add("info", "epoch_end_offset",
-                                  f"{tp(topic, p.get('partition', -1))}: epoch {epoch} ends at offset {end} "
-                                  "(a follower above it truncates there)",
-                                  [ev.frame], ev.ts_s, topic=topic, partition=p.get("partition", -1),
-                                  leader_epoch=epoch, end_offset=end, replica=replica)
+                self.findings.add(
+                    "info",
+                    "epoch_end_offset",
+                    f"{tp(topic, p.get('partition', -1))}: epoch {epoch} ends at offset {end} "
+                    "(a follower above it truncates there)",
+                    [ev.frame],
+                    ev.ts_s,
+                    topic=topic,
+                    partition=p.get("partition", -1),
+                    leader_epoch=epoch,
+                    end_offset=end,
+                    replica=replica,
+                )
 
     def _check_stall(self, st: PartitionState, ev: Event) -> None:
         """HW behind the LEO and not moving for `stall_ms` (a moving HW restarts the clock)."""
@@ -615,10 +761,18 @@ class ReplicationAnalyzer:
         st.behind_since = since
         if not st.stalled and ev.ts - since > self.stall_ns:
             st.stalled = True
-            self.findings.add("warning", "hw_stalled",
-                              f"{tp(st.topic, st.partition)}: HW stuck at {st.hw} for {(ev.ts - since) / 1e9:.1f}s "
-                              f"while the LEO is {st.leo}", [ev.frame], ev.ts_s, topic=st.topic,
-                              partition=st.partition, high_watermark=st.hw, leader_leo=st.leo)
+            self.findings.add(
+                "warning",
+                "hw_stalled",
+                f"{tp(st.topic, st.partition)}: HW stuck at {st.hw} for {(ev.ts - since) / 1e9:.1f}s "
+                f"while the LEO is {st.leo}",
+                [ev.frame],
+                ev.ts_s,
+                topic=st.topic,
+                partition=st.partition,
+                high_watermark=st.hw,
+                leader_leo=st.leo,
+            )
 
     # ------------------------------------------------------------------ output
     def to_json(self) -> list[dict[str, object]]:
@@ -629,26 +783,30 @@ class ReplicationAnalyzer:
             if not st.entries:
                 continue
             tl = list(st.timeline)
-            final = {k: v for k, v in tl[-1].items() if k not in ("event", "replica")} if tl else None
+            final = (
+                {k: v for k, v in tl[-1].items() if k not in ("event", "replica")} if tl else None
+            )
             named: dict[str, object] = {"topic_id": ids[topic]} if topic in ids else {}
             if topic in self.given_up:
                 named = {"topic_id": topic, "topic_unresolved": True}
-            out.append({
-                "topic": topic,
-                **named,
-                "partition": partition,
-                "sources": sorted(st.sources),
-                "leader_epoch": st.leader_epoch,
-                "timeline": tl,
-                "timeline_dropped": st.entries - len(tl),
-                "final": final,
-                "hw_advance_latency_ms": _stats(st.hw_latency_ms),
-                "acks_all_latency_ms": {
-                    "total": _stats(st.acks_all_total_ms),
-                    "append": _stats(st.acks_all_append_ms),
-                    "replication": _stats(st.acks_all_replication_ms),
-                },
-            })
+            out.append(
+                {
+                    "topic": topic,
+                    **named,
+                    "partition": partition,
+                    "sources": sorted(st.sources),
+                    "leader_epoch": st.leader_epoch,
+                    "timeline": tl,
+                    "timeline_dropped": st.entries - len(tl),
+                    "final": final,
+                    "hw_advance_latency_ms": _stats(st.hw_latency_ms),
+                    "acks_all_latency_ms": {
+                        "total": _stats(st.acks_all_total_ms),
+                        "append": _stats(st.acks_all_append_ms),
+                        "replication": _stats(st.acks_all_replication_ms),
+                    },
+                }
+            )
         return out
 
     HANDLERS = Handlers(

@@ -24,8 +24,16 @@ from kanalyze.analysis.wire import (
 )
 
 # TransactionLogValue.TransactionStatus (Kafka's TransactionState ids)
-LOG_STATES = {0: "Empty", 1: "Ongoing", 2: "PrepareCommit", 3: "PrepareAbort", 4: "CompleteCommit",
-              5: "CompleteAbort", 6: "Dead", 7: "PrepareEpochFence"}
+LOG_STATES = {
+    0: "Empty",
+    1: "Ongoing",
+    2: "PrepareCommit",
+    3: "PrepareAbort",
+    4: "CompleteCommit",
+    5: "CompleteAbort",
+    6: "Dead",
+    7: "PrepareEpochFence",
+}
 FENCED = frozenset({47, 90})  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 
@@ -42,7 +50,9 @@ class Txn:
     offsets: dict[str, int] = field(default_factory=dict)
     states: list[str] = field(default_factory=list)
     frames: list[int] = field(default_factory=list)
-    markers: dict[str, str] = field(default_factory=dict)  # partition -> COMMIT/ABORT control record seen
+    markers: dict[str, str] = field(
+        default_factory=dict
+    )  # partition -> COMMIT/ABORT control record seen
     source: str | None = None  # "transaction_log": known from __transaction_state records only
     first_ts: float | None = None
     end_ts: float | None = None
@@ -61,7 +71,8 @@ class Txn:
             "control_records": dict(sorted(self.markers.items())),
             "first_frame": self.frames[0] if self.frames else None,
             "last_frame": self.frames[-1] if self.frames else None,
-            "duration_ms": None if self.first_ts is None or self.end_ts is None
+            "duration_ms": None
+            if self.first_ts is None or self.end_ts is None
             else round((self.end_ts - self.first_ts) * 1000, 3),
             **({"source": self.source} if self.source else {}),
         }
@@ -122,16 +133,31 @@ class TransactionAnalyzer:
 
     def _fenced(self, ev: Event, tid: str, err: int) -> None:
         if err in FENCED:
-            self.findings.add("error", "fenced_epoch",
-                              f"transactional id {tid}: {ev.ex.api} answered {error_name(err)} (a newer producer "
-                              "instance took over)", [ev.frame], ev.ts_s, transactional_id=tid)
+            self.findings.add(
+                "error",
+                "fenced_epoch",
+                f"transactional id {tid}: {ev.ex.api} answered {error_name(err)} (a newer producer "
+                "instance took over)",
+                [ev.frame],
+                ev.ts_s,
+                transactional_id=tid,
+            )
 
     def _check_epoch(self, ev: Event, p: TxnProducer, epoch: object) -> None:
-        if isinstance(epoch, int) and p.producer_epoch is not None and 0 <= epoch < p.producer_epoch:
-            self.findings.add("error", "fenced_epoch",
-                              f"transactional id {p.transactional_id}: {ev.ex.api} with epoch {epoch} after epoch "
-                              f"{p.producer_epoch} was issued (zombie producer)", [ev.frame], ev.ts_s,
-                              transactional_id=p.transactional_id)
+        if (
+            isinstance(epoch, int)
+            and p.producer_epoch is not None
+            and 0 <= epoch < p.producer_epoch
+        ):
+            self.findings.add(
+                "error",
+                "fenced_epoch",
+                f"transactional id {p.transactional_id}: {ev.ex.api} with epoch {epoch} after epoch "
+                f"{p.producer_epoch} was issued (zombie producer)",
+                [ev.frame],
+                ev.ts_s,
+                transactional_id=p.transactional_id,
+            )
 
     def feed(self, ev: Event) -> None:
         self.HANDLERS.dispatch(self, ev)
@@ -165,10 +191,17 @@ class TransactionAnalyzer:
     def _add_partitions_to_txn_request(self, ev: Event, body: dict) -> None:
         items = []
         if body.get("v3_and_below_transactional_id"):
-            items.append((body["v3_and_below_transactional_id"], body.get("v3_and_below_producer_epoch"),
-                          body.get("v3_and_below_topics") or []))
-        items.extend((t.get("transactional_id"), t.get("producer_epoch"), t.get("topics") or [])
-                     for t in body.get("transactions") or [])
+            items.append(
+                (
+                    body["v3_and_below_transactional_id"],
+                    body.get("v3_and_below_producer_epoch"),
+                    body.get("v3_and_below_topics") or [],
+                )
+            )
+        items.extend(
+            (t.get("transactional_id"), t.get("producer_epoch"), t.get("topics") or [])
+            for t in body.get("transactions") or []
+        )
         for tid, epoch, topics in items:
             if not tid:
                 continue
@@ -182,10 +215,14 @@ class TransactionAnalyzer:
     def _add_partitions_to_txn_response(self, ev: Event, body: dict) -> None:
         errs = set()
         for r in body.get("results_by_topic_v3_and_below") or []:
-            errs.update(x.get("partition_error_code", 0) for x in r.get("results_by_partition") or [])
+            errs.update(
+                x.get("partition_error_code", 0) for x in r.get("results_by_partition") or []
+            )
         for tr in body.get("results_by_transaction") or []:
             for r in tr.get("topic_results") or []:
-                errs.update(x.get("partition_error_code", 0) for x in r.get("results_by_partition") or [])
+                errs.update(
+                    x.get("partition_error_code", 0) for x in r.get("results_by_partition") or []
+                )
         errs.add(body.get("error_code", 0))
         tid = (ev.bodies.request or {}).get("v3_and_below_transactional_id") or ""
         for e in errs - {0}:
@@ -197,7 +234,9 @@ class TransactionAnalyzer:
         for topic, partition, bs in produce_partitions(body):
             if not any(b.get("is_transactional") for b in bs):
                 continue
-            pid = next((b.get("producer_id") for b in bs if isinstance(b.get("producer_id"), int)), None)
+            pid = next(
+                (b.get("producer_id") for b in bs if isinstance(b.get("producer_id"), int)), None
+            )
             name = tid or (self.by_pid.get(pid) if isinstance(pid, int) else None)
             if not name:
                 continue
@@ -208,10 +247,16 @@ class TransactionAnalyzer:
             key = tp(topic, partition)
             t.produced.add(key)
             if key not in t.partitions:
-                self.findings.add("error", "produce_to_unadded_partition",
-                                  f"transactional id {name}: transactional produce to {key} before "
-                                  "AddPartitionsToTxn added it", [ev.frame], ev.ts_s,
-                                  transactional_id=name, partition_key=key)
+                self.findings.add(
+                    "error",
+                    "produce_to_unadded_partition",
+                    f"transactional id {name}: transactional produce to {key} before "
+                    "AddPartitionsToTxn added it",
+                    [ev.frame],
+                    ev.ts_s,
+                    transactional_id=name,
+                    partition_key=key,
+                )
 
     # AddOffsetsToTxn
     def _add_offsets_to_txn_request(self, ev: Event, body: dict) -> None:
@@ -222,7 +267,9 @@ class TransactionAnalyzer:
             self._txn(p, ev, "Ongoing").groups.add(body.get("group_id") or "")
 
     def _add_offsets_to_txn_response(self, ev: Event, body: dict) -> None:
-        self._fenced(ev, (ev.bodies.request or {}).get("transactional_id") or "", body.get("error_code", 0))
+        self._fenced(
+            ev, (ev.bodies.request or {}).get("transactional_id") or "", body.get("error_code", 0)
+        )
 
     # TxnOffsetCommit
     def _txn_offset_commit_request(self, ev: Event, body: dict) -> None:
@@ -234,7 +281,9 @@ class TransactionAnalyzer:
         t.groups.add(body.get("group_id") or "")
         for topic in body.get("topics") or []:
             for part in topic.get("partitions") or []:
-                t.offsets[tp(topic_of(topic), part.get("partition_index", -1))] = part.get("committed_offset")
+                t.offsets[tp(topic_of(topic), part.get("partition_index", -1))] = part.get(
+                    "committed_offset"
+                )
 
     # EndTxn
     def _end_txn_request(self, ev: Event, body: dict) -> None:
@@ -246,9 +295,15 @@ class TransactionAnalyzer:
         committed = bool(body.get("committed"))
         t = p.current
         if t is None or not (t.partitions or t.groups):
-            self.findings.add("warning", "end_txn_without_partitions",
-                              f"transactional id {tid}: EndTxn({'commit' if committed else 'abort'}) with no "
-                              "partitions or offsets added", [ev.frame], ev.ts_s, transactional_id=tid)
+            self.findings.add(
+                "warning",
+                "end_txn_without_partitions",
+                f"transactional id {tid}: EndTxn({'commit' if committed else 'abort'}) with no "
+                "partitions or offsets added",
+                [ev.frame],
+                ev.ts_s,
+                transactional_id=tid,
+            )
         self._txn(p, ev, "PrepareCommit" if committed else "PrepareAbort")
 
     def _end_txn_response(self, ev: Event, body: dict) -> None:
@@ -260,8 +315,14 @@ class TransactionAnalyzer:
         err = body.get("error_code", 0)
         if err:
             self._fenced(ev, tid, err)
-            self.findings.add("warning", "end_txn_failed", f"transactional id {tid}: EndTxn failed with "
-                              f"{error_name(err)}", [ev.frame], ev.ts_s, transactional_id=tid)
+            self.findings.add(
+                "warning",
+                "end_txn_failed",
+                f"transactional id {tid}: EndTxn failed with {error_name(err)}",
+                [ev.frame],
+                ev.ts_s,
+                transactional_id=tid,
+            )
             return
         if p.current is not None:
             p.current.frames.append(ev.frame)
@@ -335,7 +396,12 @@ class TransactionAnalyzer:
     def _mark(self, tid: str, key: str, kind: str, offset: object) -> None:
         want = "committed" if kind == "COMMIT" else "aborted"
         for t in self.done:
-            if t.transactional_id == tid and t.outcome == want and key in (t.partitions | t.produced) and key not in t.markers:
+            if (
+                t.transactional_id == tid
+                and t.outcome == want
+                and key in (t.partitions | t.produced)
+                and key not in t.markers
+            ):
                 t.markers[key] = f"{kind}@{offset}"
                 return
 

@@ -22,8 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.epilog = ("examples:\n  kanalyze spark captures/*.pcap --out /tmp/tables\n"
-                "  kanalyze spark s3://bucket/caps/ --out s3://bucket/tables --master spark://host:7077\n")
+    p.epilog = (
+        "examples:\n  kanalyze spark captures/*.pcap --out /tmp/tables\n"
+        "  kanalyze spark s3://bucket/caps/ --out s3://bucket/tables --master spark://host:7077\n"
+    )
     p.add_argument(
         "files",
         nargs="+",

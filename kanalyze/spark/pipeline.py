@@ -45,6 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
 DRIVER_WALK_BYTES = 2 << 30  # below this, local split files are counted on the driver
+
+
 @dataclass(slots=True)
 class PipelineResult:
     out_dir: str

@@ -76,12 +76,17 @@ class KanalyzeApp(App):
         Binding("t", "toggle_theme", "Theme"),
     ]
 
-    def __init__(self, paths: Sequence[str] = (), opts: EngineOptions | None = None,
-                 ctx: DecodeContext | None = None,
-                 source: Callable[[], Iterable[Exchange]] | None = None,
-                 source_label: str | None = None, theme: str = "textual-dark",
-                 feed: Callable[[KanalyzeApp], None] | None = None,
-                 stop: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str] = (),
+        opts: EngineOptions | None = None,
+        ctx: DecodeContext | None = None,
+        source: Callable[[], Iterable[Exchange]] | None = None,
+        source_label: str | None = None,
+        theme: str = "textual-dark",
+        feed: Callable[[KanalyzeApp], None] | None = None,
+        stop: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__()
         self.feed = feed
         self.stop_feed = stop
@@ -91,7 +96,9 @@ class KanalyzeApp(App):
         # the user's --topic-ids, for the analysis's own registry (the store's learns as it decodes)
         self.topic_ids = dict(ctx.topic_names) if ctx is not None else {}
         self.source = source
-        self.source_label = source_label or (", ".join(os.path.basename(p) for p in self.paths) or "live")
+        self.source_label = source_label or (
+            ", ".join(os.path.basename(p) for p in self.paths) or "live"
+        )
         self._initial_theme = theme
         self.report: dict | None = None
         self.report_count = 0
@@ -164,10 +171,16 @@ class KanalyzeApp(App):
             exchanges, progress = self._iter_source()
             for ex in exchanges:
                 batch.append(ex)
-                held += (ex.request.pdu.size if ex.request else 0) + (ex.response.pdu.size if ex.response else 0)
+                held += (ex.request.pdu.size if ex.request else 0) + (
+                    ex.response.pdu.size if ex.response else 0
+                )
                 n = len(batch)
-                if (n >= BATCH_EXCHANGES or held >= BATCH_BYTES or not len(self.store)
-                        or ((n & 0xFF) == 0 and time.perf_counter() - last > 0.1)):
+                if (
+                    n >= BATCH_EXCHANGES
+                    or held >= BATCH_BYTES
+                    or not len(self.store)
+                    or ((n & 0xFF) == 0 and time.perf_counter() - last > 0.1)
+                ):
                     self.add_exchanges(batch)
                     batch = []
                     held = 0
@@ -175,7 +188,9 @@ class KanalyzeApp(App):
                     self.store.progress = progress()
                     if worker.is_cancelled:
                         return
-                    time.sleep(0.002)  # let the UI thread take the GIL: keys stay responsive while indexing
+                    time.sleep(
+                        0.002
+                    )  # let the UI thread take the GIL: keys stay responsive while indexing
             self.add_exchanges(batch)
         except CaptureError as e:
             self.add_exchanges(batch)
@@ -207,7 +222,9 @@ class KanalyzeApp(App):
         if self.analysis_running:
             return
         n = len(self.store)
-        if not force and (not self.store.done or (self.report is not None and self.report_count >= n)):
+        if not force and (
+            not self.store.done or (self.report is not None and self.report_count >= n)
+        ):
             return
         self.analysis_running = True
         self.analysis_progress = 0.0
@@ -280,8 +297,11 @@ class KanalyzeApp(App):
             if b.action in seen or not b.description:
                 continue
             seen.add(b.action)
-            yield SystemCommand(f"{b.description} ({b.key_display or key})", b.action,
-                                partial(self._run_bound, active.node, b.action))
+            yield SystemCommand(
+                f"{b.description} ({b.key_display or key})",
+                b.action,
+                partial(self._run_bound, active.node, b.action),
+            )
 
     async def _run_bound(self, node: DOMNode, action: str) -> None:
         await self.run_action(action, node)

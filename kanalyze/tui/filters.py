@@ -40,8 +40,16 @@ class Filter:
 
     @property
     def empty(self) -> bool:
-        return not (self.apis or self.topics or self.clients or self.conns or self.statuses
-                    or self.errors_only or self.min_latency_ms is not None or self.words)
+        return not (
+            self.apis
+            or self.topics
+            or self.clients
+            or self.conns
+            or self.statuses
+            or self.errors_only
+            or self.min_latency_ms is not None
+            or self.words
+        )
 
     @property
     def needs_summary(self) -> bool:
@@ -81,8 +89,18 @@ class Filter:
             if not any(t in tl for t in self.topics):
                 return False
         if self.words:
-            hay = " ".join((ex.api or "", ex.client_id or "", ex.conn.client, ex.conn.broker,
-                            str(ex.correlation_id), ex.status, topics, *errors)).lower()
+            hay = " ".join(
+                (
+                    ex.api or "",
+                    ex.client_id or "",
+                    ex.conn.client,
+                    ex.conn.broker,
+                    str(ex.correlation_id),
+                    ex.status,
+                    topics,
+                    *errors,
+                )
+            ).lower()
             if not all(w in hay for w in self.words):
                 return False
         return True
@@ -116,8 +134,10 @@ def parse_filter(text: str) -> Filter:
         elif any(c in tok for c in "<>="):
             raise FilterError(f"{raw!r}: the only comparison is lat>N (ms)")
         elif sep and key.isidentifier() and key not in _KEYS:  # 10.0.0.1:9092 is free text
-            raise FilterError(f"unknown term {key}: (terms: {', '.join(k + ':' for k in _KEYS)}"
-                              " errors, lat>N, words)")
+            raise FilterError(
+                f"unknown term {key}: (terms: {', '.join(k + ':' for k in _KEYS)}"
+                " errors, lat>N, words)"
+            )
         elif sep and key in _KEYS:
             if not val:
                 raise FilterError(f"{key}: needs a value")

@@ -16,7 +16,9 @@ from kanalyze.flows import ETHERNET, FlowStats, decode_segment, format_endpoint
 from kanalyze.tui.store import ExchangeStore
 
 
-def packet_spans(store: ExchangeStore, rows: Iterable[int]) -> list[tuple[int, int, frozenset[str]]]:
+def packet_spans(
+    store: ExchangeStore, rows: Iterable[int]
+) -> list[tuple[int, int, frozenset[str]]]:
     """(first, last, endpoints) for every frame of the rows, sorted and merged per connection."""
     spans: dict[frozenset[str], list[tuple[int, int]]] = {}
     for i in rows:
@@ -37,8 +39,13 @@ def packet_spans(store: ExchangeStore, rows: Iterable[int]) -> list[tuple[int, i
     return out
 
 
-def write_pcap(store: ExchangeStore, rows: Sequence[int], paths: Sequence[str], out: str,
-               cancelled: Callable[[], bool] = lambda: False) -> int:
+def write_pcap(
+    store: ExchangeStore,
+    rows: Sequence[int],
+    paths: Sequence[str],
+    out: str,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> int:
     """Write the packets of `rows` from `paths` to `out`; the number of packets written.
     Packets of another link type than the first one kept are skipped (pcap has one)."""
     spans = packet_spans(store, rows)
@@ -58,11 +65,17 @@ def write_pcap(store: ExchangeStore, rows: Sequence[int], paths: Sequence[str], 
             k = bisect_right(starts, pkt.no)
             # spans may overlap across connections: look back over those starting before
             hit = False
-            for a, b, ends in reversed(spans[max(0, k - 64):k]):
+            for a, b, ends in reversed(spans[max(0, k - 64) : k]):
                 if a <= pkt.no <= b:
                     seg = decode_segment(pkt.linktype, pkt.data, stats)
-                    if seg is not None and {format_endpoint(seg.src, seg.sport),
-                                            format_endpoint(seg.dst, seg.dport)} == ends:
+                    if (
+                        seg is not None
+                        and {
+                            format_endpoint(seg.src, seg.sport),
+                            format_endpoint(seg.dst, seg.dport),
+                        }
+                        == ends
+                    ):
                         hit = True
                         break
             if not hit:

@@ -33,6 +33,7 @@ from kanalyze.tui.spill import NEAR_BYTES, FrameSpill
 Summary = tuple[str, tuple[str, ...]]  # (topic/partition summary, error names)
 Rows = array  # of 'q': store indices, as the table lists them (8 bytes a row, not 36 in a list)
 
+
 @dataclass(slots=True)
 class ConnStats:
     id: int
@@ -91,6 +92,7 @@ def _sort_key(rows: RowTable, key: str) -> Callable[[int], object]:
         def by_api(i: int) -> int:
             v = ver[i]
             return (rank.get(api[i], 0) << 33) + (0 if v == NONE32 else v) + (1 << 32)
+
         return by_api
     if key == "conn":
         return rows.conn.__getitem__
@@ -115,7 +117,9 @@ class ExchangeStore:
     def __init__(self, ctx: DecodeContext | None = None, spill_dir: str | None = None) -> None:
         self.rows = RowTable()
         self.spill = FrameSpill(spill_dir)
-        self._diags: dict[int, tuple[Diagnostic, ...]] = {}  # spill offset -> a message's diagnostics
+        self._diags: dict[
+            int, tuple[Diagnostic, ...]
+        ] = {}  # spill offset -> a message's diagnostics
         self._diag_sets: dict[tuple[Diagnostic, ...], tuple[Diagnostic, ...]] = {}
         self._n = 0  # rows published to readers (all columns appended)
         self._last: tuple[Exchange, int, int] | None = None  # the same exchange again: same frames
@@ -168,7 +172,9 @@ class ExchangeStore:
                     summary.append(-1)
                     c = self.conns.get(ex.conn.id)
                     if c is None:
-                        c = self.conns[ex.conn.id] = ConnStats(ex.conn.id, ex.conn.client, ex.conn.broker)
+                        c = self.conns[ex.conn.id] = ConnStats(
+                            ex.conn.id, ex.conn.client, ex.conn.broker
+                        )
                     c.exchanges += 1
                     if ex.status != "ok":
                         c.problems += 1
@@ -199,7 +205,9 @@ class ExchangeStore:
         back from the spill file, headers parsed again."""
         return self._rebuild(i, self.spill.reader(NEAR_BYTES).get)
 
-    def iter_exchanges(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Exchange]]:
+    def iter_exchanges(
+        self, start: int = 0, end: int | None = None
+    ) -> Iterator[tuple[int, Exchange]]:
         """(index, exchange) for rows [start, end), read sequentially through a window."""
         get = self.spill.reader().get
         for i in range(start, len(self) if end is None else min(end, len(self))):
@@ -212,8 +220,9 @@ class ExchangeStore:
         req_off, resp_off = rows.req[i], rows.resp[i]
         req = None if req_off == NO_MESSAGE else get(req_off)
         resp = None if resp_off == NO_MESSAGE else get(resp_off)
-        return rebuild.exchange(rows.row(i), req, resp,
-                                self._diags.get(req_off), self._diags.get(resp_off))
+        return rebuild.exchange(
+            rows.row(i), req, resp, self._diags.get(req_off), self._diags.get(resp_off)
+        )
 
     def _for_bodies(self, i: int, get: Callable[[int], Pdu]) -> Exchange:
         """Row i with its frames and body offsets but no headers or diagnostics: all a body
@@ -222,7 +231,11 @@ class ExchangeStore:
         req_off, resp_off = rows.req[i], rows.resp[i]
         k, v = rows.api[i], rows.ver[i]
         return Exchange(
-            rows.conns[rows.conn[i]], None if k == NONE32 else k, None if v == NONE32 else v, None, None,
+            rows.conns[rows.conn[i]],
+            None if k == NONE32 else k,
+            None if v == NONE32 else v,
+            None,
+            None,
             STATUSES[rows.status[i]],
             None if req_off == NO_MESSAGE else Message(get(req_off), {}, rows.req_body[i]),
             None if resp_off == NO_MESSAGE else Message(get(resp_off), {}, rows.resp_body[i]),
@@ -230,8 +243,11 @@ class ExchangeStore:
 
     def frames(self, i: int) -> list[tuple[int, int]]:
         """(first_pkt, last_pkt) of row i's request and response frames (headers read only)."""
-        return [self.spill.packets(off) for off in (self.rows.req[i], self.rows.resp[i])
-                if off != NO_MESSAGE]
+        return [
+            self.spill.packets(off)
+            for off in (self.rows.req[i], self.rows.resp[i])
+            if off != NO_MESSAGE
+        ]
 
     def find_frame(self, frame: int, cancelled: Callable[[], bool] = lambda: False) -> int | None:
         """The row whose request or response was carried by packet `frame` (tshark's frame
@@ -279,7 +295,9 @@ class ExchangeStore:
                 s = self._summary_values[self._summary[i]]
         return s
 
-    def summarize_all(self, cancelled: Callable[[], bool] = lambda: False, pause: Callable[[], None] | None = None) -> bool:
+    def summarize_all(
+        self, cancelled: Callable[[], bool] = lambda: False, pause: Callable[[], None] | None = None
+    ) -> bool:
         """Summarize every row not yet summarized (error counts per connection become complete);
         `self.summarized` tracks progress. False if cancelled."""
         last = time.perf_counter()
@@ -302,9 +320,14 @@ class ExchangeStore:
         return (row.start_ts - (self.first_ts or 0)) / 1e9
 
     # -- filtering and sorting ---------------------------------------------------------------
-    def match_range(self, flt: Filter, start: int, end: int,
-                    cancelled: Callable[[], bool] = lambda: False,
-                    progress: Callable[[int], None] | None = None) -> Rows | None:
+    def match_range(
+        self,
+        flt: Filter,
+        start: int,
+        end: int,
+        cancelled: Callable[[], bool] = lambda: False,
+        progress: Callable[[int], None] | None = None,
+    ) -> Rows | None:
         """Indices in [start, end) matching `flt`; None if cancelled. Terms are checked on the
         columns; rows the header terms keep are summarized (bodies decoded) only if the filter
         needs it."""
@@ -340,9 +363,15 @@ class ExchangeStore:
         env.capture_start_ns = self.first_ts
         return env
 
-    def match_query(self, flt: object, start: int, end: int, conn: int | None = None,
-                    cancelled: Callable[[], bool] = lambda: False,
-                    progress: Callable[[int], None] | None = None) -> Rows | None:
+    def match_query(
+        self,
+        flt: object,
+        start: int,
+        end: int,
+        conn: int | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+        progress: Callable[[int], None] | None = None,
+    ) -> Rows | None:
         """Indices in [start, end) matching a `kanalyze.query` filter (each row rebuilt, read
         through a window); None if cancelled."""
         self.learn_topic_names(end)

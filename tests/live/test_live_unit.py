@@ -175,7 +175,20 @@ def test_command_writes_export_equal_ndjson_and_pcap(fake_capture, tmp_path: Pat
     src = CAPTURES / "lib_acks.pcap"
     fake_capture(src)
     out, pcap = tmp_path / "o.ndjson", tmp_path / "o.pcap"
-    rc = cli.main(["live", "-i", "lo", "--port", "9092", "-o", str(out), "--write-pcap", str(pcap), *SLOW_EXPIRY])
+    rc = cli.main(
+        [
+            "live",
+            "-i",
+            "lo",
+            "--port",
+            "9092",
+            "-o",
+            str(out),
+            "--write-pcap",
+            str(pcap),
+            *SLOW_EXPIRY,
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 0
     assert fake_capture.opened["bpf"] == "tcp port 9092"
@@ -188,7 +201,9 @@ def test_command_rotates_output(fake_capture, tmp_path: Path, capsys) -> None:  
     src = CAPTURES / "aio_group.pcap"
     fake_capture(src)
     out = tmp_path / "o.ndjson"
-    assert cli.main(["live", "-i", "lo", "-o", str(out), "--rotate-bytes", "20000", *SLOW_EXPIRY]) == 0
+    assert (
+        cli.main(["live", "-i", "lo", "-o", str(out), "--rotate-bytes", "20000", *SLOW_EXPIRY]) == 0
+    )
     files = sorted(tmp_path.glob("o.ndjson*"), key=lambda p: (len(p.name), p.name))
     assert len(files) > 2
     lines = [line for f in files for line in f.read_text().splitlines()]
@@ -215,12 +230,35 @@ def test_header_only_with_metrics(fake_capture, tmp_path: Path, capsys, monkeypa
     from kanalyze import metrics
 
     served = []
-    monkeypatch.setattr(metrics.Metrics, "serve", lambda self, host, port: served.append((self, host, port)))
-    assert cli.main(["live", "-i", "lo", "--header-only", "--prometheus", "0.0.0.0:19399", "-o", str(out), *SLOW_EXPIRY]) == 0
+    monkeypatch.setattr(
+        metrics.Metrics, "serve", lambda self, host, port: served.append((self, host, port))
+    )
+    assert (
+        cli.main(
+            [
+                "live",
+                "-i",
+                "lo",
+                "--header-only",
+                "--prometheus",
+                "0.0.0.0:19399",
+                "-o",
+                str(out),
+                *SLOW_EXPIRY,
+            ]
+        )
+        == 0
+    )
     assert out.read_text().splitlines() == export_lines(src, decode=False)
     m, host, port = served[0]
     assert (host, port) == ("0.0.0.0", 19399)
-    total = sum(s.value for fam in m.registry.collect() if fam.name == "kanalyze_requests" for s in fam.samples if s.name.endswith("_total"))
+    total = sum(
+        s.value
+        for fam in m.registry.collect()
+        if fam.name == "kanalyze_requests"
+        for s in fam.samples
+        if s.name.endswith("_total")
+    )
     assert total == len(export_lines(src))
 
 
@@ -281,10 +319,21 @@ def test_without_cap_net_raw_for_real(tmp_path: Path) -> None:
     capsh = "/usr/sbin/capsh" if os.path.exists("/usr/sbin/capsh") else None
     if capsh is None:
         pytest.skip("capsh not installed")
-    if subprocess.run([capsh, "--drop=cap_net_raw", "--", "-c", "true"], capture_output=True, timeout=30).returncode != 0:
+    if (
+        subprocess.run(
+            [capsh, "--drop=cap_net_raw", "--", "-c", "true"], capture_output=True, timeout=30
+        ).returncode
+        != 0
+    ):
         pytest.skip("capsh cannot drop capabilities here (no CAP_SETPCAP)")
     cmd = f"{sys.executable} -m kanalyze.cli live -i lo --duration 1"
-    p = subprocess.run([capsh, "--drop=cap_net_raw", "--", "-c", cmd], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=60)
+    p = subprocess.run(
+        [capsh, "--drop=cap_net_raw", "--", "-c", cmd],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=60,
+    )
     assert p.returncode == 2, p.stderr
     assert "root or the CAP_NET_RAW capability" in p.stderr
     assert "Traceback" not in p.stderr
@@ -309,7 +358,12 @@ def observe_all(path: Path):  # noqa: ANN201
 
 
 def gauge(m, name: str) -> dict[tuple, float]:  # noqa: ANN001
-    return {tuple(sorted(s.labels.items())): s.value for fam in m.registry.collect() for s in fam.samples if s.name == name}
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for fam in m.registry.collect()
+        for s in fam.samples
+        if s.name == name
+    }
 
 
 def test_follower_lag_and_hw_from_replication_traffic() -> None:
@@ -413,7 +467,9 @@ def test_interface_gone_keeps_every_exchange_already_captured() -> None:
     assert lines == export_lines(CAPTURES / "aio_group.pcap")
 
 
-def test_command_reports_interface_gone_and_keeps_output(monkeypatch, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_command_reports_interface_gone_and_keeps_output(
+    monkeypatch, tmp_path: Path, capsys
+) -> None:  # noqa: ANN001
     src_path = CAPTURES / "lib_acks.pcap"
     pkts, lt = replay(src_path)
 
@@ -433,6 +489,20 @@ def test_command_reports_interface_gone_and_keeps_output(monkeypatch, tmp_path: 
 
 def test_command_reports_limit_hits(fake_capture, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     fake_capture(CAPTURES / "aio_group.pcap")
-    assert cli.main(["live", "-i", "lo", "-o", str(tmp_path / "o.ndjson"), "--max-connections", "1", *SLOW_EXPIRY]) == 0
+    assert (
+        cli.main(
+            [
+                "live",
+                "-i",
+                "lo",
+                "-o",
+                str(tmp_path / "o.ndjson"),
+                "--max-connections",
+                "1",
+                *SLOW_EXPIRY,
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "limits hit: max_connections" in err and "Traceback" not in err

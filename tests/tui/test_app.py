@@ -40,16 +40,24 @@ async def test_open_filter_select_expand_hex_export(tmp_path):
         await pilot.press("slash")
         await pilot.press(*"api:produce")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: not app.screen.filtering and len(table.rows) == 5, what="filter")
+        await wait_for(
+            pilot, lambda: not app.screen.filtering and len(table.rows) == 5, what="filter"
+        )
         assert "5 of 52 match" in status_text(app)
         current = table.current
-        assert app.store.row(current).api == "Produce" and "lib-none" in app.store.summary(current)[0]
+        assert (
+            app.store.row(current).api == "Produce" and "lib-none" in app.store.summary(current)[0]
+        )
 
         # select it: the detail shows its decoded request (read back from the spill file, equal to
         # what was indexed); Enter moves to the tree
         tree = app.screen.query_one(DecodeTree)
         hexv = app.screen.query_one(HexView)
-        await wait_for(pilot, lambda: tree.index == current and hexv.title.startswith("request frame"), what="detail")
+        await wait_for(
+            pilot,
+            lambda: tree.index == current and hexv.title.startswith("request frame"),
+            what="detail",
+        )
         assert tree.exchange == list(Session([CODECS]).exchanges())[current]
         await pilot.press("enter")
         assert app.screen.focused is tree
@@ -75,12 +83,14 @@ async def test_open_filter_select_expand_hex_export(tmp_path):
         name = tree.cursor_node.data.node
         assert name.name == "Name" and name.value == "lib-none"
         assert hexv.highlight == (name.offset, name.length)
-        assert hexv.data[name.offset:name.offset + name.length].endswith(b"lib-none")
+        assert hexv.data[name.offset : name.offset + name.length].endswith(b"lib-none")
 
         # export the filtered table and read it back
         out = tmp_path / "produce.ndjson"
         await pilot.press("e")
-        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ExportScreen", what="export dialog")
+        await wait_for(
+            pilot, lambda: app.screen.__class__.__name__ == "ExportScreen", what="export dialog"
+        )
         app.screen.query_one("#export-path").value = str(out)
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.last_export is not None, what="export")
@@ -89,7 +99,8 @@ async def test_open_filter_select_expand_hex_export(tmp_path):
         assert len(rows) == 5 and {r["api"] for r in rows} == {"Produce"}
         assert all(r["schema"] == "kanalyze.exchange/1" and r["request"]["body"] for r in rows)
         assert [r["request"]["frame"] for r in rows] == [
-            app.store.exchange(i).request.pdu.last_pkt for i in table.rows]
+            app.store.exchange(i).request.pdu.last_pkt for i in table.rows
+        ]
         # byte-identical to `kanalyze export` of the same capture, for the same rows
         cli = tmp_path / "all.ndjson"
         with cli.open("w") as f, contextlib.redirect_stdout(f):
@@ -151,7 +162,9 @@ async def test_connections_sort_help_theme_and_quit():
         await pilot.press("c")
         await pilot.press("down", "down", "enter")
         conn = screen._conn_ids[2]
-        await wait_for(pilot, lambda: not screen.filtering and screen.conn == conn, what="conn filter")
+        await wait_for(
+            pilot, lambda: not screen.filtering and screen.conn == conn, what="conn filter"
+        )
         assert table.rows and all(app.store.row(i).conn.id == conn for i in table.rows)
         assert f"conn {conn}" in status_text(app)
         await pilot.press("escape")
@@ -159,11 +172,15 @@ async def test_connections_sort_help_theme_and_quit():
 
         # sort: s cycles the key (time -> latency), S reverses; clicking a header sorts too
         await pilot.press("s", "S")
-        await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "latency", what="sort")
+        await wait_for(
+            pilot, lambda: not screen.filtering and table.sort_key == "latency", what="sort"
+        )
         lats = [app.store.row(i).latency_ns or -1 for i in table.rows]
         assert lats == sorted(lats, reverse=True)
         await pilot.click(ExchangeTable, offset=(45, 0))  # the "API" header
-        await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "api", what="click sort")
+        await wait_for(
+            pilot, lambda: not screen.filtering and table.sort_key == "api", what="click sort"
+        )
         await pilot.click(ExchangeTable, offset=(5, 3))  # a row
         assert table.cursor == 2
 
@@ -194,7 +211,9 @@ async def test_replication_view_textbook_hw_reaches_1():
         assert hw[0] == 0 and hw[-1] == 1 and max(hw) == 1
         assert "HW 1" in str(screen.query_one("#rep-summary").render())
         assert "follower 2: LEO 1" in str(screen.query_one("#rep-summary").render())
-        assert screen.query_one("#rep-timeline").row_count == len(app.report["replication"][0]["timeline"])
+        assert screen.query_one("#rep-timeline").row_count == len(
+            app.report["replication"][0]["timeline"]
+        )
         await pilot.press("1")
         assert isinstance(app.screen, ExchangesScreen)
 
@@ -216,7 +235,9 @@ async def test_semantics_and_groups_views():
         await pilot.press("4")
         await wait_report(pilot)
         reb = app.screen.query_one("#rebalances")
-        assert reb.row_count >= 2 and {str(reb.get_row_at(i)[0]) for i in range(reb.row_count)} == {"lib-group-1"}
+        assert reb.row_count >= 2 and {str(reb.get_row_at(i)[0]) for i in range(reb.row_count)} == {
+            "lib-group-1"
+        }
 
 
 @aio
@@ -230,7 +251,9 @@ async def test_exchanges_appended_while_running():
         t = threading.Thread(target=lambda: [app.add_exchanges([ex]) for ex in exs])
         t.start()
         t.join()
-        await wait_for(pilot, lambda: len(table.rows) == 5 and app.screen.applied_upto == 52, what="live rows")
+        await wait_for(
+            pilot, lambda: len(table.rows) == 5 and app.screen.applied_upto == 52, what="live rows"
+        )
         assert "indexing" in status_text(app)
         app.finish_indexing()
         await wait_for(pilot, lambda: "indexing" not in status_text(app), what="done")
@@ -246,7 +269,7 @@ async def test_sorted_table_takes_appended_rows():
         table = screen.query_one(ExchangeTable)
         await pilot.press("s", "S")  # latency, longest first
         for i in range(0, len(exs), 10):
-            app.add_exchanges(exs[i:i + 10])
+            app.add_exchanges(exs[i : i + 10])
             await pilot.pause(0.05)
         app.finish_indexing()
         await wait_indexed(pilot)
@@ -367,6 +390,7 @@ async def test_hex_pane_follows_table_moves_filter_sort_and_switch():
                 msg = ex.request or ex.response
                 side = "request" if ex.request else "response"
                 return hex_first_line(app).startswith(f"{side} frame {msg.pdu.last_pkt}")
+
             await wait_for(pilot, ok, timeout=10, what=f"hex pane in step after {what}")
 
         await in_step("start")
@@ -381,7 +405,9 @@ async def test_hex_pane_follows_table_moves_filter_sort_and_switch():
         await wait_for(pilot, lambda: not screen.filtering, what="filter")
         await in_step("filter")
         await pilot.press("s")  # sort by latency
-        await wait_for(pilot, lambda: not screen.filtering and table.sort_key == "latency", what="sort")
+        await wait_for(
+            pilot, lambda: not screen.filtering and table.sort_key == "latency", what="sort"
+        )
         await pilot.press("end")
         await in_step("sort")
         await pilot.press("2")
@@ -417,8 +443,11 @@ async def test_filter_box_validates_live():
         await pilot.pause(0.1)
         assert inp.has_class("valid") and not inp.has_class("invalid")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) < 52,
-                       what="filter")
+        await wait_for(
+            pilot,
+            lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) < 52,
+            what="filter",
+        )
 
 
 @aio
@@ -482,7 +511,9 @@ async def test_goto_follow_palette_and_finding_jump():
         await wait_for(pilot, lambda: not screen.filtering, what="filter")
         assert 2 not in table.rows
         screen.goto("exchange", 3)
-        await wait_for(pilot, lambda: not screen.filtering and table.current == 2, what="go to hidden")
+        await wait_for(
+            pilot, lambda: not screen.filtering and table.current == 2, what="go to hidden"
+        )
         # follow: only this row's connection
         conn = store.row(2).conn.id
         await pilot.press("f")
@@ -490,7 +521,9 @@ async def test_goto_follow_palette_and_finding_jump():
         assert all(store.row(i).conn.id == conn for i in table.rows)
         # the command palette knows the screen's actions
         commands = {c.title for c in app.get_system_commands(screen)}
-        assert any(t.startswith("Go to") for t in commands) and any(t.startswith("Filter") for t in commands)
+        assert any(t.startswith("Go to") for t in commands) and any(
+            t.startswith("Filter") for t in commands
+        )
         # view 3: Enter on a finding opens the exchange of its first frame
         await pilot.press("escape")
         await pilot.press("3")
@@ -499,7 +532,9 @@ async def test_goto_follow_palette_and_finding_jump():
         fnd = app.screen.query_one("#findings")
         fnd.focus()
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ExchangesScreen), what="back to exchanges")
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, ExchangesScreen), what="back to exchanges"
+        )
         want = store.find_frame(findings[0]["frames"][0])
         await wait_for(pilot, lambda: table.current == want, what="finding's exchange")
 
@@ -513,15 +548,23 @@ async def test_export_pcap_asks_before_overwriting(tmp_path):
         await wait_indexed(pilot)
         screen = app.screen
         screen.apply_filter("api:produce")
-        await wait_for(pilot, lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) == 5,
-                       what="filter")
+        await wait_for(
+            pilot,
+            lambda: not screen.filtering and len(screen.query_one(ExchangeTable).rows) == 5,
+            what="filter",
+        )
         await pilot.press("e")
-        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ExportScreen", what="export dialog")
+        await wait_for(
+            pilot, lambda: app.screen.__class__.__name__ == "ExportScreen", what="export dialog"
+        )
         app.screen.query_one("#export-path").value = str(out)
         await pilot.press("enter")
         await pilot.pause(0.2)
         assert app.screen.__class__.__name__ == "ExportScreen"  # asked first
-        assert "exists" in str(app.screen.query_one("#export-hint").render()) and out.read_bytes() == b"old"
+        assert (
+            "exists" in str(app.screen.query_one("#export-hint").render())
+            and out.read_bytes() == b"old"
+        )
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.last_export is not None, what="export")
     # the pcap reads back as the five Produce exchanges, nothing else
@@ -544,7 +587,9 @@ async def test_filter_box_takes_the_query_language():
         await pilot.pause(0.1)
         assert screen.query_one("#filter").has_class("valid")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: not screen.filtering and screen.query_filter is not None, what="filter")
+        await wait_for(
+            pilot, lambda: not screen.filtering and screen.query_filter is not None, what="filter"
+        )
         env = Env()
         flt = compile_filter(text, env)
         expected = []

@@ -32,21 +32,30 @@ async def select_produce_field(pilot) -> None:
     await wait_for(pilot, lambda: not screen.filtering and len(table.rows) == 1, what="filter")
     await wait_for(pilot, lambda: tree.index == table.rows[0], what="detail")
     table.focus()
-    await pilot.press("enter", "down", "down", "down", "down", "down", "down", "right", "right", "right", "right")
+    await pilot.press(
+        "enter", "down", "down", "down", "down", "down", "down", "right", "right", "right", "right"
+    )
     hexview = screen.query_one(HexView)
     # the topic name (compact string: length byte + "lib-gzip") is bytes 36..44 of the request frame
-    await wait_for(pilot, lambda: hexview.highlight == (36, 9), what="hex highlight on the topic name")
+    await wait_for(
+        pilot, lambda: hexview.highlight == (36, 9), what="hex highlight on the topic name"
+    )
     await pilot.wait_for_scheduled_animations()
     await pilot.pause(0.2)
 
 
 def test_exchanges_dark(snap_compare):
-    assert snap_compare(app_for("lib_codecs.pcap"), terminal_size=SIZE, run_before=select_produce_field)
+    assert snap_compare(
+        app_for("lib_codecs.pcap"), terminal_size=SIZE, run_before=select_produce_field
+    )
 
 
 def test_exchanges_light(snap_compare):
-    assert snap_compare(app_for("lib_codecs.pcap", "textual-light"), terminal_size=SIZE,
-                        run_before=select_produce_field)
+    assert snap_compare(
+        app_for("lib_codecs.pcap", "textual-light"),
+        terminal_size=SIZE,
+        run_before=select_produce_field,
+    )
 
 
 async def _view(pilot, key: str) -> None:
@@ -59,7 +68,9 @@ def test_replication(snap_compare):
     async def run_before(pilot):
         await _view(pilot, "2")
 
-    assert snap_compare(app_for("replication/textbook.pcap"), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        app_for("replication/textbook.pcap"), terminal_size=SIZE, run_before=run_before
+    )
 
 
 def test_semantics(snap_compare):
@@ -73,7 +84,9 @@ def test_groups(snap_compare):
     async def run_before(pilot):
         await _view(pilot, "4")
 
-    assert snap_compare(app_for("lib_group_rebalance.pcap"), terminal_size=SIZE, run_before=run_before)
+    assert snap_compare(
+        app_for("lib_group_rebalance.pcap"), terminal_size=SIZE, run_before=run_before
+    )
 
 
 def test_help(snap_compare):

@@ -17,15 +17,33 @@ def pdus(n: int, seed: int = 7, big: int = 5000) -> list[Pdu]:
     out = []
     for i in range(n):
         data = rnd.randbytes(rnd.choice((0, 1, 8, 100, big)))
-        out.append(Pdu(data, len(data) + rnd.randint(0, 3), rnd.randint(0, 2**40), i, 10**18 + i,
-                       i + rnd.randint(0, 5), 10**18 + 2 * i, rnd.choice((0, 0, 3))))
+        out.append(
+            Pdu(
+                data,
+                len(data) + rnd.randint(0, 3),
+                rnd.randint(0, 2**40),
+                i,
+                10**18 + i,
+                i + rnd.randint(0, 5),
+                10**18 + 2 * i,
+                rnd.choice((0, 0, 3)),
+            )
+        )
     return out
 
 
 def test_every_pdu_field_is_spilled():
     """The spill header lists Pdu's fields by hand: a new field must be added there too."""
     assert list(Pdu._fields) == [
-        "data", "size", "offset", "first_pkt", "first_ts", "last_pkt", "last_ts", "missing"]
+        "data",
+        "size",
+        "offset",
+        "first_pkt",
+        "first_ts",
+        "last_pkt",
+        "last_ts",
+        "missing",
+    ]
 
 
 @pytest.mark.parametrize("flush", [0, 300, 1 << 20])
@@ -48,7 +66,9 @@ def test_file_has_no_name_and_close_frees_it(tmp_path):
     sp = FrameSpill(str(tmp_path))
     off = sp.put(pdus(1)[0])
     sp._flush()
-    assert os.listdir(tmp_path) == []  # unlinked (or O_TMPFILE): gone with the process, whatever happens
+    assert (
+        os.listdir(tmp_path) == []
+    )  # unlinked (or O_TMPFILE): gone with the process, whatever happens
     fd = sp._fd
     sp.close()
     sp.close()  # idempotent

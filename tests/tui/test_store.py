@@ -22,14 +22,32 @@ def store() -> ExchangeStore:
 
 def test_parse_terms():
     f = parse_filter("api:Produce topic:lib client:lib-p conn:3 status:ok errors lat>1.5 gzip")
-    assert f.apis == ["produce"] and f.topics == ["lib"] and f.clients == ["lib-p"] and f.conns == [3]
-    assert f.statuses == ["ok"] and f.errors_only and f.min_latency_ms == 1.5 and f.words == ["gzip"]
+    assert (
+        f.apis == ["produce"] and f.topics == ["lib"] and f.clients == ["lib-p"] and f.conns == [3]
+    )
+    assert (
+        f.statuses == ["ok"] and f.errors_only and f.min_latency_ms == 1.5 and f.words == ["gzip"]
+    )
     assert parse_filter("").empty and not parse_filter("api:0").needs_summary
 
 
-@pytest.mark.parametrize("text", ["lat>x", "status:bogus", "conn:abc", "api:", "lat>abc", "lat<1",
-                                  "not api:Fetch", "frame:57", "api:fetch || api:produce", "!errors",
-                                  "lat>-1", "latency=5"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "lat>x",
+        "status:bogus",
+        "conn:abc",
+        "api:",
+        "lat>abc",
+        "lat<1",
+        "not api:Fetch",
+        "frame:57",
+        "api:fetch || api:produce",
+        "!errors",
+        "lat>-1",
+        "latency=5",
+    ],
+)
 def test_parse_errors(text):
     """What the bar cannot say is an error shown to the user, never read as free text."""
     with pytest.raises(FilterError):
@@ -57,7 +75,9 @@ def test_match_by_api_topic_latency(store):
     slow = store.match_range(parse_filter("lat>0.3"), 0, len(store))
     assert all(store.row(i).latency_ns > 0.3e6 for i in slow)
     problems = store.match_range(parse_filter("errors"), 0, len(store))
-    assert list(problems) == [i for i in range(len(store)) if store.row(i).status != "ok" or store.summary(i)[1]]
+    assert list(problems) == [
+        i for i in range(len(store)) if store.row(i).status != "ok" or store.summary(i)[1]
+    ]
     assert {store.row(i).status for i in problems} == {"ok", "no_response"}
     assert ("MEMBER_ID_REQUIRED",) in [store.summary(i)[1] for i in problems]
     assert list(store.match_range(parse_filter("nosuchthing"), 0, len(store))) == []
@@ -115,11 +135,12 @@ def test_secret_bytes_masked_for_the_hex_view():
     proof = next(n for n in node.walk() if is_secret(n.value))
     data = ex.request.pdu.data
     masked = hex_buffer(ex, ex.request, True, node)
-    assert masked[proof.offset:proof.offset + proof.length] == b"*" * proof.length
-    assert masked[:proof.offset] == data[:proof.offset] and len(masked) == len(data)
+    assert masked[proof.offset : proof.offset + proof.length] == b"*" * proof.length
+    assert masked[: proof.offset] == data[: proof.offset] and len(masked) == len(data)
 
 
 # -- memory: rows in arrays, frames in the spill file ---------------------------------------------
+
 
 def _captures() -> list[str]:
     from kanalyze.capture import CaptureError, read_captures
@@ -146,18 +167,20 @@ def test_rebuilt_exchanges_equal_the_indexed_ones_on_every_capture():
         exs = list(Session([path]).exchanges())
         st = ExchangeStore()
         for k in range(0, len(exs), 5):  # several batches
-            st.add(exs[k:k + 5])
+            st.add(exs[k : k + 5])
         assert [st.exchange(i) for i in range(len(st))] == exs, path
         rebuilt = [ex for _i, ex in st.iter_exchanges()]
         assert rebuilt == exs, path
         mine, theirs = ExchangeEncoder(), ExchangeEncoder()
         assert [mine.line(ex) for ex in rebuilt] == [theirs.line(ex) for ex in exs], path
         assert [st.row(i).size for i in range(len(st))] == [
-            sum(m.pdu.size for m in (ex.request, ex.response) if m) for ex in exs]
+            sum(m.pdu.size for m in (ex.request, ex.response) if m) for ex in exs
+        ]
         # summaries decode bodies from a lighter rebuild (frames and body offsets only): same result
         dec = st._summary_bodies
         assert [summarize(st._for_bodies(i, st.spill.get), dec) for i in range(len(st))] == [
-            summarize(ex, dec) for ex in exs], path
+            summarize(ex, dec) for ex in exs
+        ], path
         st.close()
 
 
@@ -166,8 +189,14 @@ def _reachable(root: object) -> list[object]:
     import gc
     import types
 
-    skip = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-            types.CodeType)
+    skip = (
+        type,
+        types.ModuleType,
+        types.FunctionType,
+        types.BuiltinFunctionType,
+        types.MethodType,
+        types.CodeType,
+    )
     seen: set[int] = set()
     out = []
     stack = [root]
@@ -212,17 +241,44 @@ def test_header_terms_on_columns_agree_with_filter_match(store):
     """The column matcher (kanalyze/tui/rowfilter.py) against the definition, `Filter.match`."""
     from kanalyze.tui.rowfilter import header_matcher, summary_matcher
 
-    texts = ["api:produce", "api:0", "api:f", "api:Fetch api:Metadata", "conn:2", "conn:1 conn:3",
-             "status:no_response", "status:ok api:join", "lat>0.3", "lat>0", "client:lib-p",
-             "client:127.0.0.1", "client:nosuch", "api:sasl", "conn:4 lat>0.1 client:lib"]
+    texts = [
+        "api:produce",
+        "api:0",
+        "api:f",
+        "api:Fetch api:Metadata",
+        "conn:2",
+        "conn:1 conn:3",
+        "status:no_response",
+        "status:ok api:join",
+        "lat>0.3",
+        "lat>0",
+        "client:lib-p",
+        "client:127.0.0.1",
+        "client:nosuch",
+        "api:sasl",
+        "conn:4 lat>0.1 client:lib",
+    ]
     for text in texts:
         flt = parse_filter(text)
         m = header_matcher(flt, store.rows)
         assert [i for i in range(len(store)) if m(i)] == [
-            i for i in range(len(store)) if flt.match(store.row(i), None)], text
+            i for i in range(len(store)) if flt.match(store.row(i), None)
+        ], text
     # with the summary terms: both matchers together, and match_range, against the definition
-    texts += ["errors", "topic:lib-gzip", "topic:LIB api:fetch", "gzip", "produce lib-none", "none",
-              "127.0.0.1", "19091", "no_response", "member_id_required", "errors conn:2", "ok 7"]
+    texts += [
+        "errors",
+        "topic:lib-gzip",
+        "topic:LIB api:fetch",
+        "gzip",
+        "produce lib-none",
+        "none",
+        "127.0.0.1",
+        "19091",
+        "no_response",
+        "member_id_required",
+        "errors conn:2",
+        "ok 7",
+    ]
     for text in texts:
         flt = parse_filter(text)
         h, s = header_matcher(flt, store.rows), summary_matcher(flt, store.rows)
@@ -235,7 +291,9 @@ def test_sort_by_every_column_matches_value_then_index():
     """Sorting works on columns; the order is that of the key (value, index), reversed with S."""
     st = ExchangeStore()
     st.add(Session([str(CAPTURES / "lib_group_rebalance.pcap")]).exchanges())
-    st.add(Session([str(CAPTURES / "sasl_scram_rejected.pcap")]).exchanges())  # SaslRaw, no_response
+    st.add(
+        Session([str(CAPTURES / "sasl_scram_rejected.pcap")]).exchanges()
+    )  # SaslRaw, no_response
     reference = {
         "time": lambda r: r.start_ts,
         "latency": lambda r: r.latency_ns if r.latency_ns is not None else -1,
@@ -253,7 +311,10 @@ def test_sort_by_every_column_matches_value_then_index():
                 assert got == sorted(rows)  # capture (store) order
                 continue
             k = reference[key]
-            assert got == sorted(rows, key=lambda i: (k(st.row(i)), i), reverse=reverse), (key, reverse)
+            assert got == sorted(rows, key=lambda i: (k(st.row(i)), i), reverse=reverse), (
+                key,
+                reverse,
+            )
 
 
 def test_spill_error_keeps_the_rows_before_it(monkeypatch):
@@ -274,5 +335,5 @@ def test_spill_error_keeps_the_rows_before_it(monkeypatch):
     with pytest.raises(OSError):
         st.add(exs)
     assert 0 < len(st) == len(st.rows) == len(st._summary) <= 11
-    assert [st.exchange(i) for i in range(len(st))] == exs[:len(st)]
+    assert [st.exchange(i) for i in range(len(st))] == exs[: len(st)]
     st.close()

@@ -27,15 +27,34 @@ class Tmux:
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         # pytest exports COLUMNS/LINES (80x24) to children; the app must measure the real pane
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                              check=check, timeout=30, env=env)
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=30,
+            env=env,
+        )
 
     def start(self, command: str, width: int = 160, height: int = 45) -> None:
         # size the window first, then start the app in it (so it never starts at tmux's default size)
-        self.run("-f", "/dev/null", "new-session", "-d", "-s", self.session, "-x", str(width), "-y", str(height),
-                 "sleep 600")
+        self.run(
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            self.session,
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            "sleep 600",
+        )
         self.run("set-option", "-t", self.session, "window-size", "manual", check=False)
-        self.run("resize-window", "-t", self.session, "-x", str(width), "-y", str(height), check=False)
+        self.run(
+            "resize-window", "-t", self.session, "-x", str(width), "-y", str(height), check=False
+        )
         self.run("respawn-pane", "-k", "-t", self.session, command)
 
     def keys(self, *keys: str, literal: bool = False) -> None:
@@ -79,9 +98,13 @@ def test_browse_filter_view_and_quit(tmux):
     tmux.keys("api:produce", literal=True)
     time.sleep(0.3)
     tmux.keys("Enter")
-    screen = tmux.wait_text("5 of 52 match", "REQUEST  Produce v10")  # the count, the selected row's detail
+    screen = tmux.wait_text(
+        "5 of 52 match", "REQUEST  Produce v10"
+    )  # the count, the selected row's detail
     # table rows: No. then a time with 6 decimals (the connections pane, left of │, has neither)
-    table_lines = [line for line in screen.splitlines() if re.search(r"│\s*\d+\s+\d+\.\d{6} ", line)]
+    table_lines = [
+        line for line in screen.splitlines() if re.search(r"│\s*\d+\s+\d+\.\d{6} ", line)
+    ]
     assert len(table_lines) == 5 and all("Produce v10" in line for line in table_lines)
 
     tmux.keys("?")
@@ -107,8 +130,11 @@ def test_80x24_shows_api_latency_status_and_the_hex_follows(tmux):
     env = f"cd {ROOT} && env -u COLUMNS -u LINES TERM=xterm-256color"
     tmux.start(f"{env} {sys.executable} -m kanalyze.cli tui {cap}", width=80, height=24)
     screen = tmux.wait_text("52 exchanges", "Latency ms", "Status / error")
-    rows = [line for line in screen.splitlines()
-            if "ApiVersions v3" in line and re.match(r"\s*\d+\s+\d+\.\d{6} ", line)]  # table rows
+    rows = [
+        line
+        for line in screen.splitlines()
+        if "ApiVersions v3" in line and re.match(r"\s*\d+\s+\d+\.\d{6} ", line)
+    ]  # table rows
     assert rows and all("0." in line and " ok" in line for line in rows)
     tmux.keys("H")
     tmux.wait_text("request frame 4 ")  # the first exchange's request: frame 4

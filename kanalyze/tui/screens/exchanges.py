@@ -40,7 +40,13 @@ class ConnectionsPane(DataTable):
         self.zebra_stripes = False
         # counts first: a narrow pane cuts the long columns, never the error counts; fixed
         # widths (content-sized ones would change with the redraws while indexing)
-        for label, width in (("#", 3), ("exch", 6), ("err", 5), ("client id", 20), ("client ↔ broker", 44)):
+        for label, width in (
+            ("#", 3),
+            ("exch", 6),
+            ("err", 5),
+            ("client id", 20),
+            ("client ↔ broker", 44),
+        ):
             self.add_column(label, width=width)
 
 
@@ -68,7 +74,9 @@ class ExchangesScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.filter: Filter = Filter()
-        self.query_filter: object | None = None  # a kanalyze.query Filter when the text is in that language
+        self.query_filter: object | None = (
+            None  # a kanalyze.query Filter when the text is in that language
+        )
         self.conn: int | None = None
         self.applied_upto = 0  # store rows already filtered into the table
         self.filtering = False
@@ -91,8 +99,11 @@ class ExchangesScreen(Screen):
         store = self.app.store
         with Horizontal(id="filter-row"):
             yield Static("filter", id="filter-label")
-            yield Input(placeholder="api:Produce topic:orders client:web status:ok errors lat>5 text…  "
-                        "(Enter applies, Esc clears)", id="filter")
+            yield Input(
+                placeholder="api:Produce topic:orders client:web status:ok errors lat>5 text…  "
+                "(Enter applies, Esc clears)",
+                id="filter",
+            )
             yield Static("", id="filter-msg")
         with Horizontal(id="top"):
             yield ConnectionsPane(id="connections")
@@ -130,7 +141,9 @@ class ExchangesScreen(Screen):
         tree.set_class(bool(show) and width - self.hex_width < MIN_TREE, "hidden")
         for w in (conns, hexv, tree, table):  # a hidden pane gives the focus to its neighbour
             if w.has_class("hidden") and self.focused is w:
-                (table if w is conns else tree if w is hexv else hexv if w is tree else conns).focus()
+                (
+                    table if w is conns else tree if w is hexv else hexv if w is tree else conns
+                ).focus()
 
     def on_mount(self) -> None:
         self.apply_layout()
@@ -146,7 +159,12 @@ class ExchangesScreen(Screen):
             start, self.applied_upto = self.applied_upto, n
             flt = self.effective_filter()
             table = self.query_one(ExchangeTable)
-            if flt.empty and self.query_filter is None and table.sort_key == "time" and not table.sort_reverse:
+            if (
+                flt.empty
+                and self.query_filter is None
+                and table.sort_key == "time"
+                and not table.sort_reverse
+            ):
                 table.append_rows(array("q", range(start, n)))
             else:  # matching and merging into a sorted table happen in the worker
                 self.filtering = True
@@ -166,8 +184,9 @@ class ExchangesScreen(Screen):
         return self.filter.with_conn(self.conn) if self.conn is not None else self.filter
 
     @work(thread=True, exclusive=True, group="filter")
-    def _filter_worker(self, job: int, flt: Filter, start: int, end: int, append: bool,
-                       query: object | None = None) -> None:
+    def _filter_worker(
+        self, job: int, flt: Filter, start: int, end: int, append: bool, query: object | None = None
+    ) -> None:
         worker = get_current_worker()
         store = self.app.store
         total = max(1, end - start)
@@ -177,7 +196,9 @@ class ExchangesScreen(Screen):
 
         try:
             if query is not None:
-                rows = store.match_query(query, start, end, self.conn, lambda: worker.is_cancelled, progress)
+                rows = store.match_query(
+                    query, start, end, self.conn, lambda: worker.is_cancelled, progress
+                )
             else:
                 rows = store.match_range(flt, start, end, lambda: worker.is_cancelled, progress)
         except SpillClosed:  # the app is exiting
@@ -215,8 +236,14 @@ class ExchangesScreen(Screen):
         self.filtering = True
         self.filter_progress = 0.0
         self._job += 1
-        self._filter_worker(self._job, self.effective_filter(), 0, self.applied_upto, append=False,
-                            query=self.query_filter)
+        self._filter_worker(
+            self._job,
+            self.effective_filter(),
+            0,
+            self.applied_upto,
+            append=False,
+            query=self.query_filter,
+        )
         self.update_status()
 
     # -- status -----------------------------------------------------------------------------
@@ -249,8 +276,11 @@ class ExchangesScreen(Screen):
         parts.append(f"sort: {table.sort_key} {arrow}")
         if table.time_format != TIME_FORMATS[0]:
             parts.append(f"time: {table.time_format}")
-        folded = [k for k, sel in (("C conns", ConnectionsPane), ("H hex", HexView))
-                  if self.query_one(sel).has_class("hidden")]
+        folded = [
+            k
+            for k, sel in (("C conns", ConnectionsPane), ("H hex", HexView))
+            if self.query_one(sel).has_class("hidden")
+        ]
         if folded:
             parts.append(" ".join(folded))
         self.query_one("#status", Static).update(Text.from_markup(" │ ".join(parts)))
@@ -359,7 +389,12 @@ class ExchangesScreen(Screen):
 
     def action_clear_filter(self) -> None:
         inp = self.query_one("#filter", Input)
-        if self.focused is inp or not self.filter.empty or self.conn is not None or self.query_filter is not None:
+        if (
+            self.focused is inp
+            or not self.filter.empty
+            or self.conn is not None
+            or self.query_filter is not None
+        ):
             inp.value = ""
             self.conn = None
             self.query_filter = None
@@ -407,7 +442,9 @@ class ExchangesScreen(Screen):
         """`T`: relative (seconds since the first exchange), absolute (UTC), delta (since the
         row above), like Wireshark's View > Time Display Format."""
         table = self.query_one(ExchangeTable)
-        table.set_time_format(TIME_FORMATS[(TIME_FORMATS.index(table.time_format) + 1) % len(TIME_FORMATS)])
+        table.set_time_format(
+            TIME_FORMATS[(TIME_FORMATS.index(table.time_format) + 1) % len(TIME_FORMATS)]
+        )
         self.update_status()
 
     def action_focus_table(self) -> None:
@@ -434,8 +471,10 @@ class ExchangesScreen(Screen):
         else:
             index = store.find_frame(number)
         if index is None:
-            self.notify(f"no exchange {'#' if kind == 'exchange' else 'in frame '}{number}",
-                        severity="warning")
+            self.notify(
+                f"no exchange {'#' if kind == 'exchange' else 'in frame '}{number}",
+                severity="warning",
+            )
             return
         self.select_index(index)
 
@@ -469,7 +508,9 @@ class ExchangesScreen(Screen):
     def action_export(self) -> None:
         from kanalyze.tui.screens.export import ExportScreen
 
-        rows = array("q", self.query_one(ExchangeTable).rows)  # a snapshot: later filters change the table
+        rows = array(
+            "q", self.query_one(ExchangeTable).rows
+        )  # a snapshot: later filters change the table
 
         def done(path: str | None) -> None:
             if path:

@@ -17,7 +17,9 @@ from textual.widgets import Input, Label
 class ExportScreen(ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, count: int, default: str = "kanalyze-export.ndjson", pcap: bool = True) -> None:
+    def __init__(
+        self, count: int, default: str = "kanalyze-export.ndjson", pcap: bool = True
+    ) -> None:
         super().__init__()
         self.count = count
         self.default = default

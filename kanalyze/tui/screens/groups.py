@@ -25,9 +25,14 @@ class GroupsScreen(ReportScreen):
 
     def on_mount(self) -> None:
         self.query_one("#rebalances", DataTable).add_columns(
-            "group", "protocol", "generation", "members", "assignor", "leader", "rebalance ms")
-        self.query_one("#members", DataTable).add_columns("group", "client id", "generations", "assignment", "left")
-        self.query_one("#lag", DataTable).add_columns("group", "partition", "committed", "HW", "lag", "status")
+            "group", "protocol", "generation", "members", "assignor", "leader", "rebalance ms"
+        )
+        self.query_one("#members", DataTable).add_columns(
+            "group", "client id", "generations", "assignment", "left"
+        )
+        self.query_one("#lag", DataTable).add_columns(
+            "group", "partition", "committed", "HW", "lag", "status"
+        )
         super().on_mount()
 
     def show_report(self, report: dict) -> None:
@@ -42,11 +47,29 @@ class GroupsScreen(ReportScreen):
             for r in g.get("rebalances") or []:
                 leader = (r.get("leader") or "-")[:24]
                 reb_frames.append(r.get("started_frame") or r.get("completed_frame"))
-                reb.add_row(gid, g.get("protocol") or "-", v(r.get("generation_id")), v(r.get("members")),
-                            v(r.get("assignor")), leader, ms(r.get("duration_ms")))
+                reb.add_row(
+                    gid,
+                    g.get("protocol") or "-",
+                    v(r.get("generation_id")),
+                    v(r.get("members")),
+                    v(r.get("assignor")),
+                    leader,
+                    ms(r.get("duration_ms")),
+                )
             for m in g.get("members") or []:
-                mem.add_row(gid, m.get("client_id") or "-", ",".join(str(x) for x in m.get("generations") or []),
-                            ",".join(str(x) for x in m.get("assignment") or []), "yes" if m.get("left") else "")
+                mem.add_row(
+                    gid,
+                    m.get("client_id") or "-",
+                    ",".join(str(x) for x in m.get("generations") or []),
+                    ",".join(str(x) for x in m.get("assignment") or []),
+                    "yes" if m.get("left") else "",
+                )
             for key, s in (g.get("lag") or {}).items():
-                lag.add_row(gid, key, v(s.get("committed")), v(s.get("high_watermark")), v(s.get("lag")),
-                            v(s.get("status")))
+                lag.add_row(
+                    gid,
+                    key,
+                    v(s.get("committed")),
+                    v(s.get("high_watermark")),
+                    v(s.get("lag")),
+                    v(s.get("status")),
+                )

@@ -23,7 +23,9 @@ def partition_series(part: dict) -> dict[str, list[int | None]]:
     }
     followers = sorted({f for e in tl for f in (e.get("followers") or {})}, key=str)
     for f in followers:
-        series[f"follower {f} LEO"] = [((e.get("followers") or {}).get(f) or {}).get("leo") for e in tl]
+        series[f"follower {f} LEO"] = [
+            ((e.get("followers") or {}).get(f) or {}).get("leo") for e in tl
+        ]
     return series
 
 
@@ -55,7 +57,8 @@ class ReplicationScreen(ReportScreen):
     def on_mount(self) -> None:
         self.query_one("#partitions", DataTable).add_columns("partition", "LEO", "HW", "ISR")
         self.query_one("#rep-timeline", DataTable).add_columns(
-            "frame", "event", "LEO", "HW", "LSO", "log start", "followers LEO/remote/HW", "ISR")
+            "frame", "event", "LEO", "HW", "LSO", "log start", "followers LEO/remote/HW", "ISR"
+        )
         super().on_mount()
 
     def show_report(self, report: dict) -> None:
@@ -65,12 +68,18 @@ class ReplicationScreen(ReportScreen):
         table.clear()
         for p in self.parts:
             fin = p.get("final") or {}
-            table.add_row(f"{p['topic']}-{p['partition']}", v(fin.get("leader_leo")), v(fin.get("high_watermark")),
-                          v(fin.get("isr")))
+            table.add_row(
+                f"{p['topic']}-{p['partition']}",
+                v(fin.get("leader_leo")),
+                v(fin.get("high_watermark")),
+                v(fin.get("isr")),
+            )
         if self.parts:
             self.show_partition(0)
         else:
-            self.query_one("#rep-summary", Static).update("no Produce or Fetch traffic in this capture")
+            self.query_one("#rep-summary", Static).update(
+                "no Produce or Fetch traffic in this capture"
+            )
 
     @on(DataTable.RowHighlighted, "#partitions")
     def part_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -92,12 +101,16 @@ class ReplicationScreen(ReportScreen):
         for fid, fs in (fin.get("followers") or {}).items():
             lag = fs.get("lag_records")
             style = "b red" if lag else "green"
-            lines.append(f"follower {fid}: LEO {v(fs.get('leo'))}  HW {v(fs.get('hw'))}  "
-                         f"lag [{style}]{v(lag)} records / {ms(fs.get('lag_ms'))} ms[/]")
+            lines.append(
+                f"follower {fid}: LEO {v(fs.get('leo'))}  HW {v(fs.get('hw'))}  "
+                f"lag [{style}]{v(lag)} records / {ms(fs.get('lag_ms'))} ms[/]"
+            )
         hl = p.get("hw_advance_latency_ms") or {}
         if hl.get("count"):
-            lines.append(f"HW advance latency ms: p50 {ms(hl.get('p50'))}  p99 {ms(hl.get('p99'))}  "
-                         f"max {ms(hl.get('max'))}  ({hl['count']} batches)")
+            lines.append(
+                f"HW advance latency ms: p50 {ms(hl.get('p50'))}  p99 {ms(hl.get('p99'))}  "
+                f"max {ms(hl.get('max'))}  ({hl['count']} batches)"
+            )
         self.query_one("#rep-summary", Static).update(Text.from_markup("\n".join(lines)))
         chart = self.query_one(StepChart)
         tl = p.get("timeline") or []
@@ -114,19 +127,34 @@ class ReplicationScreen(ReportScreen):
         frames = self.frames_of("rep-timeline")
         for e in tl:
             frames.append(e.get("frame"))
-            fol = " ".join(f"{k}:{v(f.get('leo'))}/{v(f.get('remote_leo'))}/{v(f.get('hw'))}"
-                           for k, f in (e.get("followers") or {}).items())
-            table.add_row(str(e.get("frame")), e.get("event", ""), v(e.get("leader_leo")), v(e.get("high_watermark")),
-                          v(e.get("last_stable_offset")), v(e.get("log_start_offset")), fol or "-", v(e.get("isr")))
+            fol = " ".join(
+                f"{k}:{v(f.get('leo'))}/{v(f.get('remote_leo'))}/{v(f.get('hw'))}"
+                for k, f in (e.get("followers") or {}).items()
+            )
+            table.add_row(
+                str(e.get("frame")),
+                e.get("event", ""),
+                v(e.get("leader_leo")),
+                v(e.get("high_watermark")),
+                v(e.get("last_stable_offset")),
+                v(e.get("log_start_offset")),
+                fol or "-",
+                v(e.get("isr")),
+            )
         if p.get("timeline_dropped"):
             table.add_row("…", f"{p['timeline_dropped']} earlier entries dropped", *[""] * 6)
-        alerts = [f for f in (self.report.get("findings") or [])
-                  if f.get("partition_key") == key or key in f.get("message", "")]
+        alerts = [
+            f
+            for f in (self.report.get("findings") or [])
+            if f.get("partition_key") == key or key in f.get("message", "")
+        ]
         if alerts:
             text = Text("ALERTS\n", "bold")
             for f in alerts:
-                text.append(f"{f['severity'].upper():<8} {f['kind']}: {f['message']}\n",
-                            "bold red" if f["severity"] in ("error", "critical") else "yellow")
+                text.append(
+                    f"{f['severity'].upper():<8} {f['kind']}: {f['message']}\n",
+                    "bold red" if f["severity"] in ("error", "critical") else "yellow",
+                )
         else:
             text = Text("no alerts for this partition", "green")
         self.query_one("#rep-alerts", Static).update(text)

@@ -54,7 +54,9 @@ class ReportScreen(Screen):
         if app.analysis_running:
             parts.append(f"[b]analyzing {app.analysis_progress:.0%}[/]")
         elif app.report is None:
-            parts.append("waiting for indexing to finish" if not app.store.done else "no analysis yet (r)")
+            parts.append(
+                "waiting for indexing to finish" if not app.store.done else "no analysis yet (r)"
+            )
         else:
             parts.append(f"analysis of {app.report_count:,} exchanges")
             if app.report_count < len(app.store):

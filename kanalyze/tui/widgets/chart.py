@@ -31,11 +31,17 @@ class StepChart(Widget):
         self.x_labels: tuple[str, str] = ("", "")
         self.xs: list[float] | None = None
 
-    def set_series(self, series: dict[str, list[int | None]], x_labels: tuple[str, str] = ("", ""),
-                   xs: list[float] | None = None) -> None:
+    def set_series(
+        self,
+        series: dict[str, list[int | None]],
+        x_labels: tuple[str, str] = ("", ""),
+        xs: list[float] | None = None,
+    ) -> None:
         self.series = series
         self.x_labels = x_labels
-        self.xs = xs if xs and len(xs) == max((len(v) for v in series.values()), default=0) else None
+        self.xs = (
+            xs if xs and len(xs) == max((len(v) for v in series.values()), default=0) else None
+        )
         self.refresh()
 
     def positions(self, plot_w: int, n: int) -> list[int]:
@@ -78,7 +84,9 @@ class StepChart(Widget):
         span = max(1, hi - lo)
         cols = self.positions(plot_w, n)
         # leader LEO and HW first (half cells), then the followers' markers over them
-        order = [k for k in SERIES_STYLE if k in self.series] + [k for k in self.series if k not in SERIES_STYLE]
+        order = [k for k in SERIES_STYLE if k in self.series] + [
+            k for k in self.series if k not in SERIES_STYLE
+        ]
         # distinct rows per series when equal: a thin offset is not possible in cells, so each series
         # takes its own row band of the cell: LEO upper half, HW lower half, followers full
         for si, name in enumerate(order):
@@ -122,7 +130,9 @@ class StepChart(Widget):
 
     def legend(self) -> Text:
         t = Text()
-        order = [k for k in SERIES_STYLE if k in self.series] + [k for k in self.series if k not in SERIES_STYLE]
+        order = [k for k in SERIES_STYLE if k in self.series] + [
+            k for k in self.series if k not in SERIES_STYLE
+        ]
         for si, name in enumerate(order):
             glyph, style = self._style(name, si)
             if name == "leader LEO":

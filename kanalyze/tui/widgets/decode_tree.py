@@ -38,8 +38,10 @@ class Side:
         pane is then checkably about the exchange the table and the tree show."""
         if source == 0 or self.ctx is None:
             return self.frame, f"{self.label} frame {self.frame_no}"
-        return (self.ctx.buffers[source - 1],
-                f"{self.label} decompressed buffer #{source} (frame {self.frame_no})")
+        return (
+            self.ctx.buffers[source - 1],
+            f"{self.label} decompressed buffer #{source} (frame {self.frame_no})",
+        )
 
 
 @dataclass(slots=True)
@@ -64,7 +66,8 @@ def json_value(v: object, limit: int = 80) -> str:
         return "true" if v else "false"
     if isinstance(v, str):
         return json.dumps(v if len(v) <= limit else v[:limit], ensure_ascii=False) + (
-            "…" if len(v) > limit else "")
+            "…" if len(v) > limit else ""
+        )
     if isinstance(v, dict | list):
         s = json.dumps(v, ensure_ascii=False, default=str)
         return s if len(s) <= limit else s[:limit] + "…"
@@ -108,7 +111,9 @@ def node_label(node: Node, show_secrets: bool = False) -> Text:
     else:
         text = Text.assemble((name, "bold"), _struct_preview(node))
     if node.diagnostics:
-        text.append("  ⚠ " + "; ".join(f"{d.code}: {d.message}" for d in node.diagnostics), "bold red")
+        text.append(
+            "  ⚠ " + "; ".join(f"{d.code}: {d.message}" for d in node.diagnostics), "bold red"
+        )
     return text
 
 
@@ -124,8 +129,12 @@ def _dict_preview(d: dict) -> str:
 
 def _struct_preview(node: Node) -> str:
     for c in node.children or ():
-        if c.kind == PRIM and c.name in ("Name", "Topic", "TopicName", "GroupId", "PartitionIndex",
-                                          "Partition", "Index") and not isinstance(c.value, bytes):
+        if (
+            c.kind == PRIM
+            and c.name
+            in ("Name", "Topic", "TopicName", "GroupId", "PartitionIndex", "Partition", "Index")
+            and not isinstance(c.value, bytes)
+        ):
             return f" {json_key(c.name)[0]}={json_value(c.value, 40)}"
     return ""
 
@@ -157,7 +166,7 @@ def _mask_secrets(data: bytes, node: Node | None, body_at: int, credentials: boo
         return data
     buf = bytearray(data)
     for off, length in spans:
-        buf[off:off + length] = b"*" * min(length, max(0, len(buf) - off))
+        buf[off : off + length] = b"*" * min(length, max(0, len(buf) - off))
     return bytes(buf)
 
 
@@ -194,7 +203,9 @@ class DecodeTree(Tree[Ref]):
         self.show_root = False
         self.guide_depth = 3
 
-    def show_exchange(self, ex: Exchange | None, bodies: BodyDecoder, index: int | None = None) -> None:
+    def show_exchange(
+        self, ex: Exchange | None, bodies: BodyDecoder, index: int | None = None
+    ) -> None:
         self.clear()
         self.exchange = ex
         self.index = None if ex is None else index
@@ -221,8 +232,9 @@ class DecodeTree(Tree[Ref]):
         else:
             self.post_message(FieldHighlighted(b"", "no frame captured", 0, 0))
 
-    def _message_node(self, ex: Exchange, msg: Message, is_req: bool, side: Side,
-                      body: Node | None) -> TreeNode[Ref]:
+    def _message_node(
+        self, ex: Exchange, msg: Message, is_req: bool, side: Side, body: Node | None
+    ) -> TreeNode[Ref]:
         pdu = msg.pdu
         title = Text.assemble(
             (side.label.upper(), "bold"),
@@ -234,14 +246,20 @@ class DecodeTree(Tree[Ref]):
         top = self.root.add(title, data=Ref(side, 0, 0, len(pdu.data), populated=True), expand=True)
         hdr = top.add(Text("header", "bold"), data=Ref(side, 0, 0, msg.body_offset, populated=True))
         for key, (off, length) in _header_spans(msg, is_req).items():
-            hdr.add_leaf(Text.assemble((key, "bold"), f": {json_value(msg.header.get(key))}"),
-                         data=Ref(side, 0, off, length, populated=True))
+            hdr.add_leaf(
+                Text.assemble((key, "bold"), f": {json_value(msg.header.get(key))}"),
+                data=Ref(side, 0, off, length, populated=True),
+            )
         for d in msg.diagnostics:
-            top.add_leaf(Text(f"⚠ {d.code} at {d.offset}: {d.message}", "bold red"),
-                         data=Ref(side, 0, d.offset, 1, populated=True))
+            top.add_leaf(
+                Text(f"⚠ {d.code} at {d.offset}: {d.message}", "bold red"),
+                data=Ref(side, 0, d.offset, 1, populated=True),
+            )
         if body is None:
-            top.add_leaf(Text("body: not decoded (unknown api or version)", "dim"),
-                         data=Ref(side, 0, msg.body_offset, len(pdu.data) - msg.body_offset, populated=True))
+            top.add_leaf(
+                Text("body: not decoded (unknown api or version)", "dim"),
+                data=Ref(side, 0, msg.body_offset, len(pdu.data) - msg.body_offset, populated=True),
+            )
         else:
             b = self._add(top, body, side)
             b.expand()
@@ -266,8 +284,10 @@ class DecodeTree(Tree[Ref]):
         if node is None:
             return
         for d in node.diagnostics:
-            tnode.add_leaf(Text(f"⚠ {d.code} at {d.offset}: {d.message}", "bold red"),
-                           data=Ref(ref.side, node.source, d.offset, 1, populated=True))
+            tnode.add_leaf(
+                Text(f"⚠ {d.code} at {d.offset}: {d.message}", "bold red"),
+                data=Ref(ref.side, node.source, d.offset, 1, populated=True),
+            )
         kids = node.children or []
         for c in kids[:MAX_CHILDREN]:
             self._add(tnode, c, ref.side)
@@ -277,8 +297,10 @@ class DecodeTree(Tree[Ref]):
             for k, v in node.value.items():
                 if k == "records" and isinstance(v, list):
                     continue
-                tnode.add_leaf(Text.assemble((k, "bold"), f": {_short(v)}"),
-                               data=Ref(ref.side, node.source, node.offset, node.length, populated=True))
+                tnode.add_leaf(
+                    Text.assemble((k, "bold"), f": {_short(v)}"),
+                    data=Ref(ref.side, node.source, node.offset, node.length, populated=True),
+                )
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[Ref]) -> None:
         self._populate(event.node)

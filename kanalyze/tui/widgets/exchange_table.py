@@ -64,7 +64,7 @@ def _fit_middle(text: str, width: int) -> str:
     if width < 5:
         return _fit(text, width)
     head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
 def layout(width: int, wanted: list[int]) -> list[int]:
@@ -262,7 +262,11 @@ class ExchangeTable(ScrollView, can_focus=True):
                 mark = ""
                 if c.sort == self.sort_key and c.title != "No.":
                     mark = "▼" if self.sort_reverse else "▲"
-                title = "Time (UTC)" if c.title == "Time" and self.time_format == "absolute" else c.title
+                title = (
+                    "Time (UTC)"
+                    if c.title == "Time" and self.time_format == "absolute"
+                    else c.title
+                )
                 if c.title == "Time" and self.time_format == "delta":
                     title = "Δ Time"
                 cells.append(_fit(title + mark, w))

@@ -22,14 +22,32 @@ def msg(frame: int, ts: int) -> Message:
     return Message(Pdu(b"", 0, 0, frame, ts, frame, ts), {}, 0)
 
 
-def exchange(api: int, req: dict | None, rsp: dict | None, frame: int, client: str = "c", conn: int = 1,
-             acks: int | None = None) -> tuple[Event, Event]:
+def exchange(
+    api: int,
+    req: dict | None,
+    rsp: dict | None,
+    frame: int,
+    client: str = "c",
+    conn: int = 1,
+    acks: int | None = None,
+) -> tuple[Event, Event]:
     if api == 0 and acks is None:
         acks = (req or {}).get("acks")
-    ex = Exchange(ConnInfo(conn, "10.0.0.1:5000", "10.0.0.2:9092"), api, 0, frame, client, "ok",
-                  msg(frame, frame * 1000), msg(frame + 1, (frame + 1) * 1000), acks)
+    ex = Exchange(
+        ConnInfo(conn, "10.0.0.1:5000", "10.0.0.2:9092"),
+        api,
+        0,
+        frame,
+        client,
+        "ok",
+        msg(frame, frame * 1000),
+        msg(frame + 1, (frame + 1) * 1000),
+        acks,
+    )
     bodies = Bodies.given(ex, DEC, req, rsp)
-    return Event(True, bodies, frame, frame * 1000), Event(False, bodies, frame + 1, (frame + 1) * 1000)
+    return Event(True, bodies, frame, frame * 1000), Event(
+        False, bodies, frame + 1, (frame + 1) * 1000
+    )
 
 
 def feed(analyzer, *pairs: tuple[Event, Event]) -> None:
@@ -39,46 +57,126 @@ def feed(analyzer, *pairs: tuple[Event, Event]) -> None:
 
 
 def batch(pid: int, epoch: int, seq: int, n: int, txn: bool = False, crc: int = 1) -> dict:
-    return {"base_offset": 0, "last_offset_delta": n - 1, "record_count": n, "producer_id": pid, "producer_epoch": epoch,
-            "base_sequence": seq, "is_transactional": txn, "is_control": False, "crc": crc, "base_timestamp": 5}
+    return {
+        "base_offset": 0,
+        "last_offset_delta": n - 1,
+        "record_count": n,
+        "producer_id": pid,
+        "producer_epoch": epoch,
+        "base_sequence": seq,
+        "is_transactional": txn,
+        "is_control": False,
+        "crc": crc,
+        "base_timestamp": 5,
+    }
 
 
 def produce(tid: str | None, topic: str, part: int, batches: list[dict]) -> dict:
-    return {"transactional_id": tid, "acks": -1,
-            "topic_data": [{"name": topic, "partition_data": [{"index": part, "records": {"batches": batches}}]}]}
+    return {
+        "transactional_id": tid,
+        "acks": -1,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": part, "records": {"batches": batches}}]}
+        ],
+    }
 
 
 def produce_ok(topic: str, part: int, base: int, err: int = 0) -> dict:
-    return {"responses": [{"name": topic, "partition_responses": [{"index": part, "error_code": err, "base_offset": base}]}]}
+    return {
+        "responses": [
+            {
+                "name": topic,
+                "partition_responses": [{"index": part, "error_code": err, "base_offset": base}],
+            }
+        ]
+    }
 
 
 def test_transaction_state_machine_and_anomalies() -> None:
     f = Findings()
     ta = TransactionAnalyzer(f)
-    feed(ta,
-         exchange(10, {"key": "tx", "key_type": 1}, {"error_code": 0, "host": "b", "port": 9092}, 1),
-         exchange(22, {"transactional_id": "tx"}, {"error_code": 0, "producer_id": 7, "producer_epoch": 2}, 3),
-         exchange(24, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 7,
-                       "v3_and_below_producer_epoch": 2, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]},
-                  {"results_by_topic_v3_and_below": []}, 5),
-         exchange(0, produce("tx", "t", 0, [batch(7, 2, 0, 3, True)]), produce_ok("t", 0, 0), 7),
-         exchange(0, produce("tx", "t", 1, [batch(7, 2, 0, 1, True)]), produce_ok("t", 1, 0), 9),  # not added
-         exchange(25, {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "group_id": "g"},
-                  {"error_code": 0}, 11),
-         exchange(28, {"transactional_id": "tx", "group_id": "g", "producer_id": 7, "producer_epoch": 2,
-                       "topics": [{"name": "in", "partitions": [{"partition_index": 0, "committed_offset": 42}]}]},
-                  {"topics": []}, 13),
-         exchange(26, {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "committed": True},
-                  {"error_code": 0}, 15),
-         exchange(26, {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "committed": False},
-                  {"error_code": 0}, 17),  # EndTxn with nothing added
-         exchange(24, {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": 7,
-                       "v3_and_below_producer_epoch": 1, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]},
-                  {"results_by_topic_v3_and_below": [{"name": "t", "results_by_partition": [
-                      {"partition_index": 0, "partition_error_code": 90}]}]}, 19),  # zombie epoch 1, fenced
-         )
+    feed(
+        ta,
+        exchange(10, {"key": "tx", "key_type": 1}, {"error_code": 0, "host": "b", "port": 9092}, 1),
+        exchange(
+            22,
+            {"transactional_id": "tx"},
+            {"error_code": 0, "producer_id": 7, "producer_epoch": 2},
+            3,
+        ),
+        exchange(
+            24,
+            {
+                "v3_and_below_transactional_id": "tx",
+                "v3_and_below_producer_id": 7,
+                "v3_and_below_producer_epoch": 2,
+                "v3_and_below_topics": [{"name": "t", "partitions": [0]}],
+            },
+            {"results_by_topic_v3_and_below": []},
+            5,
+        ),
+        exchange(0, produce("tx", "t", 0, [batch(7, 2, 0, 3, True)]), produce_ok("t", 0, 0), 7),
+        exchange(
+            0, produce("tx", "t", 1, [batch(7, 2, 0, 1, True)]), produce_ok("t", 1, 0), 9
+        ),  # not added
+        exchange(
+            25,
+            {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "group_id": "g"},
+            {"error_code": 0},
+            11,
+        ),
+        exchange(
+            28,
+            {
+                "transactional_id": "tx",
+                "group_id": "g",
+                "producer_id": 7,
+                "producer_epoch": 2,
+                "topics": [
+                    {"name": "in", "partitions": [{"partition_index": 0, "committed_offset": 42}]}
+                ],
+            },
+            {"topics": []},
+            13,
+        ),
+        exchange(
+            26,
+            {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "committed": True},
+            {"error_code": 0},
+            15,
+        ),
+        exchange(
+            26,
+            {"transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "committed": False},
+            {"error_code": 0},
+            17,
+        ),  # EndTxn with nothing added
+        exchange(
+            24,
+            {
+                "v3_and_below_transactional_id": "tx",
+                "v3_and_below_producer_id": 7,
+                "v3_and_below_producer_epoch": 1,
+                "v3_and_below_topics": [{"name": "t", "partitions": [0]}],
+            },
+            {
+                "results_by_topic_v3_and_below": [
+                    {
+                        "name": "t",
+                        "results_by_partition": [
+                            {"partition_index": 0, "partition_error_code": 90}
+                        ],
+                    }
+                ]
+            },
+            19,
+        ),  # zombie epoch 1, fenced
+    )
     txns = ta.to_json()
-    assert [(t["outcome"], t["partitions"]) for t in txns[:2]] == [("committed", ["t-0", "t-1"]), ("aborted", [])]
+    assert [(t["outcome"], t["partitions"]) for t in txns[:2]] == [
+        ("committed", ["t-0", "t-1"]),
+        ("aborted", []),
+    ]
     assert txns[0]["states"] == ["Ongoing", "PrepareCommit", "CompleteCommit"]
     assert txns[0]["groups"] == ["g"] and txns[0]["offsets"] == {"in-0": 42}
     assert txns[0]["producer_id"] == 7 and txns[0]["producer_epoch"] == 2
@@ -92,66 +190,182 @@ def test_transaction_state_machine_and_anomalies() -> None:
 def test_sequences_duplicates_gaps_retries() -> None:
     f = Findings()
     pa = ProducerAnalyzer(f)
-    feed(pa,
-         exchange(0, produce(None, "t", 0, [batch(5, 0, 0, 2)]), produce_ok("t", 0, 0), 1),
-         exchange(0, produce(None, "t", 0, [batch(5, 0, 2, 2)]), produce_ok("t", 0, 2), 3),
-         exchange(0, produce(None, "t", 0, [batch(5, 0, 2, 2)]), produce_ok("t", 0, 2), 5),      # duplicate
-         exchange(0, produce(None, "t", 0, [batch(5, 0, 9, 1)]), produce_ok("t", 0, -1, 45), 7),  # gap
-         exchange(0, produce(None, "t", 1, [batch(-1, -1, -1, 3, crc=77)]), produce_ok("t", 1, 0), 9, client="plain"),
-         exchange(0, produce(None, "t", 1, [batch(-1, -1, -1, 3, crc=77)]), produce_ok("t", 1, 3), 11, client="plain"),
-         )
+    feed(
+        pa,
+        exchange(0, produce(None, "t", 0, [batch(5, 0, 0, 2)]), produce_ok("t", 0, 0), 1),
+        exchange(0, produce(None, "t", 0, [batch(5, 0, 2, 2)]), produce_ok("t", 0, 2), 3),
+        exchange(
+            0, produce(None, "t", 0, [batch(5, 0, 2, 2)]), produce_ok("t", 0, 2), 5
+        ),  # duplicate
+        exchange(
+            0, produce(None, "t", 0, [batch(5, 0, 9, 1)]), produce_ok("t", 0, -1, 45), 7
+        ),  # gap
+        exchange(
+            0,
+            produce(None, "t", 1, [batch(-1, -1, -1, 3, crc=77)]),
+            produce_ok("t", 1, 0),
+            9,
+            client="plain",
+        ),
+        exchange(
+            0,
+            produce(None, "t", 1, [batch(-1, -1, -1, 3, crc=77)]),
+            produce_ok("t", 1, 3),
+            11,
+            client="plain",
+        ),
+    )
     idem, plain = pa.to_json()
-    assert idem["partitions"]["t-0"] == {"first_sequence": 0, "last_sequence": 9, "batches": 4, "records": 7,
-                                         "duplicates": 1, "gaps": 1, "overlaps": 0, "retries": 0}
+    assert idem["partitions"]["t-0"] == {
+        "first_sequence": 0,
+        "last_sequence": 9,
+        "batches": 4,
+        "records": 7,
+        "duplicates": 1,
+        "gaps": 1,
+        "overlaps": 0,
+        "retries": 0,
+    }
     assert idem["errors"] == {"OUT_OF_ORDER_SEQUENCE_NUMBER": 1} and idem["acks"] == -1
     assert not plain["idempotent"] and plain["partitions"]["t-1"]["retries"] == 1
     found = {(x["kind"], x["severity"]) for x in f.to_json()}
-    assert {("duplicate_sequence", "warning"), ("sequence_gap", "error"), ("produce_error", "error"),
-            ("non_idempotent_retry", "warning")} <= found
+    assert {
+        ("duplicate_sequence", "warning"),
+        ("sequence_gap", "error"),
+        ("produce_error", "error"),
+        ("non_idempotent_retry", "warning"),
+    } <= found
 
 
 def test_classic_group_generations_and_heartbeat_errors() -> None:
     f = Findings()
     ga = GroupAnalyzer(f, hw_of=lambda t, p: 100)
-    assignment = {"version": 0, "assigned_partitions": [{"topic": "t", "partitions": [1, 0]}], "user_data": None}
-    feed(ga,
-         exchange(11, {"group_id": "g", "member_id": "", "protocol_type": "consumer"},
-                  {"error_code": 0, "generation_id": 4, "protocol_name": "range", "leader": "m1", "member_id": "m1",
-                   "members": [{"member_id": "m1"}]}, 1, client="c1"),
-         exchange(14, {"group_id": "g", "generation_id": 4, "member_id": "m1",
-                       "assignments": [{"member_id": "m1", "assignment": assignment}]},
-                  {"error_code": 0, "assignment": assignment}, 3, client="c1"),
-         exchange(12, {"group_id": "g", "generation_id": 4, "member_id": "m1"}, {"error_code": 25}, 5, client="c1"),
-         exchange(8, {"group_id": "g", "topics": [{"name": "t", "partitions": [
-             {"partition_index": 0, "committed_offset": 10}]}]}, {"topics": []}, 7, client="c1"),
-         exchange(8, {"group_id": "g", "topics": [{"name": "t", "partitions": [
-             {"partition_index": 0, "committed_offset": 4}]}]}, {"topics": []}, 9, client="c1"),
-         exchange(13, {"group_id": "g", "member_id": "m1"}, {"error_code": 0}, 11, client="c1"),
-         )
+    assignment = {
+        "version": 0,
+        "assigned_partitions": [{"topic": "t", "partitions": [1, 0]}],
+        "user_data": None,
+    }
+    feed(
+        ga,
+        exchange(
+            11,
+            {"group_id": "g", "member_id": "", "protocol_type": "consumer"},
+            {
+                "error_code": 0,
+                "generation_id": 4,
+                "protocol_name": "range",
+                "leader": "m1",
+                "member_id": "m1",
+                "members": [{"member_id": "m1"}],
+            },
+            1,
+            client="c1",
+        ),
+        exchange(
+            14,
+            {
+                "group_id": "g",
+                "generation_id": 4,
+                "member_id": "m1",
+                "assignments": [{"member_id": "m1", "assignment": assignment}],
+            },
+            {"error_code": 0, "assignment": assignment},
+            3,
+            client="c1",
+        ),
+        exchange(
+            12,
+            {"group_id": "g", "generation_id": 4, "member_id": "m1"},
+            {"error_code": 25},
+            5,
+            client="c1",
+        ),
+        exchange(
+            8,
+            {
+                "group_id": "g",
+                "topics": [
+                    {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 10}]}
+                ],
+            },
+            {"topics": []},
+            7,
+            client="c1",
+        ),
+        exchange(
+            8,
+            {
+                "group_id": "g",
+                "topics": [
+                    {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 4}]}
+                ],
+            },
+            {"topics": []},
+            9,
+            client="c1",
+        ),
+        exchange(13, {"group_id": "g", "member_id": "m1"}, {"error_code": 0}, 11, client="c1"),
+    )
     (g,) = ga.to_json()
     assert g["generations"][0]["assignments"] == {"m1": ["t-0", "t-1"]}
     assert g["rebalances"][0]["assignor"] == "range" and g["rebalances"][0]["duration_ms"] == 0.003
     (m,) = g["members"]
-    assert m["assignment"] == ["t-0", "t-1"] and m["left"] and m["heartbeat_errors"] == {"UNKNOWN_MEMBER_ID": 1}
-    assert g["committed"] == {"t-0": 4} and g["lag"]["t-0"]["status"] == "REWIND" and g["lag"]["t-0"]["lag"] == 96
+    assert (
+        m["assignment"] == ["t-0", "t-1"]
+        and m["left"]
+        and m["heartbeat_errors"] == {"UNKNOWN_MEMBER_ID": 1}
+    )
+    assert (
+        g["committed"] == {"t-0": 4}
+        and g["lag"]["t-0"]["status"] == "REWIND"
+        and g["lag"]["t-0"]["lag"] == 96
+    )
     assert {x["kind"] for x in f.to_json()} == {"heartbeat_error", "commit_rewind"}
 
 
 def test_kip848_consumer_group_heartbeat() -> None:
     f = Findings()
     ga = GroupAnalyzer(f)
-    feed(ga,
-         exchange(68, {"group_id": "g2", "member_id": "", "member_epoch": 0, "server_assignor": "uniform"},
-                  {"error_code": 0, "member_id": "x", "member_epoch": 1,
-                   "assignment": {"topic_partitions": [{"topic_id": "id-1", "topic_name": "t", "partitions": [0, 1]}]}},
-                  1, client="k"),
-         exchange(68, {"group_id": "g2", "member_id": "x", "member_epoch": 1},
-                  {"error_code": 0, "member_id": "x", "member_epoch": 2,
-                   "assignment": {"topic_partitions": [{"topic_id": "id-1", "topic_name": "t", "partitions": [1]}]}},
-                  3, client="k"),
-         exchange(68, {"group_id": "g2", "member_id": "x", "member_epoch": -1},
-                  {"error_code": 0, "member_id": "x", "member_epoch": -1, "assignment": None}, 5, client="k"),
-         )
+    feed(
+        ga,
+        exchange(
+            68,
+            {"group_id": "g2", "member_id": "", "member_epoch": 0, "server_assignor": "uniform"},
+            {
+                "error_code": 0,
+                "member_id": "x",
+                "member_epoch": 1,
+                "assignment": {
+                    "topic_partitions": [
+                        {"topic_id": "id-1", "topic_name": "t", "partitions": [0, 1]}
+                    ]
+                },
+            },
+            1,
+            client="k",
+        ),
+        exchange(
+            68,
+            {"group_id": "g2", "member_id": "x", "member_epoch": 1},
+            {
+                "error_code": 0,
+                "member_id": "x",
+                "member_epoch": 2,
+                "assignment": {
+                    "topic_partitions": [{"topic_id": "id-1", "topic_name": "t", "partitions": [1]}]
+                },
+            },
+            3,
+            client="k",
+        ),
+        exchange(
+            68,
+            {"group_id": "g2", "member_id": "x", "member_epoch": -1},
+            {"error_code": 0, "member_id": "x", "member_epoch": -1, "assignment": None},
+            5,
+            client="k",
+        ),
+    )
     (g,) = ga.to_json()
     assert g["protocol"] == "consumer"
     (m,) = g["members"]
@@ -171,8 +385,20 @@ def test_burrow_status() -> None:
 
 
 def test_aborted_batches_follow_their_marker() -> None:
-    ctl = [{"base_offset": 3, "is_control": True, "producer_id": 1, "records": [{"control": {"type": "COMMIT"}}]},
-           {"base_offset": 7, "is_control": True, "producer_id": 1, "records": [{"control": {"type": "ABORT"}}]}]
+    ctl = [
+        {
+            "base_offset": 3,
+            "is_control": True,
+            "producer_id": 1,
+            "records": [{"control": {"type": "COMMIT"}}],
+        },
+        {
+            "base_offset": 7,
+            "is_control": True,
+            "producer_id": 1,
+            "records": [{"control": {"type": "ABORT"}}],
+        },
+    ]
     m = _markers(ctl)
     assert [aborted_batch(m, 1, b) for b in (0, 4, 8)] == [False, True, False]
     assert not aborted_batch(m, 2, 4)
@@ -200,15 +426,32 @@ def test_hw_stalled_while_the_leo_moves() -> None:
 
     f = Findings()
     ra = ReplicationAnalyzer(f, stall_ms=1000)
-    fetch = {"replica_id": 2, "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
-    empty = {"responses": [{"topic": "t", "partitions": [{"partition_index": 0, "error_code": 0, "high_watermark": 0,
-                                                          "last_stable_offset": 0, "log_start_offset": 0}]}]}
+    fetch = {
+        "replica_id": 2,
+        "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}],
+    }
+    empty = {
+        "responses": [
+            {
+                "topic": "t",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": 0,
+                        "high_watermark": 0,
+                        "last_stable_offset": 0,
+                        "log_start_offset": 0,
+                    }
+                ],
+            }
+        ]
+    }
     consumer = {"replica_id": -1, "topics": fetch["topics"]}
     events = [
         *exchange(1, fetch, empty, 1),
         *exchange(0, produce(None, "t", 0, [batch(-1, -1, -1, 1)]), produce_ok("t", 0, 0), 3),
-        *exchange(1, consumer, empty, 1_000_000),   # 1 s later, HW still 0, LEO 1
-        *exchange(1, consumer, empty, 2_000_000),   # 2 s: stalled (reported once)
+        *exchange(1, consumer, empty, 1_000_000),  # 1 s later, HW still 0, LEO 1
+        *exchange(1, consumer, empty, 2_000_000),  # 2 s: stalled (reported once)
         *exchange(1, consumer, empty, 3_000_000),
     ]
     for ev in sorted(events, key=lambda e: e.frame):
@@ -218,10 +461,16 @@ def test_hw_stalled_while_the_leo_moves() -> None:
 
 
 def _by_id_fetch(tid: str, off: int, hw: int, batches: list[dict]) -> tuple[dict, dict]:
-    req = {"replica_state": {"replica_id": 3}, "topics": [{"topic_id": tid, "partitions": [
-        {"partition": 0, "fetch_offset": off}]}]}
-    part = {"partition_index": 0, "error_code": 0, "high_watermark": hw,
-            "records": {"batches": batches}}
+    req = {
+        "replica_state": {"replica_id": 3},
+        "topics": [{"topic_id": tid, "partitions": [{"partition": 0, "fetch_offset": off}]}],
+    }
+    part = {
+        "partition_index": 0,
+        "error_code": 0,
+        "high_watermark": hw,
+        "records": {"batches": batches},
+    }
     rsp = {"responses": [{"topic_id": tid, "partitions": [part]}]}
     return req, rsp
 

@@ -39,23 +39,41 @@ def timelines(doc: dict) -> dict[tuple[str, int], list[dict]]:
 
 def comparable(entry: dict) -> dict:
     out = {k: entry[k] for k in STATE}
-    out["followers"] = {f: {k: v[k] for k in ("leo", "remote_leo", "hw")} for f, v in entry["followers"].items()}
+    out["followers"] = {
+        f: {k: v[k] for k in ("leo", "remote_leo", "hw")} for f, v in entry["followers"].items()
+    }
     return out
 
 
 def test_textbook_case_step_by_step() -> None:
     """One partition, leader 1 + follower 2, empty logs: the three rows of the textbook table."""
     tl = timelines(report("textbook"))[("tb", 0)]
-    rows = [(e["event"], e["leader_leo"], e["followers"]["2"]["remote_leo"], e["high_watermark"],
-             e["followers"]["2"]["leo"], e["followers"]["2"]["hw"]) for e in tl]
+    rows = [
+        (
+            e["event"],
+            e["leader_leo"],
+            e["followers"]["2"]["remote_leo"],
+            e["high_watermark"],
+            e["followers"]["2"]["leo"],
+            e["followers"]["2"]["hw"],
+        )
+        for e in tl
+    ]
     assert rows == [
         # event                    leader LEO, remote LEO, leader HW, follower LEO, follower HW
-        ("follower_fetch", 0, 0, 0, 0, 0),            # Fetch(0) waits in the leader's purgatory
-        ("produce", 1, 0, 0, 0, 0),                   # the producer writes 1 record
-        ("produce_response", 1, 0, 0, 0, 0),          # row 1: 1 | 0 | 0 | 0 | 0
-        ("follower_fetch_response", 1, 0, 0, 1, 0),   # row 2: record + HW 0 -> 1 | 0 | 0 | 1 | 0
-        ("follower_fetch", 1, 1, 1, 1, 0),            # Fetch(1): remote LEO 1, HW = min(1, 1) = 1
-        ("follower_fetch_response", 1, 1, 1, 1, 1),   # row 3: HW 1 in the response -> 1 | 1 | 1 | 1 | 1
+        ("follower_fetch", 0, 0, 0, 0, 0),  # Fetch(0) waits in the leader's purgatory
+        ("produce", 1, 0, 0, 0, 0),  # the producer writes 1 record
+        ("produce_response", 1, 0, 0, 0, 0),  # row 1: 1 | 0 | 0 | 0 | 0
+        ("follower_fetch_response", 1, 0, 0, 1, 0),  # row 2: record + HW 0 -> 1 | 0 | 0 | 1 | 0
+        ("follower_fetch", 1, 1, 1, 1, 0),  # Fetch(1): remote LEO 1, HW = min(1, 1) = 1
+        (
+            "follower_fetch_response",
+            1,
+            1,
+            1,
+            1,
+            1,
+        ),  # row 3: HW 1 in the response -> 1 | 1 | 1 | 1 | 1
     ]
     t = truth("textbook")
     for row in t["textbook_rows"]:
@@ -88,22 +106,34 @@ def test_timelines_equal_the_generator_truth(name: str) -> None:
     assert checked >= len(t["steps"]) - 1
     finals = {f"{p['topic']}-{p['partition']}": p["final"] for p in report(name)["replication"]}
     for key, fin in t["final"].items():
-        assert {k: finals[key][k] for k in STATE if k != "event"} == {k: fin[k] for k in STATE if k != "event"}
+        assert {k: finals[key][k] for k in STATE if k != "event"} == {
+            k: fin[k] for k in STATE if k != "event"
+        }
 
 
 def test_isr_shrinks_and_expands_where_the_leader_did() -> None:
     t = truth("isr")
     doc = report("isr")
-    seen = [(f["kind"], f["topic"], f["partition"], f["replica"]) for f in doc["findings"]
-            if f["kind"] in ("isr_shrink", "isr_expand")]
-    assert sorted(seen) == sorted((e["kind"], e["topic"], e["partition"], e["replica"]) for e in t["expected_findings"])
+    seen = [
+        (f["kind"], f["topic"], f["partition"], f["replica"])
+        for f in doc["findings"]
+        if f["kind"] in ("isr_shrink", "isr_expand")
+    ]
+    assert sorted(seen) == sorted(
+        (e["kind"], e["topic"], e["partition"], e["replica"]) for e in t["expected_findings"]
+    )
     # acks=all producers waited for the HW: the response arrives after the followers' fetches
     rep0 = next(p for p in doc["replication"] if p["partition"] == 0)
     assert rep0["acks_all_latency_ms"]["total"]["count"] == 2
     assert rep0["acks_all_latency_ms"]["replication"]["count"] == 2
     assert rep0["hw_advance_latency_ms"]["count"] == 2
-    assert set(rep0["sources"]) == {"produce_requests", "produce_acks", "follower_fetch",
-                                    "follower_fetch_responses", "consumer_fetch_responses"}
+    assert set(rep0["sources"]) == {
+        "produce_requests",
+        "produce_acks",
+        "follower_fetch",
+        "follower_fetch_responses",
+        "consumer_fetch_responses",
+    }
     prods = {p["client_id"]: p for p in doc["producers"]}
     for want in t["producers"]:
         got = prods[want["client_id"]]
@@ -132,7 +162,11 @@ def test_injected_anomalies_are_detected() -> None:
     assert sum(f["kind"] == "commit_ahead_of_consumption" for f in doc["findings"]) == 1
     prod = doc["producers"][0]
     want = t["producers"][0]
-    assert (prod["producer_id"], prod["producer_epoch"], prod["idempotent"]) == (want["producer_id"], want["producer_epoch"], True)
+    assert (prod["producer_id"], prod["producer_epoch"], prod["idempotent"]) == (
+        want["producer_id"],
+        want["producer_epoch"],
+        True,
+    )
     got = prod["partitions"]["anom-0"]
     assert {k: got[k] for k in want["partitions"]["anom-0"]} == want["partitions"]["anom-0"]
     assert prod["errors"] == {"OUT_OF_ORDER_SEQUENCE_NUMBER": 1}
@@ -149,10 +183,35 @@ def test_tshark_agrees_on_follower_positions_and_stable_offsets(name: str) -> No
         pytest.skip("tshark not installed")
     port = truth(name)["broker"]["port"]
     out = subprocess.run(
-        ["tshark", "-r", str(REP / f"{name}.pcap"), "-d", f"tcp.port=={port},kafka", "-Y", "kafka", "-T", "fields",
-         "-e", "frame.number", "-e", "kafka.request_key", "-e", "kafka.request_frame", "-e", "kafka.replica_id",
-         "-e", "kafka.partition_id", "-e", "kafka.offset", "-e", "kafka.last_stable_offset"],
-        capture_output=True, text=True, check=True, timeout=60,
+        [
+            "tshark",
+            "-r",
+            str(REP / f"{name}.pcap"),
+            "-d",
+            f"tcp.port=={port},kafka",
+            "-Y",
+            "kafka",
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+            "-e",
+            "kafka.request_key",
+            "-e",
+            "kafka.request_frame",
+            "-e",
+            "kafka.replica_id",
+            "-e",
+            "kafka.partition_id",
+            "-e",
+            "kafka.offset",
+            "-e",
+            "kafka.last_stable_offset",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     by_frame: dict[tuple[int, int], dict] = {}
     for (_topic, part), entries in timelines(report(name)).items():
@@ -168,7 +227,9 @@ def test_tshark_agrees_on_follower_positions_and_stable_offsets(name: str) -> No
         if key == "1" and replica and int(replica) >= 0:  # a follower's Fetch request
             for part, off in zip(parts_l, [int(x) for x in offsets.split(",")], strict=True):
                 e = by_frame[(frame_no, part)]
-                assert e["event"] == "follower_fetch" and e["followers"][replica]["remote_leo"] == off
+                assert (
+                    e["event"] == "follower_fetch" and e["followers"][replica]["remote_leo"] == off
+                )
                 checked += 1
         elif req_frame and kinds.get(int(req_frame)) == "1" and lsos:  # a Fetch response
             for part, lso in zip(parts_l, [int(x) for x in lsos.split(",")], strict=True):
@@ -197,8 +258,11 @@ def test_followers_by_name_and_by_id_share_one_timeline() -> None:
     hws = [e["high_watermark"] for e in part["timeline"]]
     assert hws == sorted(hws)  # never backwards
     want = t["final"]["repl-c-0"]
-    assert {f: v["leo"] for f, v in part["final"]["followers"].items()} == {
-        f: v["leo"] for f, v in want["followers"].items()} == {"2": 17, "3": 17}
+    assert (
+        {f: v["leo"] for f, v in part["final"]["followers"].items()}
+        == {f: v["leo"] for f, v in want["followers"].items()}
+        == {"2": 17, "3": 17}
+    )
     assert part["final"]["isr"] == [2, 3]
     assert not [f for f in doc["findings"] if f["severity"] != "info"]
 
@@ -208,7 +272,7 @@ def test_topic_ids_file_names_the_id_from_the_start(tmp_path: Path) -> None:
     from kanalyze.bodies.names import load_topic_ids
 
     t = truth("mixed_ids")
-    (tid, name), = t["topic_ids"].items()
+    ((tid, name),) = t["topic_ids"].items()
     f = tmp_path / "ids.json"
     f.write_text(json.dumps({name: tid}))
     opts = EngineOptions(ports=frozenset({t["broker"]["port"]}))
@@ -231,25 +295,36 @@ def test_metadata_log_names_the_topic_and_states_the_isr() -> None:
     doc = report("kraft")
     parts = {p["topic"]: p for p in doc["replication"]}
     assert set(parts) == {
-        "__cluster_metadata", "orders", "__consumer_offsets", "__transaction_state"}
+        "__cluster_metadata",
+        "orders",
+        "__consumer_offsets",
+        "__transaction_state",
+    }
     (tid,) = t["topic_ids"]
     orders = parts["orders"]
     assert orders["topic_id"] == tid
     assert {"metadata_log", "alter_partition"} <= set(orders["sources"])
-    stated = [(e["stated"]["source"], e["stated"]["isr"], e["stated"]["partition_epoch"])
-              for e in orders["timeline"] if e["event"] == "isr_stated"]
+    stated = [
+        (e["stated"]["source"], e["stated"]["isr"], e["stated"]["partition_epoch"])
+        for e in orders["timeline"]
+        if e["event"] == "isr_stated"
+    ]
     assert stated == [(s["source"], s["isr"], s["partition_epoch"]) for s in t["stated"]]
     fin = orders["final"]
     assert fin["stated"]["isr"] == [1, 2, 3] and fin["stated"]["leader"] == 1
     assert fin["isr"] == [2, 3]
     assert {f: v["leo"] for f, v in fin["followers"].items()} == {
-        f: v["leo"] for f, v in t["final"]["orders-0"]["followers"].items()}
+        f: v["leo"] for f, v in t["final"]["orders-0"]["followers"].items()
+    }
     kinds = [f["kind"] for f in doc["findings"]]
     assert "isr_disagreement" not in kinds and "unresolved_topic_id" not in kinds
     assert kinds.count("topic_created") == 1  # the log is applied once however often it is fetched
     # the HWs the leader sent for orders, in order
-    sent = [s["high_watermark"] for s in t["steps"]
-            if s["topic"] == "orders" and s["event"].endswith("response")]
+    sent = [
+        s["high_watermark"]
+        for s in t["steps"]
+        if s["topic"] == "orders" and s["event"].endswith("response")
+    ]
     shown = [e["high_watermark"] for e in orders["timeline"] if e["event"].endswith("response")]
     assert shown == sent
 
@@ -271,17 +346,31 @@ def test_stated_and_inferred_isr_disagree_is_an_alert() -> None:
 
     f = Findings()
     ra = ReplicationAnalyzer(f)
-    fetch = {"replica_id": 3,
-             "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}]}
-    committed = {"partition_index": 0, "error_code": 0, "leader_id": 1, "leader_epoch": 4,
-                 "isr": [1, 2], "partition_epoch": 7}
+    fetch = {
+        "replica_id": 3,
+        "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": 0}]}],
+    }
+    committed = {
+        "partition_index": 0,
+        "error_code": 0,
+        "leader_id": 1,
+        "leader_epoch": 4,
+        "isr": [1, 2],
+        "partition_epoch": 7,
+    }
     alter = {"topics": [{"topic_name": "t", "partitions": [committed]}]}
     for ev in [*pair(1, fetch, {"responses": []}, 1), *pair(56, {}, alter, 3)]:
         ra.feed(ev)
     ra.finish()
     (p,) = ra.to_json()
-    assert p["final"]["stated"] == {"isr": [1, 2], "leader": 1, "leader_epoch": 4,
-                                    "partition_epoch": 7, "source": "alter_partition", "frame": 4}
+    assert p["final"]["stated"] == {
+        "isr": [1, 2],
+        "leader": 1,
+        "leader_epoch": 4,
+        "partition_epoch": 7,
+        "source": "alter_partition",
+        "frame": 4,
+    }
     assert p["leader_epoch"] == 4
     (alert,) = [x for x in f.to_json() if x["kind"] == "isr_disagreement"]
     assert alert["replicas"] == [3] and alert["stated_isr"] == [1, 2]
@@ -300,12 +389,18 @@ def test_groups_and_transactions_from_the_internal_topics() -> None:
     assert g["committed_log"] == want_log
     (gen,) = g["generations"]
     assert (gen["generation_id"], gen["leader"], gen["protocol"]) == (
-        want["generation"], want["leader"], want["protocol"])
+        want["generation"],
+        want["leader"],
+        want["protocol"],
+    )
     assert {m["member_id"]: m["client_id"] for m in g["members"]} == want["members"]
     (txn,) = doc["transactions"]
     want = t["transactions"][0]
     assert (txn["transactional_id"], txn["producer_id"], txn["source"]) == (
-        want["transactional_id"], want["producer_id"], "transaction_log")
+        want["transactional_id"],
+        want["producer_id"],
+        "transaction_log",
+    )
     assert txn["states"] == want["states"] and txn["outcome"] == "committed"
     assert txn["partitions"] == [f"{k}-{i}" for k, ids in want["partitions"].items() for i in ids]
 
@@ -315,7 +410,7 @@ def test_spark_rows_name_ids_from_topic_ids() -> None:
     from kanalyze.spark.rows import RowBuilder, row_context
 
     t = truth("mixed_ids")
-    (tid, name), = t["topic_ids"].items()
+    ((tid, name),) = t["topic_ids"].items()
     ctx = row_context({tid: name})
 
     def fetch_topics(builder: RowBuilder) -> list[list[str]]:
@@ -340,14 +435,18 @@ def test_metrics_label_followers_by_id_with_the_topic_name() -> None:
     from kanalyze.metrics import Metrics
 
     t = truth("mixed_ids")
-    (tid, name), = t["topic_ids"].items()
+    ((tid, name),) = t["topic_ids"].items()
     metrics = Metrics(CollectorRegistry())
     enc = ExchangeEncoder(DecodeContext(topic_names={tid: name}))
     opts = EngineOptions(ports=frozenset({t["broker"]["port"]}))
     for ex in Session([str(REP / "mixed_ids.pcap")], opts).exchanges():
         metrics.observe(ex, enc.encode(ex))
-    labels = {tuple(sorted(s.labels.items())) for m in metrics.registry.collect()
-              if m.name == "kanalyze_follower_fetch_offset" for s in m.samples}
+    labels = {
+        tuple(sorted(s.labels.items()))
+        for m in metrics.registry.collect()
+        if m.name == "kanalyze_follower_fetch_offset"
+        for s in m.samples
+    }
     assert labels == {(("partition", "0"), ("replica", r), ("topic", name)) for r in ("2", "3")}
 
 
@@ -363,12 +462,29 @@ def test_metadata_log_broker_records_and_topic_deletion_are_findings() -> None:
     def rec(offset: int, kind: str, **fields: object) -> dict:
         return {"offset": offset, "metadata_record": {"type": kind, "fields": fields}}
 
-    records = [rec(0, "RegisterBrokerRecord", broker_id=2, broker_epoch=7),
-               rec(1, "FenceBrokerRecord", id=2, epoch=7),
-               rec(2, "RemoveTopicRecord", topic_id="7a3c9e21-54b8-4f0d-8e6a-1c2d3e4f5a6b")]
-    rsp = {"responses": [{"topic": "__cluster_metadata", "partitions": [
-        {"partition_index": 0, "error_code": 0, "records": {"batches": [
-            {"base_offset": 0, "last_offset_delta": 2, "records": records}]}}]}]}
+    records = [
+        rec(0, "RegisterBrokerRecord", broker_id=2, broker_epoch=7),
+        rec(1, "FenceBrokerRecord", id=2, epoch=7),
+        rec(2, "RemoveTopicRecord", topic_id="7a3c9e21-54b8-4f0d-8e6a-1c2d3e4f5a6b"),
+    ]
+    rsp = {
+        "responses": [
+            {
+                "topic": "__cluster_metadata",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": 0,
+                        "records": {
+                            "batches": [
+                                {"base_offset": 0, "last_offset_delta": 2, "records": records}
+                            ]
+                        },
+                    }
+                ],
+            }
+        ]
+    }
     f = Findings()
     ra = ReplicationAnalyzer(f)
     for frame in (1, 3):  # two brokers fetch the same log
@@ -377,4 +493,8 @@ def test_metadata_log_broker_records_and_topic_deletion_are_findings() -> None:
         ra.feed(Event(False, Bodies.given(ex, None, None, rsp), frame, frame))  # type: ignore[arg-type]
     ra.finish()
     got = [(x["kind"], x.get("broker"), x.get("broker_epoch")) for x in f.to_json()]
-    assert got == [("broker_registered", 2, 7), ("broker_fenced", 2, 7), ("topic_deleted", None, None)]
+    assert got == [
+        ("broker_registered", 2, 7),
+        ("broker_fenced", 2, 7),
+        ("topic_deleted", None, None),
+    ]

@@ -74,27 +74,52 @@ def test_newer_subscription_version_stays_bytes_with_a_diagnostic() -> None:
     """Issue 20: a version the schema does not know is not decoded as the newest known one."""
     meta = se.encode_message("ConsumerProtocolSubscription", 3, SUB)
     meta = b"\x00\x05" + meta[2:] + b"\x00\x00\x00\x09"  # v5 from the future, one extra int32
-    node = decode(11, 6, True, _join_group("consumer", meta)).child("Protocols").children[0].child("Metadata")
+    node = (
+        decode(11, 6, True, _join_group("consumer", meta))
+        .child("Protocols")
+        .children[0]
+        .child("Metadata")
+    )
     assert node.kind == PRIM and node.value == meta
     assert [(str(d.code), d.message) for d in diags(node)] == [
-        ("unsupported_version", "ConsumerProtocolSubscription version 5 is not one the schema knows: kept as bytes")]
+        (
+            "unsupported_version",
+            "ConsumerProtocolSubscription version 5 is not one the schema knows: kept as bytes",
+        )
+    ]
 
 
 def test_short_embedded_structures_are_never_half_decoded() -> None:
     """Issue 20: bytes that run short keep their raw bytes beside a diagnostic."""
     meta = se.encode_message("ConsumerProtocolSubscription", 3, SUB)[:-5]  # cut inside RackId
-    node = decode(11, 6, True, _join_group("consumer", meta)).child("Protocols").children[0].child("Metadata")
+    node = (
+        decode(11, 6, True, _join_group("consumer", meta))
+        .child("Protocols")
+        .children[0]
+        .child("Metadata")
+    )
     assert node.kind == PRIM and node.value == meta
     (d,) = diags(node)
-    assert str(d.code) == "truncated" and d.message.startswith("ConsumerProtocolSubscription v3 does not decode")
-    one = decode(11, 6, True, _join_group("consumer", b"\x00")).child("Protocols").children[0].child("Metadata")
+    assert str(d.code) == "truncated" and d.message.startswith(
+        "ConsumerProtocolSubscription v3 does not decode"
+    )
+    one = (
+        decode(11, 6, True, _join_group("consumer", b"\x00"))
+        .child("Protocols")
+        .children[0]
+        .child("Metadata")
+    )
     assert one.kind == PRIM and [str(d.code) for d in diags(one)] == ["truncated"]
 
 
 def test_envelope_principal_of_two_random_bytes_is_not_a_principal() -> None:
     """The audit's case: two random bytes used to show as {"version": 7256}."""
     inner = b"\x00\x03\x00\x01\x00\x00\x00\x07\x00\x02id" + b"\xff\xff\xff\xff"
-    value = {"RequestData": inner, "RequestPrincipal": b"\x1c\x58", "ClientHostAddress": b"\x7f\x00\x00\x01"}
+    value = {
+        "RequestData": inner,
+        "RequestPrincipal": b"\x1c\x58",
+        "ClientHostAddress": b"\x7f\x00\x00\x01",
+    }
     body = decode(58, 0, True, se.encode_api(58, 0, True, value))
     j = node_to_json(body, DecodeContext())
     assert j["request_principal"] == {"b64": "HFg="}

@@ -55,7 +55,8 @@ def _summary(engine: Engine) -> dict:
 def _buffered_now(engine: Engine) -> int:
     """Recount what the engine's running total should be, from the connections themselves."""
     return sum(
-        len(c.cf.buf) + len(c.sf.buf) + c.c2s.ooo_bytes + c.s2c.ooo_bytes for c in engine.order.values()
+        len(c.cf.buf) + len(c.sf.buf) + c.c2s.ooo_bytes + c.s2c.ooo_bytes
+        for c in engine.order.values()
     )
 
 
