@@ -39,6 +39,7 @@ class Code(StrEnum):
     UNSUPPORTED_LINKTYPE = "unsupported_linktype"
     MALFORMED_PACKET = "malformed_packet"
     GAP = "gap"
+    SNAPLEN = "snaplen"  # bytes the capture's snaplen cut off (counted, not listed per packet)
     OVERLAP_CONFLICT = "overlap_conflict"
     SKIPPED_BYTES = "skipped_bytes"
     FRAME_TOO_LARGE = "frame_too_large"
@@ -46,6 +47,8 @@ class Code(StrEnum):
     BUFFER_LIMIT = "buffer_limit"
     CONNECTION_LIMIT = "connection_limit"
     # correlation
+    TIMESTAMP_ORDER = "timestamp_order"  # a response timestamped before its request
+    NOT_INFERRED = "not_inferred"  # a response without its request whose api could not be inferred
     DUPLICATE_CORRELATION_ID = "duplicate_correlation_id"
     PENDING_LIMIT = "pending_limit"
     # last resort: a bug became data instead of a traceback

@@ -24,11 +24,17 @@ from kanalyze.headers import (
     read_request_header,
     read_response_header,
 )
+from kanalyze.inference import infer
 
 SASL_RAW_API = -1  # api_key reported for raw (un-headered) SASL token exchanges
 SASL_RAW_NAME = "SaslRaw"
 
 OK, NO_RESPONSE, REQUEST_MISSING = "ok", "no_response", "request_missing"
+SETTLE_AFTER = 4  # requests seen after an orphan response before its api is inferred
+SETTLE_MAX = 16  # ... and before one that cannot be inferred yet is given up on
+MAX_ORPHANS = 64  # orphans held per connection; over it the oldest is settled at once
+HISTORY = 64  # recent requests kept per connection as evidence for orphans
+ANY_CLIENT = "\x00any"  # key of Correlator.peers for what every client sent (no real client id)
 
 # module constants: no enum attribute lookup per frame
 PRODUCE, SASL_HANDSHAKE = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE
@@ -72,6 +78,8 @@ class Exchange(NamedTuple):
     request: Message | None
     response: Message | None
     acks: int | None = None  # Produce only
+    # request_missing responses whose api was inferred: {"from": ..., "confidence": ...}
+    inferred: dict[str, object] | None = None
 
     @property
     def start_ts(self) -> int:
@@ -87,7 +95,9 @@ class Exchange(NamedTuple):
     @property
     def latency_ns(self) -> int | None:
         if self.request and self.response:
-            return self.response.pdu.last_ts - self.request.pdu.last_ts
+            took = self.response.pdu.last_ts - self.request.pdu.last_ts
+            # timestamps out of order (merged interfaces, a clock step): no latency to report
+            return took if took >= 0 else None
         return None
 
     def messages(self) -> Iterator[tuple[Message, bool]]:
@@ -132,6 +142,10 @@ class Correlator:
         "on_pending",
         "unanswered",
         "arrivals",
+        "history",
+        "orphans",
+        "peers",
+        "client_id",
     )
 
     def __init__(
@@ -140,8 +154,13 @@ class Correlator:
         emit: Callable[[Exchange], None],
         on_pending: Callable[[Message], None],
         max_pending: int = 10_000,
+        peers: dict[str | None, dict[tuple[int, int], None]] | None = None,
     ) -> None:
         self.conn = conn
+        # engine-wide: client id -> the (api, version) pairs it sent, for orphans whose own
+        # connection has no fitting request
+        self.peers = peers if peers is not None else {}
+        self.client_id: str | None = None
         self.emit = emit
         self.on_pending = on_pending
         self.pending: dict[int, deque[_Pending]] = {}
@@ -151,6 +170,10 @@ class Correlator:
         self.raw_pending: deque[Message] = deque()
         self.unanswered: deque[_Pending] = deque()  # acks=0 Produce requests
         self.arrivals: deque[tuple[int, Message]] = deque()  # pending requests in arrival order
+        self.history: deque[tuple[int, int, int]] = deque(maxlen=HISTORY)  # (corr, api, version)
+        # responses without a request, held until later requests tell what they answered:
+        # [message, correlation id, requests seen since]
+        self.orphans: deque[list] = deque()
 
     def expects(self, corr: int) -> bool:
         return corr in self.pending
@@ -170,6 +193,19 @@ class Correlator:
         api, ver, corr, _cid, fields, body_at, hdiags = hdr
         diags = list(hdiags) if hdiags else []
         msg = Message(pdu, fields, body_at, diags)
+        api_ver = (api, ver)
+        self.history.append((corr, api, ver))
+        self.client_id = _cid
+        for who in (_cid, ANY_CLIENT):
+            seen = self.peers.get(who)
+            if seen is None and len(self.peers) < 1024:
+                seen = self.peers[who] = {}
+            if seen is not None and api_ver not in seen and len(seen) < 256:
+                seen[api_ver] = None
+        if self.orphans:
+            for entry in self.orphans:
+                entry[2] += 1
+            self._settle_orphans_seen()
         if pdu.missing:
             diags.append(
                 Diagnostic(
@@ -231,7 +267,10 @@ class Correlator:
         if not queue:
             orphan = read_response_header(pdu.data, None, None)
             resp = Message(pdu, orphan.fields, orphan.body_offset)
-            self.emit(Exchange(self.conn, None, None, corr, None, REQUEST_MISSING, None, resp))
+            self.orphans.append([resp, corr, 0])
+            self.on_pending(resp)  # the output waits for it like for a pending request
+            if len(self.orphans) > MAX_ORPHANS:
+                self._settle_orphan(self.orphans.popleft())
             return
         req, hdr, acks = queue.popleft()
         if not queue:
@@ -251,10 +290,53 @@ class Correlator:
                     f"{pdu.missing} bytes of this frame were lost in a capture gap",
                 )
             )
+        if pdu.last_ts < req.pdu.last_ts:
+            diags.append(Diagnostic(
+                Code.TIMESTAMP_ORDER, 0, "captured with an earlier timestamp than its request: latency unknown"
+            ))
         resp = Message(pdu, fields, body_at, diags)
         if api == SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
             self.sasl_raw = INT16.unpack_from(pdu.data, body_at)[0] == 0
         self.emit(self._exchange(req, hdr, resp, OK, acks))
+
+    def _settle_orphans_seen(self) -> None:
+        """Settle the orphans enough requests went by for: inferred ones at SETTLE_AFTER, the
+        others get until SETTLE_MAX requests (their api may simply not have come round yet)."""
+        keep: deque[list] = deque()
+        for entry in self.orphans:
+            if entry[2] < SETTLE_AFTER or not self._settle_orphan(entry, entry[2] >= SETTLE_MAX):
+                keep.append(entry)
+        self.orphans = keep
+
+    def _settle_orphan(self, entry: list, final: bool = True) -> bool:
+        """Emit a held orphan response: decoded as the api the connection's requests point to
+        when exactly one fits (kanalyze/inference.py), else (when `final`) undecoded with the
+        reason. False when it was kept back."""
+        resp, corr = entry[0], entry[1]
+        pdu = resp.pdu
+        found = None
+        if not pdu.missing:
+            elsewhere = list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
+            anywhere = list(self.peers.get(ANY_CLIENT, ()))
+            found = infer(pdu.data, corr, list(self.history), self.client_id, elsewhere, anywhere)
+            if found.api is None and not final:
+                return False
+        resp.done = True
+        if found is None or found.api is None:
+            why = found.reason if found is not None else "a capture gap cut it: not inferred"
+            diag = Diagnostic(Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}")
+            out = Message(pdu, resp.header, resp.body_offset, [*resp.diagnostics, diag])
+            self.emit(_new(Exchange, (self.conn, None, None, corr, None, REQUEST_MISSING, None, out, None, None)))
+            return True
+        header = found.header or resp.header
+        out = Message(pdu, header, found.body_offset, list(resp.diagnostics))
+        inferred = found.to_json()
+        self.emit(_new(Exchange, (self.conn, found.api, found.version, corr, None, REQUEST_MISSING, None, out, None, inferred)))
+        return True
+
+    def _settle_orphans(self, before_ts: int | None = None) -> None:
+        while self.orphans and (before_ts is None or self.orphans[0][0].pdu.last_ts < before_ts):
+            self._settle_orphan(self.orphans.popleft())
 
     def _exchange(
         self, req: Message, h: RequestHeader, resp: Message | None, status: str, acks: int | None
@@ -271,6 +353,7 @@ class Correlator:
                 req,
                 resp,
                 acks,
+                None,
             ),
         )
 
@@ -316,6 +399,7 @@ class Correlator:
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests that began before `older_than_ns` (live mode / long captures);
         acks=0 Produce requests that old are settled as `ok` (no response is due)."""
+        self._settle_orphans(older_than_ns)
         if self.unanswered:
             self.settle_unanswered(older_than_ns)
         for corr in list(self.pending):
@@ -328,8 +412,11 @@ class Correlator:
             if not q:
                 del self.pending[corr]
 
-    def close(self) -> None:
-        """Connection over: every request still waiting is `no_response` (acks=0 ones are `ok`)."""
+    def close(self, broker_gaps: tuple[int, ...] = ()) -> None:
+        """Connection over: every request still waiting is `no_response` (acks=0 ones are `ok`).
+        `broker_gaps`: packets where the broker's stream had a capture gap; a request sent
+        before one of them says its response may be in it."""
+        self._settle_orphans()
         while self.unanswered:
             req, hdr, acks = self.unanswered.popleft()
             req.done = True
@@ -340,6 +427,11 @@ class Correlator:
         self.count = 0
         for req, hdr, acks in waiting:
             req.done = True
+            after = [p for p in broker_gaps if p > req.pdu.last_pkt]
+            if after:
+                req.diagnostics.append(Diagnostic(
+                    Code.GAP, 0, f"no response seen: the broker's stream lost bytes in a capture gap after it (packet {after[0]})"
+                ))
             self.emit(self._exchange(req, hdr, None, NO_RESPONSE, acks))
         while self.raw_pending:
             req = self.raw_pending.popleft()

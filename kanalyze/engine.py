@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from dissectors import Code
 from kanalyze.capture import Packet
@@ -21,6 +22,7 @@ from kanalyze.framing import Framer, Pdu, StreamEvent
 from kanalyze.headers import plausible_request
 from kanalyze.reassembly import MASK as SEQ_MASK
 from kanalyze.reassembly import HalfStream
+from kanalyze.roles import judge
 
 __all__ = ["DirectionTotals", "Engine", "EngineOptions", "EngineStats"]
 
@@ -28,6 +30,23 @@ WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 1
 FlowKey = tuple[bytes, int, bytes, int]  # (source address, port, destination address, port)
 # client bytes searched for a first request before a flow is judged not Kafka
 DETECTION_BUDGET = 64 * 1024
+# a connection seen without its SYN waits (packets held, copied) until its bytes tell which side
+# is the client: both sides spoke, or this much was held, or it ended
+ROLE_PACKETS = 32
+ROLE_BYTES = 64 * 1024
+EARLY_RESPONSES = 64  # broker frames kept while the client side has not yet confirmed Kafka
+
+
+def looks_like_tls(payload: bytes) -> bool:
+    """A TLS record header: content type 20-23, version 3.0-3.4, length <= 2^14 + 2048. Never a
+    plausible Kafka frame at the default --max-frame (the size would be over 335 MB)."""
+    return (
+        len(payload) >= 5
+        and 20 <= payload[0] <= 23
+        and payload[1] == 3
+        and payload[2] <= 4
+        and int.from_bytes(payload[3:5], "big") <= 18432
+    )
 
 
 class Connection:
@@ -48,6 +67,8 @@ class Connection:
         "closed",
         "last_seen",
         "held",
+        "tls",
+        "early",
     )
 
     def __init__(
@@ -62,7 +83,11 @@ class Connection:
         self.closed = False
         self.last_seen = 0  # ns timestamp of the connection's latest packet
         self.held = 0  # bytes buffered (both framers, both reassembly heaps), as last counted
-        self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending)
+        self.tls = False  # TLS records where Kafka frames were expected
+        # broker frames before the client's first request confirmed Kafka (a mid-stream start:
+        # answers to requests sent before the capture); handed on once it is confirmed
+        self.early: list[Pdu] = []
+        self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending, engine.peers)
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen, None, info.id)
         self.sf = Framer(
@@ -76,10 +101,17 @@ class Connection:
             return
         if not self.kafka:
             head = pdu.size.to_bytes(4, "big") + pdu.data[:1024]
-            if plausible_request(head, 0, self.cf.max_frame) != 1 and not self.forced:
+            verdict = plausible_request(head, 0, self.cf.max_frame)
+            if pdu.missing and verdict == -1:
+                verdict = 1  # cut short (snaplen, a gap) before the client id ended: plausible so far
+            if verdict != 1 and not self.forced:
                 self.ignored = True
+                self.early.clear()
                 return
             self.kafka = True
+            early, self.early = self.early, []
+            for p in early:
+                self.corr.response(p)
         if not self.corr.request(pdu):
             self.cf.events.append(
                 StreamEvent(
@@ -95,10 +127,51 @@ class Connection:
     def _server_pdu(self, pdu: Pdu) -> None:
         if self.kafka and not self.ignored:
             self.corr.response(pdu)
+        elif not self.ignored and len(self.early) < EARLY_RESPONSES:
+            self.early.append(pdu)
 
 
 def _never(_corr: int) -> bool:
     return False
+
+
+class Undecided:
+    """A connection seen without its SYN, before its bytes decided who is the client: its
+    packets are held (payload copied) and replayed once the roles are known."""
+
+    __slots__ = ("id", "key", "held", "data", "first_ts", "nbytes")
+
+    def __init__(self, conn_id: int, key: tuple, ts_ns: int) -> None:
+        self.id = conn_id
+        self.key = key  # the 4-tuple of the first packet seen
+        self.held: list[tuple[Segment, int, int]] = []  # (segment, packet no, ts)
+        self.data: dict[tuple, bytearray] = {}  # the first bytes each direction sent
+        self.first_ts = ts_ns
+        self.nbytes = 0
+
+    def add(self, seg: Segment, key: FlowKey, pkt_no: int, ts_ns: int) -> None:
+        payload = bytes(seg.payload)  # a copy: the payload may be a view into a capture block
+        self.held.append((seg._replace(payload=payload), pkt_no, ts_ns))
+        if payload:
+            self.nbytes += len(payload)
+            self.data.setdefault(key, bytearray()).extend(payload)
+
+    def verdict(self, max_frame: int) -> bool | None:
+        """Whether the first packet's sender is the client, judged from both directions' bytes."""
+        k = self.key
+        mine, theirs = self.data.get(k, b""), self.data.get((k[2], k[3], k[0], k[1]), b"")
+        return judge(bytes(mine), bytes(theirs), max_frame)
+
+    def out_of_patience(self) -> bool:
+        return len(self.held) >= ROLE_PACKETS or self.nbytes >= ROLE_BYTES
+
+
+@dataclass(slots=True)
+class _At:
+    """The packet number and time a held segment came with (all the replay needs of a packet)."""
+
+    no: int
+    ts_ns: int
 
 
 class Engine:
@@ -117,6 +190,8 @@ class Engine:
         self.waiting: list[tuple[int, int, Message]] = []  # pending requests by start time
         self.seq = 0
         self.now = 0
+        self.undecided: dict[tuple, Undecided] = {}  # both 4-tuples of each undecided connection
+        self.peers: dict[str | None, dict[tuple[int, int], None]] = {}  # client id -> (api, version)s sent
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:
@@ -135,6 +210,9 @@ class Engine:
             limit = None
         else:
             limit = max(waiting[0][0], self.now - self.opts.order_window_ns)
+        if self.undecided and not final:
+            held = min(u.first_ts for u in self.undecided.values())
+            limit = held if limit is None else min(limit, held)
         emit = self.on_exchange
         while done and (limit is None or done[0][0] <= limit):
             emit(heapq.heappop(done)[2])
@@ -147,16 +225,61 @@ class Engine:
         ts = pkt.ts_ns
         if ts > self.now:
             self.now = ts
-        src, sport, dst, dport, seq, ack, flags, payload = seg  # one unpack: cheaper than 8 lookups
-        key = (src, sport, dst, dport)
+        key = (seg.src, seg.sport, seg.dst, seg.dport)
+        flags = seg.flags
+        if self.undecided:
+            und = self.undecided.get(key)
+            if und is not None:
+                if not flags & SYN:
+                    und.add(seg, key, pkt.no, pkt.ts_ns)
+                    if seg.payload and len(und.data) == 2 or und.out_of_patience():
+                        verdict = und.verdict(self.opts.max_frame)
+                        if verdict is not None or und.out_of_patience():
+                            self._decide(und, verdict)
+                    return
+                self._decide(und)  # a new connection on the same 4-tuple: settle the old one
         conn = self.conns.get(key)
+        if conn is None and not flags & SYN and (seg.payload or seg.cut) and not self._port_decides(seg):
+            und = Undecided(self.next_id, key, pkt.ts_ns)
+            self.next_id += 1
+            self.undecided[key] = self.undecided[(seg.dst, seg.dport, seg.src, seg.sport)] = und
+            und.add(seg, key, pkt.no, pkt.ts_ns)
+            return
+        self._segment(seg, key, conn, pkt)
+
+    def _port_decides(self, seg: Segment) -> bool:
+        """`--port` names exactly one side of this segment's connection."""
+        ports = self.opts.ports
+        return bool(ports) and (seg.dport in ports) != (seg.sport in ports)
+
+    def _decide(self, und: Undecided, verdict: bool | None = None) -> None:
+        """The roles of a held connection are known (or must be settled now): open it with the
+        client the bytes point to (the port only when they cannot tell) and replay its packets."""
+        k = und.key
+        for key in (k, (k[2], k[3], k[0], k[1])):
+            if self.undecided.get(key) is und:
+                del self.undecided[key]
+        if verdict is None:
+            verdict = und.verdict(self.opts.max_frame)
+        first, no, ts = und.held[0]
+        if len(self.order) >= self.opts.max_connections:
+            self._close_least_recent(_At(no, ts))  # type: ignore[arg-type]
+        self._open(first, k, first.flags, und.id, verdict)
+        for seg, no, ts in und.held:
+            key = (seg.src, seg.sport, seg.dst, seg.dport)
+            self._segment(seg, key, self.conns.get(key), _At(no, ts))
+
+    def _segment(self, seg: Segment, key: FlowKey, conn: Connection | None, pkt) -> None:  # noqa: ANN001
+        """One TCP segment of a connection whose roles are known (`conn` None: not open yet)."""
+        src, sport, dst, dport, seq, ack, flags, payload, cut = seg  # one unpack: cheaper than lookups
+        ts = pkt.ts_ns
         if flags & SYN and not flags & ACK and conn is not None and not conn.ignored:
             base = conn.c2s.base
             if key == conn.client_key and base is not None and base != (seq + 1) & SEQ_MASK:
                 self._close(conn, pkt)  # port reuse: a new SYN on the same 4-tuple
                 conn = None
         if conn is None:
-            if not payload and not flags & SYN:
+            if not payload and not cut and not flags & SYN:
                 # a pure ACK/FIN/RST of a connection already closed (or not yet seen carrying
                 # data): nothing to reassemble, and no reason to open a connection for it
                 self.stats.stray_packets += 1
@@ -181,8 +304,8 @@ class Engine:
         if flags & ACK:
             other.peer_ack(ack)
             if other.heap:
-                other.check_hole(conn.clock, pkt.no, ts, now=bool(payload))
-        half.segment(seq, payload, bool(flags & FIN), pkt.no, ts, conn.clock)
+                other.check_hole(conn.clock, pkt.no, ts, now=bool(payload or cut))
+        half.segment(seq, payload, bool(flags & FIN), pkt.no, ts, conn.clock, cut)
         now_held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
         if now_held != held:
             conn.held = now_held
@@ -192,15 +315,13 @@ class Engine:
                 if st.buffered > self.opts.max_buffered:
                     self._evict_buffers(pkt)
                 st.buffered_peak = max(st.buffered_peak, st.buffered)
-        if (
-            not conn.kafka
-            and not conn.ignored
-            and conn.cf.skipped > DETECTION_BUDGET
-            and not conn.forced
-        ):
-            conn.ignored = True
+        if not conn.kafka and not conn.ignored:
+            if payload and conn.cf.pdu_bytes + conn.sf.pdu_bytes == 0 and looks_like_tls(payload):
+                conn.tls = conn.ignored = True
+            elif conn.cf.skipped > DETECTION_BUDGET and not conn.forced:
+                conn.ignored = True
         if conn.ignored:
-            self.stats.non_kafka_connections += 1
+            self.stats.not_kafka(conn.info.client, conn.info.broker, conn.tls)
             self.stats.non_kafka_bytes += conn.c2s.delivered + conn.s2c.delivered
             self._drop_state(conn)
         elif flags & RST or (
@@ -213,13 +334,24 @@ class Engine:
         if self.done:
             self._release()
 
-    def _open(self, seg: Segment, key: FlowKey, flags: int) -> Connection:
+    def _open(
+        self,
+        seg: Segment,
+        key: FlowKey,
+        flags: int,
+        conn_id: int | None = None,
+        verdict: bool | None = None,
+    ) -> Connection:
+        """Open a connection at `seg`; `verdict` (from the bytes) says whether its sender is the
+        client. Precedence: SYN, `--port`, the bytes, a well-known Kafka port, the lower port."""
         rkey = (seg.dst, seg.dport, seg.src, seg.sport)
         ports = self.opts.ports
         if flags & SYN:
             client_is_src = not flags & ACK
         elif ports and (seg.dport in ports) != (seg.sport in ports):
             client_is_src = seg.dport in ports
+        elif verdict is not None:
+            client_is_src = verdict
         elif (seg.dport in WELL_KNOWN_BROKER_PORTS) != (seg.sport in WELL_KNOWN_BROKER_PORTS):
             client_is_src = seg.dport in WELL_KNOWN_BROKER_PORTS
         else:
@@ -229,8 +361,10 @@ class Engine:
         else:
             ckey, client, broker = rkey, (seg.dst, seg.dport), (seg.src, seg.sport)
         forced = broker[1] in ports
-        info = ConnInfo(self.next_id, format_endpoint(*client), format_endpoint(*broker))
-        self.next_id += 1
+        if conn_id is None:
+            conn_id = self.next_id
+            self.next_id += 1
+        info = ConnInfo(conn_id, format_endpoint(*client), format_endpoint(*broker))
         conn = Connection(self, info, ckey, forced, bool(flags & SYN))
         self.conns[key] = conn
         self.conns[rkey] = conn
@@ -316,7 +450,14 @@ class Engine:
         conn.s2c.flush(pno, ts)
         conn.cf.close()
         conn.sf.close()
-        conn.corr.close()
+        if not conn.kafka and not conn.ignored and conn.early and not conn.c2s.delivered:
+            # only the broker's side was captured, and it chains as Kafka responses: they are
+            # orphans of requests sent before the capture (the client side never contradicted)
+            conn.kafka = True
+            for p in conn.early:
+                conn.corr.response(p)
+            conn.early.clear()
+        conn.corr.close(tuple(e.frame for e in conn.sf.events if e.code == Code.GAP))
         self.stats.buffered -= conn.held
         conn.held = 0
         self._forget(conn)
@@ -326,7 +467,7 @@ class Engine:
         if not conn.kafka:
             carried = conn.c2s.delivered + conn.s2c.delivered
             if carried:
-                self.stats.non_kafka_connections += 1
+                self.stats.not_kafka(conn.info.client, conn.info.broker, conn.tls)
                 self.stats.non_kafka_bytes += carried
             else:
                 self.stats.empty_connections += 1
@@ -365,8 +506,15 @@ class Engine:
                 conn.corr.settle_unanswered(older_than_ns)
         self._release()
 
+    def _decide_all(self, older_than_ns: int | None = None) -> None:
+        """Settle held connections (all, or those first seen before `older_than_ns`)."""
+        for und in {id(u): u for u in self.undecided.values()}.values():
+            if older_than_ns is None or und.first_ts < older_than_ns:
+                self._decide(und)
+
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests pending since before `older_than_ns` (live mode)."""
+        self._decide_all(older_than_ns)
         for conn in list(self.order.values()):
             conn.corr.expire(older_than_ns)
         self._release()
@@ -374,6 +522,7 @@ class Engine:
     def expire_idle(self, older_than_ns: int) -> int:
         """Close connections with no packet since `older_than_ns` (live mode keeps memory flat).
         Returns how many were closed."""
+        self._decide_all(older_than_ns)
         idle = [c for c in self.order.values() if c.last_seen < older_than_ns]
         for conn in idle:
             self._close(conn, None)
@@ -385,6 +534,7 @@ class Engine:
 
     def close(self) -> None:
         """End of input: close every connection (in order of appearance) and flush the output."""
+        self._decide_all()
         for conn in list(self.order.values()):
             self._close(conn, None)
         self._release(final=True)

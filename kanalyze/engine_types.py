@@ -38,6 +38,7 @@ class DirectionTotals:
     overlap_conflicts: int = 0
     pdus: int = 0
     limit_gaps: int = 0  # holes given up at a reassembly bound (also counted in gaps)
+    uncaptured: int = 0  # bytes cut by the capture's snaplen (also counted in gaps)
 
     def add(self, half: HalfStream, framer: Framer) -> None:
         self.stream += half.next
@@ -49,6 +50,7 @@ class DirectionTotals:
         self.overlap_conflicts += half.overlap_conflicts
         self.pdus += framer.frames
         self.limit_gaps += half.limit_gaps
+        self.uncaptured += half.uncaptured
 
 
 @dataclass(slots=True)
@@ -72,3 +74,13 @@ class EngineStats:
     buffered: int = 0  # bytes buffered right now across connections
     buffered_peak: int = 0
     open_peak: int = 0  # most connections open at once
+    # connections judged not Kafka, for the "nothing analyzed" explanation: (client, broker, tls)
+    non_kafka_flows: list[tuple[str, str, bool]] = field(default_factory=list)
+    tls_connections: int = 0  # TLS records seen where Kafka was expected (a TLS listener)
+
+    def not_kafka(self, client: str, broker: str, tls: bool) -> None:
+        """Count a connection judged not Kafka (its flow named in the first 20)."""
+        self.non_kafka_connections += 1
+        self.tls_connections += tls
+        if len(self.non_kafka_flows) < 20:
+            self.non_kafka_flows.append((client, broker, tls))

@@ -65,6 +65,7 @@ class Segment(NamedTuple):
     ack: int
     flags: int
     payload: bytes
+    cut: int = 0  # payload bytes the IP length announces but the capture did not keep (snaplen)
 
 
 @dataclass(slots=True)
@@ -72,6 +73,11 @@ class FlowStats:
     """Packets that did not become TCP segments, by reason."""
 
     tcp: int = 0
+    # packets whose TCP payload was cut by the capture's snaplen, and the longest such packet
+    # as captured (the snaplen in effect)
+    cut_packets: int = 0
+    cut_bytes: int = 0
+    snaplen: int = 0
     not_ip: int = 0
     not_tcp: int = 0
     fragments: int = 0
@@ -156,12 +162,15 @@ def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | Non
         total, frag = _LEN_FRAG.unpack_from(buf, 16)
         if not frag & 0x3FFF:
             end = 14 + total if total else len(buf)
+            cut = 0
             if end > len(buf):
-                end = len(buf)
+                cut, end = end - len(buf), len(buf)
             sport, dport, seq, ack, off, flags = _TCP.unpack_from(buf, 34)
             doff = (off >> 4) * 4
             if doff >= 20 and 34 + doff <= end:
                 stats.tcp += 1
+                if cut:
+                    _count_cut(stats, cut, len(buf))
                 return _new(
                     Segment,
                     (
@@ -173,6 +182,7 @@ def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | Non
                         ack,
                         flags,
                         buf[34 + doff : end],
+                        cut,
                     ),
                 )
     if linktype not in SUPPORTED_LINKTYPES:
@@ -226,6 +236,7 @@ def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | Non
         if nxt != IPPROTO_TCP:
             stats.not_tcp += 1
             return None
+    cut = max(end - n, 0)
     end = min(end, n)
     if end < tpos + 20:
         stats.malformed += 1
@@ -236,4 +247,13 @@ def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | Non
         stats.malformed += 1
         return None
     stats.tcp += 1
-    return _new(Segment, (src, sport, dst, dport, seq, ack, flags, buf[tpos + doff : end]))
+    if cut:
+        _count_cut(stats, cut, n)
+    return _new(Segment, (src, sport, dst, dport, seq, ack, flags, buf[tpos + doff : end], cut))
+
+
+def _count_cut(stats: FlowStats, cut: int, captured: int) -> None:
+    stats.cut_packets += 1
+    stats.cut_bytes += cut
+    if captured > stats.snaplen:
+        stats.snaplen = captured

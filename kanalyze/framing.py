@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from dissectors import Code
 from kanalyze.headers import MIN_REQUEST, UINT32
+from kanalyze.reassembly import SNAPLEN
 from kanalyze.resync import MIN_RESPONSE, find_frame_start
 
 SEARCH_WINDOW = 1024 * 1024  # bytes searched before older unsynced bytes are dropped
@@ -77,6 +78,7 @@ class Framer:
         "event_counts",
         "conn_id",
         "side",
+        "cut",
     )
 
     def __init__(
@@ -115,6 +117,9 @@ class Framer:
         self.events: list[StreamEvent] = []
         self.events_dropped = 0
         self.event_counts: dict[str, int] = {}  # every event by Code, kept or dropped
+        # a frame broken by a gap, held until its tail has been skipped: it is then dated by the
+        # packet carrying its last byte, as an unbroken frame is
+        self.cut: Pdu | None = None
 
     # -- StreamSink -------------------------------------------------------------------------
     def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None:
@@ -125,6 +130,8 @@ class Framer:
             k = min(self.skip, len(chunk))
             self.skip -= k
             self.skipped += k
+            if not self.skip:
+                self._release_cut(pkt_no, ts_ns)
             if k == len(chunk):
                 return
             chunk = chunk[k:]
@@ -148,13 +155,17 @@ class Framer:
         gap_start = self.stream_offset
         self.stream_offset += nbytes
         self.last_pkt, self.last_ts = pkt_no, ts_ns
-        code = Code.BUFFER_LIMIT if why else Code.GAP
-        why = f"{nbytes} bytes given up ({why})" if why else f"{nbytes} bytes lost in a capture gap"
+        if why == SNAPLEN:  # bytes not captured (snaplen): counted, not listed one by one
+            code, why = Code.SNAPLEN, ""
+        else:
+            code = Code.BUFFER_LIMIT if why else Code.GAP
+            why = f"{nbytes} bytes given up ({why})" if why else f"{nbytes} bytes lost in a capture gap"
         if self.skip:
             used = min(self.skip, nbytes)
             self.skip -= used
             if self.skip:
                 return
+            self._release_cut(None, 0)
             self._note(code, gap_start, pkt_no, why)
             self._lose_sync()
             return
@@ -170,10 +181,15 @@ class Framer:
                 self.frames += 1
                 missing = frame_end - gap_start
                 self.skip = frame_end - (gap_start + nbytes)
-                pdu = Pdu(have, size, self.buf_offset, fp, fts, pkt_no, ts_ns, missing)
+                # dated by the last packet that carried bytes of it, until its tail shows up
+                lp, lts = self.marks[-1][1], self.marks[-1][2]
+                pdu = Pdu(have, size, self.buf_offset, fp, fts, lp, lts, missing)
                 self.buf.clear()
                 self.marks.clear()
-                self.on_pdu(pdu)
+                if self.skip:
+                    self.cut = pdu
+                else:
+                    self.on_pdu(pdu)
                 return
         self.skipped += len(self.buf)
         self.buf.clear()
@@ -181,8 +197,19 @@ class Framer:
         self._lose_sync()
 
     # -- internals --------------------------------------------------------------------------
+    def _release_cut(self, pkt_no: int | None, ts_ns: int) -> None:
+        """The tail of a frame broken by a gap is over: emit it, dated by `pkt_no` (the packet
+        that carried its last byte) when given."""
+        pdu, self.cut = self.cut, None
+        if pdu is not None:
+            if pkt_no is not None:
+                pdu = pdu._replace(last_pkt=pkt_no, last_ts=ts_ns)
+            self.on_pdu(pdu)
+
     def _note(self, code: Code, offset: int, pkt: int, message: str) -> None:
         self.event_counts[code] = self.event_counts.get(code, 0) + 1
+        if not message:
+            return  # counted only (snaplen cuts: one per packet, summarized once)
         if len(self.events) < MAX_EVENTS:
             self.events.append(StreamEvent(self.conn_id, self.side, code, offset, pkt, message))
         else:
@@ -283,8 +310,9 @@ class Framer:
         """Find a plausible frame start in the buffer; drop what precedes it. True when synced."""
         buf = self.buf
         n = len(buf)
+        at_start = self.buf_offset == 0 and not self.resyncs
         found, p = find_frame_start(
-            buf, self.client_side, self.max_frame, self.expects, self.awaited
+            buf, self.client_side, self.max_frame, self.expects, self.awaited, at_start
         )
         if found >= 0:
             if found:
@@ -329,6 +357,7 @@ class Framer:
     def close(self) -> None:
         """End of stream: a partial frame becomes a truncated PDU (if its header is there) or
         skipped bytes."""
+        self._release_cut(None, 0)
         if self.buf and self.synced and len(self.buf) >= 4 + MIN_REQUEST:
             size = UINT32.unpack_from(self.buf, 0)[0]
             if size <= self.max_frame:

@@ -23,6 +23,7 @@ from typing import Protocol
 MASK = 0xFFFFFFFF
 TAIL_KEPT = 4096  # bytes of the last delivered data kept to check retransmissions against
 HALF = 0x80000000
+SNAPLEN = "snaplen"  # the `why` of a gap made of bytes the capture's snaplen cut off
 
 
 class StreamSink(Protocol):
@@ -65,6 +66,7 @@ class HalfStream:
         "gaps",
         "limit_gaps",
         "clock",
+        "uncaptured",
     )
 
     def __init__(self, sink: StreamSink, limits: ReassemblyLimits) -> None:
@@ -72,7 +74,7 @@ class HalfStream:
         self.limits = limits
         self.base: int | None = None  # raw sequence number of stream byte 0
         self.next = 0  # next expected stream offset
-        self.heap: list[tuple[int, int, bytes, int, int]] = []
+        self.heap: list[tuple[int, int, bytes, int, int, int]] = []  # (rel, order, payload, pkt, ts, cut)
         self.ooo_bytes = 0
         self.order = 0
         self.acked = -1  # highest stream offset the peer acknowledged
@@ -87,6 +89,7 @@ class HalfStream:
         self.gaps = 0
         self.limit_gaps = 0  # holes given up because out-of-order data hit a ReassemblyLimits bound
         self.clock = 0  # the connection's packet counter, for hole patience
+        self.uncaptured = 0  # bytes cut by the snaplen (also in gap_bytes)
 
     def start(self, seq: int, syn: bool) -> None:
         """Fix stream offset 0 (the SYN consumes one sequence number)."""
@@ -97,9 +100,10 @@ class HalfStream:
         return self.fin_at is not None and self.next >= self.fin_at and not self.heap
 
     def segment(
-        self, seq: int, payload: bytes, fin: bool, pkt_no: int, ts_ns: int, clock: int
+        self, seq: int, payload: bytes, fin: bool, pkt_no: int, ts_ns: int, clock: int, cut: int = 0
     ) -> None:
-        """Take one segment's payload (and FIN) at raw sequence number `seq`."""
+        """Take one segment's payload (and FIN) at raw sequence number `seq`; `cut` more bytes
+        followed the payload on the wire but were not captured (snaplen): a gap of known size."""
         base = self.base
         if base is None:
             self.start(seq, False)
@@ -111,24 +115,31 @@ class HalfStream:
         d = (seq - base - nxt) & MASK
         rel = nxt + (d - (MASK + 1) if d >= HALF else d)
         if fin:
-            self.fin_at = max(self.fin_at or 0, rel + n)
-        if not n:
+            self.fin_at = max(self.fin_at or 0, rel + n + cut)
+        if not n and not cut:
             return
         if rel == nxt and not self.heap:
-            self._deliver(payload, rel, pkt_no, ts_ns)
+            if n:
+                self._deliver(payload, rel, pkt_no, ts_ns)
+            if cut:
+                self._uncaptured(rel + n + cut, pkt_no, ts_ns)
             return
         end = rel + n
-        if end <= nxt:
-            self._retransmission(payload, rel)
+        if end + cut <= nxt:
+            if n:
+                self._retransmission(payload, rel)
             return
         if rel <= nxt:
-            if rel < nxt:
-                self._retransmission(payload[: nxt - rel], rel)
-                payload = payload[nxt - rel :]
-            self._deliver(payload, nxt, pkt_no, ts_ns)
+            if end > nxt:
+                if rel < nxt:
+                    self._retransmission(payload[: nxt - rel], rel)
+                    payload = payload[nxt - rel :]
+                self._deliver(payload, nxt, pkt_no, ts_ns)
+            if cut:
+                self._uncaptured(end + cut, pkt_no, ts_ns)
             self._drain(pkt_no, ts_ns)
             return
-        heapq.heappush(self.heap, (rel, self.order, bytes(payload), pkt_no, ts_ns))
+        heapq.heappush(self.heap, (rel, self.order, bytes(payload), pkt_no, ts_ns, cut))
         self.order += 1
         self.ooo_bytes += n
         if self.hole_since is None:
@@ -185,6 +196,18 @@ class HalfStream:
             self.last_chunk_at = rel
         self.sink.data(chunk, pkt_no, ts_ns)
 
+    def _uncaptured(self, target: int, pkt_no: int, ts_ns: int) -> None:
+        """The bytes up to `target` were on the wire but cut by the snaplen: a gap of known
+        size (framing stays in sync), counted with the gaps but not as a capture loss."""
+        n = target - self.next
+        if n <= 0:
+            return
+        self.gap_bytes += n
+        self.uncaptured += n
+        self.next = target
+        self.last_chunk = b""
+        self.sink.gap(n, pkt_no, ts_ns, SNAPLEN)
+
     def _retransmission(self, payload: bytes, rel: int) -> None:
         self.retransmitted += len(payload)
         lc, at = self.last_chunk, self.last_chunk_at
@@ -192,24 +215,36 @@ class HalfStream:
         if lo < hi and payload[lo - rel : hi - rel] != lc[lo - at : hi - at]:
             self.overlap_conflicts += 1
 
-    def _drain(self, pkt_no: int, ts_ns: int) -> None:
+    def _drain(self, pkt_no: int, ts_ns: int, own: bool = False) -> None:
         """Deliver waiting segments that now connect; they count as arriving with the current
-        packet (the one that completed them), as tshark reports reassembled data."""
+        packet (the one that completed them), as tshark reports reassembled data. After a gap
+        (`own`) nothing completed them: each keeps its own packet number and time."""
         heap = self.heap
         while heap and heap[0][0] <= self.next:
-            rel, _, payload, _pno, _ts = heapq.heappop(heap)
+            rel, _, payload, pno, ts, cut = heapq.heappop(heap)
+            if own:
+                pkt_no, ts_ns = pno, ts
             self.ooo_bytes -= len(payload)
             nxt = self.next
-            if rel + len(payload) <= nxt:
-                self._retransmission(payload, rel)
-                continue
-            if rel < nxt:
-                self._retransmission(payload[: nxt - rel], rel)
-            self._deliver(payload[nxt - rel :] if rel < nxt else payload, nxt, pkt_no, ts_ns)
+            end = rel + len(payload)
+            if end <= nxt:
+                if payload:
+                    self._retransmission(payload, rel)
+            else:
+                if rel < nxt:
+                    self._retransmission(payload[: nxt - rel], rel)
+                self._deliver(payload[nxt - rel :] if rel < nxt else payload, nxt, pkt_no, ts_ns)
+            if cut and end + cut > self.next:
+                self._uncaptured(end + cut, pkt_no, ts_ns)
         if not heap:
             self.hole_since = None
 
     def _gap_to(self, target: int, pkt_no: int, ts_ns: int, why: str = "") -> None:
+        """Give up on the bytes up to `target`. The gap is dated by the first packet after it
+        (the packet that showed it, not the one that made us give up, which may be none at the
+        end of input); the data waiting behind it keeps its own packets and times."""
+        if self.heap and self.heap[0][0] >= target:
+            pkt_no, ts_ns = self.heap[0][3], self.heap[0][4]
         if target > self.next:
             n = target - self.next
             self.gap_bytes += n
@@ -218,6 +253,6 @@ class HalfStream:
             self.last_chunk = b""
             self.sink.gap(n, pkt_no, ts_ns, why)
         self.hole_since = None
-        self._drain(pkt_no, ts_ns)
+        self._drain(pkt_no, ts_ns, own=True)
         if self.heap and self.hole_since is None:
             self.hole_since = self.clock  # a new hole: patience restarts

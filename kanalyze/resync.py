@@ -73,12 +73,14 @@ def find_frame_start(
     max_frame: int,
     expects: Callable[[int], bool],
     awaited: Collection[int] | None,
+    at_start: bool = False,
 ) -> tuple[int, int]:
     """(where a frame starts, -1 when nowhere yet; the first position not ruled out for good).
 
     `expects` says whether a correlation id is awaited; `awaited` (optional, broker side) is
     the live collection of awaited ids, which lets the search pass over the bytes after the
-    last place one of them occurs."""
+    last place one of them occurs. `at_start`: the buffer begins at the direction's first
+    captured byte (see `response_chain`)."""
     n = len(buf)
     p = 0
     found = -1
@@ -122,7 +124,7 @@ def find_frame_start(
                     continue
             if n - p < 8:
                 break
-            v = response_chain(buf, p, max_frame, expects)
+            v = response_chain(buf, p, max_frame, expects, at_start=at_start and p == 0)
             if v == 1:
                 found = p
                 break
@@ -146,21 +148,38 @@ def last_awaited(buf: bytearray, ids: Collection[int] | None) -> int:
 
 
 def response_chain(
-    buf: bytearray, p: int, max_frame: int, expects: Callable[[int], bool], hops: int = 8
+    buf: bytearray,
+    p: int,
+    max_frame: int,
+    expects: Callable[[int], bool],
+    hops: int = 8,
+    at_start: bool = False,
 ) -> int:
     """Whether a response starts at buf[p]: 1 when it, or a frame reached by following
     sizes from it, carries a correlation id a pending request awaits; 0 no; -1 undecided.
     The chain lets a mid-stream start keep the responses before the first awaited one
-    (reported as request_missing) instead of skipping them."""
+    (reported as request_missing) instead of skipping them.
+
+    `at_start` (buf[p] is the direction's first captured byte): at the very start of a
+    mid-stream capture the first responses answer requests sent before it, so frames that
+    chain exactly to the end of what arrived (or 3 in a row) with correlation ids >= 0 are
+    accepted as responses (orphans) too."""
     n = len(buf)
     q = p
-    for _ in range(hops):
+    for hop in range(hops):
+        if at_start and q == n and hop:
+            return 1
         if n - q < 8:
             return -1
         size = UINT32.unpack_from(buf, q)[0]
         if size < MIN_RESPONSE or size > max_frame:
             return 0
-        if expects(INT32.unpack_from(buf, q + 4)[0]):
+        corr = INT32.unpack_from(buf, q + 4)[0]
+        if expects(corr):
             return 1
+        if corr < 0:
+            at_start = False
         q += 4 + size
+        if at_start and hop >= 2 and q <= n:
+            return 1
     return 0

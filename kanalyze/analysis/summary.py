@@ -74,7 +74,7 @@ class Summary:
             {"api": api, "code": code, "name": error_name(code), "count": n}
             for (api, code), n in sorted(self.errors.items(), key=lambda kv: (-kv[1], str(kv[0][0]), kv[0][1]))
         ]
-        return {
+        doc: dict[str, object] = {
             "files": capture.files,
             "packets": capture.packets,
             "exchanges": self.exchanges,
@@ -111,6 +111,9 @@ class Summary:
             ],
             "capture_diagnostics": [{"file": name, **d.to_json()} for name, d in capture.diagnostics],
         }
+        if engine.flows.cut_packets:
+            doc["snaplen"] = snaplen_json(engine)
+        return doc
 
 
     def limits(self, engine: EngineStats) -> dict[str, int]:
@@ -142,3 +145,28 @@ def _bytes(t: DirectionTotals) -> dict[str, int]:
         "overlap_conflicts": t.overlap_conflicts,
         "frames": t.pdus,
     }
+
+
+SNAPLEN_PARTIAL = "bodies and records of frames longer than the captured part; client ids cut short"
+
+
+def snaplen_json(engine: EngineStats) -> dict[str, object]:
+    """What a snaplen-truncated capture (`tcpdump -s N`) lost and which outputs are partial."""
+    fl = engine.flows
+    return {
+        "bytes_per_packet": fl.snaplen,
+        "packets_cut": fl.cut_packets,
+        "payload_bytes_not_captured": fl.cut_bytes,
+        "partial": SNAPLEN_PARTIAL,
+    }
+
+
+def snaplen_notice(engine: EngineStats) -> str | None:
+    """The one line that says the capture was truncated, or None."""
+    fl = engine.flows
+    if not fl.cut_packets:
+        return None
+    return (
+        f"capture truncated to {fl.snaplen} bytes per packet (snaplen): {fl.cut_packets} packets lost "
+        f"{fl.cut_bytes} payload bytes; framing, headers and latencies are exact, partial: {SNAPLEN_PARTIAL}"
+    )

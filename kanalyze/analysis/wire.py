@@ -24,11 +24,23 @@ def batches(records: object) -> list[dict]:
     return []
 
 
+def _legacy(b: dict) -> bool:
+    """A magic 0/1 message (a "batch" of one record, or a compressed wrapper of several)."""
+    magic = b.get("magic")
+    return isinstance(magic, int) and magic < 2
+
+
 def batch_end(b: dict) -> int | None:
-    """The offset after a batch (base offset + last offset delta + 1)."""
+    """The offset after a batch (base offset + last offset delta + 1); for a magic 0/1 message,
+    after its offset (a compressed wrapper carries its last inner message's offset)."""
     base, delta = b.get("base_offset"), b.get("last_offset_delta")
     if isinstance(base, int) and isinstance(delta, int):
         return base + delta + 1
+    if _legacy(b):
+        offsets = [r.get("offset") for r in b.get("records") or () if isinstance(r, dict)]
+        offsets.append(b.get("offset"))
+        ints = [o for o in offsets if isinstance(o, int) and o >= 0]
+        return max(ints) + 1 if ints else None
     return None
 
 
@@ -37,7 +49,12 @@ def batch_count(b: dict) -> int:
     if isinstance(n, int) and n >= 0:
         return n
     d = b.get("last_offset_delta")
-    return d + 1 if isinstance(d, int) else 0
+    if isinstance(d, int):
+        return d + 1
+    if _legacy(b):  # its records: the message itself, or a wrapper's inner messages
+        records = b.get("records")
+        return len(records) if isinstance(records, list) else 1
+    return 0
 
 
 def produce_partitions(req: dict | None) -> Iterator[tuple[str, int, list[dict]]]:

@@ -8,7 +8,8 @@ import sys
 from dissectors.context import DecodeContext, Limits
 from kanalyze.bodies.names import TopicIdsError, load_topic_ids
 from kanalyze.capture import CaptureStats
-from kanalyze.engine import EngineOptions
+from kanalyze.engine import EngineOptions, EngineStats
+from kanalyze.flows import SUPPORTED_LINKTYPES
 from kanalyze.reassembly import ReassemblyLimits
 from kanalyze.session import Session
 
@@ -125,7 +126,8 @@ def report_capture_problems(session: Session) -> None:
     """Damage found inside capture files goes to stderr (the output stays machine-readable)."""
     st = session.engine.stats if session.engine is not None else None
     skipped = st.client.skipped + st.broker.skipped if st else 0
-    gaps = st.client.gaps + st.broker.gaps if st else 0
+    # bytes a snaplen cut are said once by explain_nothing, not as capture losses
+    gaps = st.client.gaps + st.broker.gaps - st.client.uncaptured - st.broker.uncaptured if st else 0
     capture_problems(session.capture, skipped, gaps)
 
 
@@ -138,3 +140,60 @@ def capture_problems(capture: CaptureStats, skipped: int, gaps: int) -> None:
             f"kanalyze: {skipped} bytes skipped while resynchronizing, {gaps} bytes lost in capture gaps "
             "(see `kanalyze summary`)\n"
         )
+
+
+NOTHING_ANALYZED = 3  # exit status: the input was readable, but not one Kafka connection was in it
+
+
+def _flows(flows: list[tuple[str, str, bool]], tls: bool | None = None) -> str:
+    named = [f"{c} -> {b}" for c, b, t in flows if tls is None or t == tls]
+    return ", ".join(named[:5]) + (", ..." if len(named) > 5 else "")
+
+
+def what_it_is(stats: EngineStats, packets: int) -> tuple[str | None, str | None]:
+    """(a TLS note, the reason nothing was analyzed): each one line, or None."""
+    tls = None
+    if stats.tls_connections:
+        tls = (
+            f"TLS on {stats.tls_connections} connection(s) ({_flows(stats.non_kafka_flows, True)}): "
+            "kanalyze reads Kafka only in clear text; capture a PLAINTEXT listener, or decrypt "
+            "first (with the session keys, e.g. an SSLKEYLOGFILE key log)"
+        )
+    if stats.kafka_connections:
+        return tls, None
+    fl = stats.flows
+    if not packets:
+        return tls, "nothing analyzed: the capture holds no packets"
+    if fl.unsupported_linktypes and not fl.tcp:
+        kinds = ", ".join(f"{n} packets of link type {lt}" for lt, n in sorted(fl.unsupported_linktypes.items()))
+        known = ", ".join(sorted(set(SUPPORTED_LINKTYPES.values())))
+        return tls, f"nothing analyzed: unsupported link type ({kinds}); kanalyze reads {known}"
+    if not fl.tcp:
+        return tls, (
+            f"nothing analyzed: no TCP packet among {packets} ({fl.not_ip} not IP, {fl.not_tcp} not TCP, "
+            f"{fl.fragments} IP fragments, {fl.malformed} malformed)"
+        )
+    if stats.tls_connections and stats.tls_connections == stats.non_kafka_connections:
+        return tls, "nothing analyzed: every connection is TLS"
+    if stats.non_kafka_connections:
+        return tls, (
+            f"nothing analyzed: no Kafka request found on {stats.non_kafka_connections} TCP connection(s) "
+            f"({_flows(stats.non_kafka_flows)}); if a broker listens on one of these ports, "
+            "name it with --port P"
+        )
+    return tls, "nothing analyzed: no TCP connection carried data"
+
+
+def explain_nothing(session: Session) -> int:
+    """Say on stderr what the capture is when it is not (all) decodable Kafka (and once, when
+    it was cut by a snaplen, which outputs are partial); the exit status:
+    NOTHING_ANALYZED when not one Kafka connection was found, else 0."""
+    if session.engine is None:
+        return 0
+    from kanalyze.analysis.summary import snaplen_notice
+
+    tls, nothing = what_it_is(session.engine.stats, session.capture.packets)
+    for line in (snaplen_notice(session.engine.stats), tls, nothing):
+        if line:
+            sys.stderr.write(f"kanalyze: {line}\n")
+    return NOTHING_ANALYZED if nothing else 0

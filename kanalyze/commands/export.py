@@ -12,6 +12,7 @@ from kanalyze.commands.common import (
     capture_problems,
     decode_context,
     engine_options,
+    explain_nothing,
     report_capture_problems,
 )
 from kanalyze.export import ExchangeEncoder
@@ -76,4 +77,4 @@ def run(args: argparse.Namespace) -> int:
         else:
             out.flush()
     report_capture_problems(session)
-    return 0
+    return explain_nothing(base)

@@ -12,6 +12,7 @@ from kanalyze.analysis.report import analyze
 from kanalyze.commands.common import (
     add_input_arguments,
     engine_options,
+    explain_nothing,
     positive_int,
     topic_names_of,
 )
@@ -59,6 +60,6 @@ def run(args: argparse.Namespace) -> int:
         doc = build(session, args.timeline_cap, args.stall_ms, ctx)
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
-        return 0
+        return explain_nothing(base)
     text_report(session, args.timeline_cap, args.stall_ms, Out(), ctx)
-    return 0
+    return explain_nothing(base)

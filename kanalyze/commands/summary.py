@@ -9,7 +9,12 @@ import sys
 from dissectors import DecodeContext, JsonWalk
 from kanalyze.analysis.summary import Summary
 from kanalyze.bodies import BodyDecoder, Records, error_codes
-from kanalyze.commands.common import add_input_arguments, engine_options, topic_names_of
+from kanalyze.commands.common import (
+    add_input_arguments,
+    engine_options,
+    explain_nothing,
+    topic_names_of,
+)
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
@@ -48,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render(doc))
-    return 0
+    return explain_nothing(base)
 
 
 def _ms(v: object) -> str:
@@ -93,4 +98,11 @@ def render(doc: dict) -> str:
         lines.append(f"stream events ({len(ev)}):")
         lines.extend(f"  conn {e['connection']} {e['side']} frame {e['frame']}: {e['code']}: {e['message']}" for e in ev[:20])
     lines.extend(f"capture: {d['file']}: offset {d['offset']}: {d['message']}" for d in doc["capture_diagnostics"])
+    snap = doc.get("snaplen")
+    if snap:
+        lines.append("")
+        lines.append(
+            f"capture truncated to {snap['bytes_per_packet']} bytes per packet (snaplen): {snap['packets_cut']} packets "
+            f"lost {snap['payload_bytes_not_captured']} payload bytes; partial: {snap['partial']}"
+        )
     return "\n".join(lines) + "\n"

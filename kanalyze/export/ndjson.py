@@ -124,6 +124,8 @@ class ExchangeEncoder:
         }
         if ex.acks is not None:
             out["acks"] = ex.acks
+        if ex.inferred is not None:
+            out["inferred"] = ex.inferred
         return out
 
     # -- one NDJSON line --------------------------------------------------------------------
@@ -175,6 +177,8 @@ class ExchangeEncoder:
             )
         lat = ex.latency_ns
         acks = "" if ex.acks is None else f',"acks":{ex.acks}'
+        if ex.inferred is not None:
+            acks += f',"inferred":{dumps(ex.inferred)}'
         latency = "null" if lat is None else repr(round(lat / 1e6, 3))
         return (
             f'{{"schema":"{SCHEMA_VERSION}","connection":{conn},"api_key":{_num(ex.api_key)},'

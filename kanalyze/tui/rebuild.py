@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dissectors.diagnostics import Diagnostic
-from kanalyze.correlation import REQUEST_MISSING, SASL_RAW_API, Exchange, Message
+from kanalyze.correlation import SASL_RAW_API, Exchange, Message
 from kanalyze.framing import Pdu
 from kanalyze.headers import read_request_header, read_response_header
 from kanalyze.tui.rows import Row
@@ -34,7 +34,7 @@ def response_message(pdu: Pdu, api_key: int | None, api_version: int | None, sta
     at = 0
     if api_key == SASL_RAW_API:
         pass
-    elif status == REQUEST_MISSING or api_key is None or api_version is None:
+    elif api_key is None or api_version is None:  # a request_missing whose api was not inferred
         if len(data) < 4:
             at = len(data)
         else:
@@ -52,4 +52,5 @@ def exchange(row: Row, req: Pdu | None, resp: Pdu | None,
         None if req is None else request_message(req, row.api_key, req_diags),
         None if resp is None else response_message(resp, row.api_key, row.api_version, row.status, resp_diags),
         row.acks,
+        row.inferred,
     )

@@ -51,6 +51,7 @@ class Row:
     latency_ns: int | None
     acks: int | None
     size: int  # request and response frames, size prefixes excluded
+    inferred: dict[str, object] | None = None  # an orphan response's inferred api (rare: sparse)
 
     @property
     def api(self) -> str | None:
@@ -77,6 +78,7 @@ class RowTable:
         self.req_body = array("i")  # where the request body starts in its frame (0: none)
         self.resp_body = array("i")  # where the response body starts in its frame
         self.conns: dict[int, ConnInfo] = {}
+        self.inferred: dict[int, dict[str, object]] = {}  # row index -> Exchange.inferred (rare)
         self.client_ids: list[str] = []
         self._client_index: dict[str, int] = {}
 
@@ -108,7 +110,7 @@ class RowTable:
             self.resp_body.append(0)
         if req is not None:
             qp = req.pdu
-            if resp is not None:
+            if resp is not None and ts >= qp.last_ts:  # as Exchange.latency_ns: never negative
                 lat = ts - qp.last_ts
             ts = qp.last_ts
             size += qp.size
@@ -116,6 +118,8 @@ class RowTable:
         else:
             self.req_body.append(0)
         k, v, corr, acks = ex.api_key, ex.api_version, ex.correlation_id, ex.acks
+        if ex.inferred is not None:
+            self.inferred[len(self.ts)] = ex.inferred
         self.ts.append(0 if ts == NONE64 else ts)
         self.lat.append(lat)
         self.size.append(size)
@@ -153,7 +157,7 @@ class RowTable:
         acks = self.acks[i]
         return Row(i, self.conns[self.conn[i]], self.api_key(i), self.api_version(i),
                    self.correlation_id(i), self.client_id(i), STATUSES[self.status[i]], self.ts[i],
-                   self.latency(i), None if acks == NONE32 else acks, self.size[i])
+                   self.latency(i), None if acks == NONE32 else acks, self.size[i], self.inferred.get(i))
 
     def nbytes(self) -> int:
         """Bytes held by the columns (allocated length, not capacity)."""

@@ -111,7 +111,8 @@ def test_unsupported_link_type_is_reported(tmp_path):
     f = tmp_path / "lt.pcap"
     f.write_bytes(P.pcap([(1.0, b"\x00" * 60)], linktype=147))
     r = kanalyze("summary", "--json", str(f))
-    assert r.returncode == 0
+    assert r.returncode == 3  # nothing analyzed (README: exit status)
+    assert b"unsupported link type (1 packets of link type 147)" in r.stderr
     assert json.loads(r.stdout)["packets_not_tcp"]["unsupported_linktypes"] == {"147": 1}
 
 

@@ -131,7 +131,10 @@ def test_gap_between_frames_resyncs(tmp_path):
     assert (18, 1, "ok") in _pairs(exs)
     assert (18, 3, "ok") in _pairs(exs)
     assert s.engine.stats.client.skipped == len(lost) - 10
-    assert (None, 2, "request_missing") in _pairs(exs)  # its request's head was lost
+    # its request's head was lost; the requests around it (1 and 3, ApiVersions v0) tell
+    assert (18, 2, "request_missing") in _pairs(exs)
+    orphan = next(e for e in exs if e.status == "request_missing")
+    assert orphan.inferred is not None and orphan.inferred["confidence"] == "high"
     assert s.engine.stats.broker.skipped == 0
     _balanced(s)
 
@@ -148,8 +151,8 @@ def test_mid_stream_start(tmp_path):
     # responses 1 and 2 lead, by their sizes, to response 3 that a seen request awaits:
     # they are kept as request_missing rather than skipped
     assert _pairs(exs) == [(18, i, "ok") for i in (3, 4, 5)] + [
-        (None, 1, "request_missing"),
-        (None, 2, "request_missing"),
+        (18, 1, "request_missing"),  # inferred from the later ApiVersions requests
+        (18, 2, "request_missing"),
     ]
     assert s.engine.stats.client.skipped == len(apiv_request(2)) - 5
     assert s.engine.stats.broker.skipped == 0
@@ -194,7 +197,8 @@ def test_response_without_request(tmp_path):
     c = P.Conversation()
     pkts = c.handshake() + [c.send(True, apiv_request(1)), c.send(False, apiv_response(1)), c.send(False, apiv_response(99))]
     exs, _ = run_pcap(tmp_path, pkts + c.close())
-    assert _pairs(exs) == [(18, 1, "ok"), (None, 99, "request_missing")]
+    assert _pairs(exs) == [(18, 1, "ok"), (18, 99, "request_missing")]
+    assert exs[1].inferred == {"from": "request 1 (ApiVersions v0) before it on this connection", "confidence": "medium"}
 
 
 def test_not_kafka_is_ignored(tmp_path):

@@ -1,0 +1,133 @@
+"""Which request an orphan response answered, inferred from its own connection's evidence.
+
+A capture that starts mid-stream has responses whose requests were sent before it began (on a
+busy broker, the first response of every connection: a consumer's Fetch long-poll, a
+producer's Produce). Their bytes are there; only the api and version are unknown. The
+connection's own requests say what it almost certainly was: clients repeat the same calls with
+the same versions, and correlation ids are sequential, so the requests just before and after
+the missing one (by correlation id) are the best witnesses.
+
+Policy (docs/architecture.md): the candidates are the (api, version) pairs of this connection's
+requests, nearest correlation ids first. Each is tried: the response header and body must
+decode with no diagnostic and consume the frame exactly. Exactly one candidate must pass;
+otherwise the response stays undecoded and says why. Confidence is `high` when a request with
+an adjacent correlation id (±1) has the inferred api and version, else `medium`. When none of
+the connection's own pairs fits, the pairs the same client id sent on other connections, then
+those any client of the capture sent, are tried the same way (confidence `low`), and then no
+other api's response layout kanalyze knows may fit the bytes as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dissectors.apis import API_NAMES, RESPONSE_VERSIONS
+from dissectors.context import DecodeContext
+from dissectors.decoder import decode_body
+from kanalyze.headers import read_response_header
+
+MAX_CANDIDATES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Inference:
+    """The outcome for one orphan: `api`/`version` when inferred, else `reason`."""
+
+    api: int | None = None
+    version: int | None = None
+    body_offset: int = 4
+    header: dict[str, object] | None = None
+    evidence: str = ""  # which requests pointed to it (the "from" in the output)
+    confidence: str = ""
+    reason: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {"from": self.evidence, "confidence": self.confidence}
+
+
+def _clean(data: bytes, api: int, version: int) -> tuple[int, dict[str, object]] | None:
+    """(body offset, header) when the frame decodes as this api/version's response with no
+    diagnostic and nothing left over; else None."""
+    h = read_response_header(data, api, version)
+    if h.diagnostics:
+        return None
+    header, body_at = h.fields, h.body_offset
+    ctx = DecodeContext(decode_records=False)
+    node = decode_body(api, version, False, data, body_at, len(data), ctx)
+    if any(n.diagnostics for n in node.walk()):
+        return None
+    if node.offset + node.length != len(data):
+        return None
+    return body_at, header
+
+
+def infer(
+    data: bytes,
+    corr: int,
+    requests: list[tuple[int, int, int]],
+    client_id: str | None = None,
+    elsewhere: list[tuple[int, int]] | None = None,
+    anywhere: list[tuple[int, int]] | None = None,
+) -> Inference:
+    """Infer the api and version of the response `data` (correlation id `corr`) from the
+    connection's requests, given as (correlation id, api, version); failing that, from the
+    (api, version) pairs the same `client_id` sent on other connections (`elsewhere`), then
+    any client in the capture (`anywhere`)."""
+    local = _infer_local(data, corr, requests)
+    if local.api is not None or local.reason.startswith("ambiguous"):
+        return local
+    tried = {(a, v) for _c, a, v in requests}
+    for pool, said in ((elsewhere, f"client id {client_id!r} sent it on another connection"),
+                       (anywhere, "another client in this capture sent it")):
+        cands = [c for c in pool or () if c not in tried][:MAX_CANDIDATES]
+        tried.update(cands)
+        passed = [(a, v, got) for a, v in cands if (got := _clean(data, a, v)) is not None]
+        if len(passed) != 1:
+            continue
+        api, ver, (body_at, header) = passed[0]
+        # weaker evidence, stricter test: no other api's response layout may fit these bytes
+        # (another version of the same api may: versions often share a layout)
+        if any(other[0] != api and _clean(data, *other) is not None for other in _universe()):
+            return local
+        evidence = f"{API_NAMES.get(api, api)} v{ver}: {said}"
+        return Inference(api, ver, body_at, header, evidence, "low")
+    return local
+
+
+def _infer_local(data: bytes, corr: int, requests: list[tuple[int, int, int]]) -> Inference:
+    if not requests:
+        return Inference(reason="no request seen on this connection to infer it from")
+    by_distance = sorted(requests, key=lambda r: (abs(r[0] - corr), r[0]))
+    candidates: list[tuple[int, int]] = []
+    for _c, api, ver in by_distance:
+        if (api, ver) not in candidates:
+            candidates.append((api, ver))
+    candidates = candidates[:MAX_CANDIDATES]
+    passed = []
+    for api, ver in candidates:
+        got = _clean(data, api, ver)
+        if got is not None:
+            passed.append((api, ver, got))
+    tried = ", ".join(f"{API_NAMES.get(a, a)} v{v}" for a, v in candidates)
+    if not passed:
+        return Inference(reason=f"no api seen on this connection decodes it (tried {tried})")
+    if len(passed) > 1:
+        names = ", ".join(f"{API_NAMES.get(a, a)} v{v}" for a, v, _g in passed)
+        return Inference(reason=f"ambiguous: it decodes as {names}")
+    api, ver, (body_at, header) = passed[0]
+    witnesses = sorted(c for c, a, v in requests if (a, v) == (api, ver))
+    nearest = min(witnesses, key=lambda c: (abs(c - corr), c))
+    adjacent = any(abs(c - corr) == 1 for c in witnesses)
+    where = "before" if nearest < corr else "after"
+    evidence = f"request {nearest} ({API_NAMES.get(api, api)} v{ver}) {where} it on this connection"
+    return Inference(api, ver, body_at, header, evidence, "high" if adjacent else "medium")
+
+
+_UNIVERSE: list[tuple[int, int]] = []
+
+
+def _universe() -> list[tuple[int, int]]:
+    """Every (api, version) whose response kanalyze can decode."""
+    if not _UNIVERSE:
+        _UNIVERSE.extend((a, v) for a, (lo, hi) in sorted(RESPONSE_VERSIONS.items()) for v in range(lo, hi + 1))
+    return _UNIVERSE
