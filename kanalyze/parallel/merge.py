@@ -34,6 +34,8 @@ def check(results: Sequence[ShardResult], opts: EngineOptions, clock: Sequence[i
     for r in results:
         if r.coupled:
             raise Coupled(r.coupled[0])
+    if not any(r.kafka_connections for r in results):
+        raise Coupled("no Kafka connection: one engine says what the capture is")
     window, last = opts.order_window_ns, len(clock)
     for r in results:
         marks = r.pending

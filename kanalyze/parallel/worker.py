@@ -66,6 +66,7 @@ class ShardResult:
     gaps: int = 0
     capture: CaptureStats | None = None  # shard 0 of a run reading whole inputs
     cpu_s: float = 0.0  # this shard's CPU time (benchmarks/bench_jobs.py reads it)
+    kafka_connections: int = 0
 
 
 class RecordingNames(dict[str, str]):
@@ -236,6 +237,11 @@ def run_shard(task: ShardTask) -> ShardResult:
     res.gaps = st.client.gaps + st.broker.gaps - eng.dup_gaps
     if st.limit_hits:
         res.coupled.append("an engine-wide bound was hit")
+    # the closing notes (TLS flows, flows that are not Kafka, a snaplen, nothing analyzed) are
+    # judged over the whole capture by one engine: a run that needs one is not merged
+    if st.tls_connections or st.non_kafka_connections or st.flows.cut_packets:
+        res.coupled.append("the capture needs a closing note (TLS, not Kafka or a snaplen)")
+    res.kafka_connections = st.kafka_connections
     if task.layout is None and task.index == 0:
         res.capture = capture
     res.cpu_s = time.process_time() - cpu0

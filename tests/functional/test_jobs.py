@@ -170,3 +170,22 @@ def test_preloaded_topic_ids_reach_every_shard(tmp_path: Path) -> None:
     assert parallel_run.last_fallback is None
     assert got == want
     assert want[1].count(b'"topic_name"') >= 8
+
+
+@pytest.mark.usefixtures("in_process")
+@pytest.mark.parametrize("case", ["snaplen", "bad_linktype"])
+def test_closing_notes_are_one_engines(case: str, tmp_path: Path) -> None:
+    """A capture that needs a closing note (cut by a snaplen, nothing analyzed) is judged by
+    one engine: the sharded run falls back and says the same, with the same exit status."""
+    from tests.support import damage
+
+    if case == "snaplen":
+        src = damage.read_pcap(ROOT / "captures" / "lib_acks.pcap")
+        path = damage.write_pcap(tmp_path / "cut.pcap", src, damage.snap(src.records, 200), 200)
+        capture = str(path)
+    else:
+        capture = "captures/crafted/bad_linktype.pcap"
+    want = cli(["export", capture, "--jobs", "1"])
+    got = cli(["export", capture, "--jobs", "7"])
+    assert parallel_run.last_fallback is not None
+    assert got == want and want[2]  # the same note on stderr (and the same exit status)
