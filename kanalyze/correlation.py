@@ -291,9 +291,13 @@ class Correlator:
                 )
             )
         if pdu.last_ts < req.pdu.last_ts:
-            diags.append(Diagnostic(
-                Code.TIMESTAMP_ORDER, 0, "captured with an earlier timestamp than its request: latency unknown"
-            ))
+            diags.append(
+                Diagnostic(
+                    Code.TIMESTAMP_ORDER,
+                    0,
+                    "captured with an earlier timestamp than its request: latency unknown",
+                )
+            )
         resp = Message(pdu, fields, body_at, diags)
         if api == SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
             self.sasl_raw = INT16.unpack_from(pdu.data, body_at)[0] == 0
@@ -316,7 +320,9 @@ class Correlator:
         pdu = resp.pdu
         found = None
         if not pdu.missing:
-            elsewhere = list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
+            elsewhere = (
+                list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
+            )
             anywhere = list(self.peers.get(ANY_CLIENT, ()))
             found = infer(pdu.data, corr, list(self.history), self.client_id, elsewhere, anywhere)
             if found.api is None and not final:
@@ -324,14 +330,37 @@ class Correlator:
         resp.done = True
         if found is None or found.api is None:
             why = found.reason if found is not None else "a capture gap cut it: not inferred"
-            diag = Diagnostic(Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}")
+            diag = Diagnostic(
+                Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}"
+            )
             out = Message(pdu, resp.header, resp.body_offset, [*resp.diagnostics, diag])
-            self.emit(_new(Exchange, (self.conn, None, None, corr, None, REQUEST_MISSING, None, out, None, None)))
+            self.emit(
+                _new(
+                    Exchange,
+                    (self.conn, None, None, corr, None, REQUEST_MISSING, None, out, None, None),
+                )
+            )
             return True
         header = found.header or resp.header
         out = Message(pdu, header, found.body_offset, list(resp.diagnostics))
         inferred = found.to_json()
-        self.emit(_new(Exchange, (self.conn, found.api, found.version, corr, None, REQUEST_MISSING, None, out, None, inferred)))
+        self.emit(
+            _new(
+                Exchange,
+                (
+                    self.conn,
+                    found.api,
+                    found.version,
+                    corr,
+                    None,
+                    REQUEST_MISSING,
+                    None,
+                    out,
+                    None,
+                    inferred,
+                ),
+            )
+        )
         return True
 
     def _settle_orphans(self, before_ts: int | None = None) -> None:
@@ -429,9 +458,14 @@ class Correlator:
             req.done = True
             after = [p for p in broker_gaps if p > req.pdu.last_pkt]
             if after:
-                req.diagnostics.append(Diagnostic(
-                    Code.GAP, 0, f"no response seen: the broker's stream lost bytes in a capture gap after it (packet {after[0]})"
-                ))
+                req.diagnostics.append(
+                    Diagnostic(
+                        Code.GAP,
+                        0,
+                        "no response seen: the broker's stream lost bytes in a capture gap "
+                        f"after it (packet {after[0]})",
+                    )
+                )
             self.emit(self._exchange(req, hdr, None, NO_RESPONSE, acks))
         while self.raw_pending:
             req = self.raw_pending.popleft()

@@ -87,7 +87,9 @@ class Connection:
         # broker frames before the client's first request confirmed Kafka (a mid-stream start:
         # answers to requests sent before the capture); handed on once it is confirmed
         self.early: list[Pdu] = []
-        self.corr = Correlator(info, engine._complete, engine._pending, engine.opts.max_pending, engine.peers)
+        self.corr = Correlator(
+            info, engine._complete, engine._pending, engine.opts.max_pending, engine.peers
+        )
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen, None, info.id)
         self.sf = Framer(
@@ -103,7 +105,9 @@ class Connection:
             head = pdu.size.to_bytes(4, "big") + pdu.data[:1024]
             verdict = plausible_request(head, 0, self.cf.max_frame)
             if pdu.missing and verdict == -1:
-                verdict = 1  # cut short (snaplen, a gap) before the client id ended: plausible so far
+                verdict = (
+                    1  # cut short (snaplen, a gap) before the client id ended: plausible so far
+                )
             if verdict != 1 and not self.forced:
                 self.ignored = True
                 self.early.clear()
@@ -191,7 +195,9 @@ class Engine:
         self.seq = 0
         self.now = 0
         self.undecided: dict[tuple, Undecided] = {}  # both 4-tuples of each undecided connection
-        self.peers: dict[str | None, dict[tuple[int, int], None]] = {}  # client id -> (api, version)s sent
+        self.peers: dict[
+            str | None, dict[tuple[int, int], None]
+        ] = {}  # client id -> (api, version)s sent
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:
@@ -239,7 +245,12 @@ class Engine:
                     return
                 self._decide(und)  # a new connection on the same 4-tuple: settle the old one
         conn = self.conns.get(key)
-        if conn is None and not flags & SYN and (seg.payload or seg.cut) and not self._port_decides(seg):
+        if (
+            conn is None
+            and not flags & SYN
+            and (seg.payload or seg.cut)
+            and not self._port_decides(seg)
+        ):
             und = Undecided(self.next_id, key, pkt.ts_ns)
             self.next_id += 1
             self.undecided[key] = self.undecided[(seg.dst, seg.dport, seg.src, seg.sport)] = und
@@ -271,7 +282,9 @@ class Engine:
 
     def _segment(self, seg: Segment, key: FlowKey, conn: Connection | None, pkt) -> None:  # noqa: ANN001
         """One TCP segment of a connection whose roles are known (`conn` None: not open yet)."""
-        src, sport, dst, dport, seq, ack, flags, payload, cut = seg  # one unpack: cheaper than lookups
+        src, sport, dst, dport, seq, ack, flags, payload, cut = (
+            seg  # one unpack: cheaper than lookups
+        )
         ts = pkt.ts_ns
         if flags & SYN and not flags & ACK and conn is not None and not conn.ignored:
             base = conn.c2s.base

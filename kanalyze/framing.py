@@ -159,7 +159,11 @@ class Framer:
             code, why = Code.SNAPLEN, ""
         else:
             code = Code.BUFFER_LIMIT if why else Code.GAP
-            why = f"{nbytes} bytes given up ({why})" if why else f"{nbytes} bytes lost in a capture gap"
+            why = (
+                f"{nbytes} bytes given up ({why})"
+                if why
+                else f"{nbytes} bytes lost in a capture gap"
+            )
         if self.skip:
             used = min(self.skip, nbytes)
             self.skip -= used

@@ -77,8 +77,10 @@ def infer(
     if local.api is not None or local.reason.startswith("ambiguous"):
         return local
     tried = {(a, v) for _c, a, v in requests}
-    for pool, said in ((elsewhere, f"client id {client_id!r} sent it on another connection"),
-                       (anywhere, "another client in this capture sent it")):
+    for pool, said in (
+        (elsewhere, f"client id {client_id!r} sent it on another connection"),
+        (anywhere, "another client in this capture sent it"),
+    ):
         cands = [c for c in pool or () if c not in tried][:MAX_CANDIDATES]
         tried.update(cands)
         passed = [(a, v, got) for a, v in cands if (got := _clean(data, a, v)) is not None]
@@ -129,5 +131,7 @@ _UNIVERSE: list[tuple[int, int]] = []
 def _universe() -> list[tuple[int, int]]:
     """Every (api, version) whose response kanalyze can decode."""
     if not _UNIVERSE:
-        _UNIVERSE.extend((a, v) for a, (lo, hi) in sorted(RESPONSE_VERSIONS.items()) for v in range(lo, hi + 1))
+        _UNIVERSE.extend(
+            (a, v) for a, (lo, hi) in sorted(RESPONSE_VERSIONS.items()) for v in range(lo, hi + 1)
+        )
     return _UNIVERSE

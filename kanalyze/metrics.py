@@ -43,7 +43,23 @@ from kanalyze.analysis.wire import (
 from kanalyze.bodies import error_codes
 from kanalyze.correlation import Exchange
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 OTHER = "_other"
 
 
@@ -63,7 +79,12 @@ def _int(v: object) -> int | None:
 class Metrics:
     """Prometheus series fed by `observe(ex, encoded)`; `serve()` exposes them over HTTP."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, max_series: int = 20_000, max_client_ids: int = 1_000) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        max_series: int = 20_000,
+        max_client_ids: int = 1_000,
+    ) -> None:
         from dissectors.errors import error_name
 
         self._error_name = error_name
@@ -74,18 +95,76 @@ class Metrics:
         self._clients: set[str] = set()
         self._series: dict[str, set[tuple]] = {}
         self.dropped = 0
-        self.requests = Counter("kanalyze_requests", "Kafka exchanges by api, version, client id and status", ("api", "version", "client_id", "status"), registry=r)
-        self.latency = Histogram("kanalyze_request_latency_seconds", "request to response time", ("api",), buckets=LATENCY_BUCKETS, registry=r)
-        self.req_bytes = Counter("kanalyze_request_bytes", "request frame bytes (with the size prefix)", ("api",), registry=r)
-        self.rsp_bytes = Counter("kanalyze_response_bytes", "response frame bytes (with the size prefix)", ("api",), registry=r)
-        self.errors = Counter("kanalyze_errors", "non-zero error codes in responses", ("api", "error"), registry=r)
-        self.hw = Gauge("kanalyze_partition_high_watermark", "high watermark from the latest Fetch response", ("topic", "partition"), registry=r)
-        self.lso = Gauge("kanalyze_partition_last_stable_offset", "last stable offset from the latest Fetch response", ("topic", "partition"), registry=r)
-        self.log_start = Gauge("kanalyze_partition_log_start_offset", "log start offset from the latest Fetch response", ("topic", "partition"), registry=r)
-        self.follower_offset = Gauge("kanalyze_follower_fetch_offset", "a follower's fetch offset (its log end)", ("topic", "partition", "replica"), registry=r)
-        self.follower_lag = Gauge("kanalyze_follower_lag", "records a follower is behind the visible leader end", ("topic", "partition", "replica"), registry=r)
-        self.committed = Gauge("kanalyze_consumer_committed_offset", "a group's committed offset", ("group", "topic", "partition"), registry=r)
-        self.consumer_lag = Gauge("kanalyze_consumer_lag", "high watermark minus the group's committed offset", ("group", "topic", "partition"), registry=r)
+        self.requests = Counter(
+            "kanalyze_requests",
+            "Kafka exchanges by api, version, client id and status",
+            ("api", "version", "client_id", "status"),
+            registry=r,
+        )
+        self.latency = Histogram(
+            "kanalyze_request_latency_seconds",
+            "request to response time",
+            ("api",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.req_bytes = Counter(
+            "kanalyze_request_bytes",
+            "request frame bytes (with the size prefix)",
+            ("api",),
+            registry=r,
+        )
+        self.rsp_bytes = Counter(
+            "kanalyze_response_bytes",
+            "response frame bytes (with the size prefix)",
+            ("api",),
+            registry=r,
+        )
+        self.errors = Counter(
+            "kanalyze_errors", "non-zero error codes in responses", ("api", "error"), registry=r
+        )
+        self.hw = Gauge(
+            "kanalyze_partition_high_watermark",
+            "high watermark from the latest Fetch response",
+            ("topic", "partition"),
+            registry=r,
+        )
+        self.lso = Gauge(
+            "kanalyze_partition_last_stable_offset",
+            "last stable offset from the latest Fetch response",
+            ("topic", "partition"),
+            registry=r,
+        )
+        self.log_start = Gauge(
+            "kanalyze_partition_log_start_offset",
+            "log start offset from the latest Fetch response",
+            ("topic", "partition"),
+            registry=r,
+        )
+        self.follower_offset = Gauge(
+            "kanalyze_follower_fetch_offset",
+            "a follower's fetch offset (its log end)",
+            ("topic", "partition", "replica"),
+            registry=r,
+        )
+        self.follower_lag = Gauge(
+            "kanalyze_follower_lag",
+            "records a follower is behind the visible leader end",
+            ("topic", "partition", "replica"),
+            registry=r,
+        )
+        self.committed = Gauge(
+            "kanalyze_consumer_committed_offset",
+            "a group's committed offset",
+            ("group", "topic", "partition"),
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "kanalyze_consumer_lag",
+            "high watermark minus the group's committed offset",
+            ("group", "topic", "partition"),
+            registry=r,
+        )
         # state for lag: latest HW per (topic, partition); committed per (group, topic, partition)
         self.hws: dict[tuple[str, int], int] = {}
         self.commits: dict[tuple[str, str, int], int] = {}
@@ -164,7 +243,10 @@ class Metrics:
             if not self._admit("partition", key):
                 continue
             self.hw.labels(*key).set(hw)
-            for gauge, field_name in ((self.lso, "last_stable_offset"), (self.log_start, "log_start_offset")):
+            for gauge, field_name in (
+                (self.lso, "last_stable_offset"),
+                (self.log_start, "log_start_offset"),
+            ):
                 v = _int(p.get(field_name))
                 if v is not None and v >= 0:
                     gauge.labels(*key).set(v)
@@ -207,7 +289,11 @@ class Metrics:
 
     def _offset_fetch(self, req: dict | None, rsp: dict) -> None:
         if isinstance(rsp.get("groups"), list):
-            groups = [(g.get("group_id"), g.get("topics") or []) for g in rsp["groups"] if isinstance(g, dict) and not _int(g.get("error_code"))]
+            groups = [
+                (g.get("group_id"), g.get("topics") or [])
+                for g in rsp["groups"]
+                if isinstance(g, dict) and not _int(g.get("error_code"))
+            ]
         else:
             if _int(rsp.get("error_code")):
                 return
@@ -219,7 +305,12 @@ class Metrics:
                 name = topic_of(t)
                 for p in t.get("partitions") or []:
                     part, off = p.get("partition_index"), _int(p.get("committed_offset"))
-                    if isinstance(part, int) and off is not None and off >= 0 and not _int(p.get("error_code")):
+                    if (
+                        isinstance(part, int)
+                        and off is not None
+                        and off >= 0
+                        and not _int(p.get("error_code"))
+                    ):
                         self._commit(group, name, part, off)
 
     def _commit(self, group: str, topic: str, part: int, off: int) -> None:
@@ -257,7 +348,11 @@ class _DroppedCollector(Collector):
         self.m = metrics
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        yield CounterMetricFamily("kanalyze_metrics_series_dropped", "observations not recorded because a label set limit was reached", value=self.m.dropped)
+        yield CounterMetricFamily(
+            "kanalyze_metrics_series_dropped",
+            "observations not recorded because a label set limit was reached",
+            value=self.m.dropped,
+        )
 
 
 class _CaptureCollector(Collector):
@@ -268,19 +363,43 @@ class _CaptureCollector(Collector):
         s = self.s
         c = s.source.counters  # type: ignore[attr-defined]
         eng = s.engine  # type: ignore[attr-defined]
-        yield CounterMetricFamily("kanalyze_capture_packets", "packets captured and fed to the engine", value=c.packets)
-        yield CounterMetricFamily("kanalyze_capture_bytes", "bytes captured (link layer)", value=c.bytes)
-        yield CounterMetricFamily("kanalyze_capture_truncated_packets", "packets longer than the snap length", value=c.truncated)
+        yield CounterMetricFamily(
+            "kanalyze_capture_packets", "packets captured and fed to the engine", value=c.packets
+        )
+        yield CounterMetricFamily(
+            "kanalyze_capture_bytes", "bytes captured (link layer)", value=c.bytes
+        )
+        yield CounterMetricFamily(
+            "kanalyze_capture_truncated_packets",
+            "packets longer than the snap length",
+            value=c.truncated,
+        )
         if c.kernel_packets is not None:
-            yield CounterMetricFamily("kanalyze_capture_kernel_packets", "packets that passed the kernel filter", value=c.kernel_packets)
-            yield CounterMetricFamily("kanalyze_capture_kernel_drops", "packets the kernel dropped (receive buffer full)", value=c.kernel_drops or 0)
-        yield CounterMetricFamily("kanalyze_exchanges", "exchanges emitted", value=s.stats.exchanges)  # type: ignore[attr-defined]
-        yield GaugeMetricFamily("kanalyze_open_connections", "connections the engine tracks", value=s.open_connections)  # type: ignore[attr-defined]
-        yield GaugeMetricFamily("kanalyze_pending_requests", "requests waiting for a response", value=s.pending)  # type: ignore[attr-defined]
+            yield CounterMetricFamily(
+                "kanalyze_capture_kernel_packets",
+                "packets that passed the kernel filter",
+                value=c.kernel_packets,
+            )
+            yield CounterMetricFamily(
+                "kanalyze_capture_kernel_drops",
+                "packets the kernel dropped (receive buffer full)",
+                value=c.kernel_drops or 0,
+            )
+        yield CounterMetricFamily(
+            "kanalyze_exchanges", "exchanges emitted", value=s.stats.exchanges
+        )  # type: ignore[attr-defined]
+        yield GaugeMetricFamily(
+            "kanalyze_open_connections", "connections the engine tracks", value=s.open_connections
+        )  # type: ignore[attr-defined]
+        yield GaugeMetricFamily(
+            "kanalyze_pending_requests", "requests waiting for a response", value=s.pending
+        )  # type: ignore[attr-defined]
         client, broker = stream_bytes(eng)
-        fam = CounterMetricFamily("kanalyze_stream_bytes",
-                                  "bytes of Kafka connections by direction (open ones as they flow)",
-                                  labels=("direction",))
+        fam = CounterMetricFamily(
+            "kanalyze_stream_bytes",
+            "bytes of Kafka connections by direction (open ones as they flow)",
+            labels=("direction",),
+        )
         fam.add_metric(("client",), client)
         fam.add_metric(("broker",), broker)
         yield fam

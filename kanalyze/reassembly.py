@@ -74,7 +74,9 @@ class HalfStream:
         self.limits = limits
         self.base: int | None = None  # raw sequence number of stream byte 0
         self.next = 0  # next expected stream offset
-        self.heap: list[tuple[int, int, bytes, int, int, int]] = []  # (rel, order, payload, pkt, ts, cut)
+        self.heap: list[
+            tuple[int, int, bytes, int, int, int]
+        ] = []  # (rel, order, payload, pkt, ts, cut)
         self.ooo_bytes = 0
         self.order = 0
         self.acked = -1  # highest stream offset the peer acknowledged

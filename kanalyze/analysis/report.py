@@ -26,21 +26,33 @@ def analyzer_error(findings: Findings, analyzer: object, ev: Event, e: Exception
     tb = traceback.extract_tb(e.__traceback__)
     where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?"
     # the exception's text is left out on purpose: it may quote decoded values (credentials)
-    findings.add("error", "analyzer_error",
-                 f"internal error in {name} on frame {ev.frame}: {type(e).__name__} at {where}",
-                 [ev.frame] if isinstance(ev.frame, int) and ev.frame > 0 else [], ev.ts_s,
-                 analyzer=name, error=type(e).__name__, where=where)
+    findings.add(
+        "error",
+        "analyzer_error",
+        f"internal error in {name} on frame {ev.frame}: {type(e).__name__} at {where}",
+        [ev.frame] if isinstance(ev.frame, int) and ev.frame > 0 else [],
+        ev.ts_s,
+        analyzer=name,
+        error=type(e).__name__,
+        where=where,
+    )
 
 
-def analyze(exchanges: Iterable[Exchange], ctx: DecodeContext | None = None, timeline_cap: int = 5000,
-            stall_ms: float = 10_000.0, observers: Sequence[object] = ()) -> dict[str, object]:
+def analyze(
+    exchanges: Iterable[Exchange],
+    ctx: DecodeContext | None = None,
+    timeline_cap: int = 5000,
+    stall_ms: float = 10_000.0,
+    observers: Sequence[object] = (),
+) -> dict[str, object]:
     """Run all analyzers over `exchanges` and return the report document (docs/report.schema.json);
     `observers` (objects with `feed(event)`, e.g. the HTML report's chart series) see the same
     wire-ordered events in the same pass."""
     findings = Findings()
     decoder = analysis_decoder(ctx)
-    replication = ReplicationAnalyzer(findings, cap=timeline_cap, stall_ms=stall_ms,
-                                      names=decoder.names)
+    replication = ReplicationAnalyzer(
+        findings, cap=timeline_cap, stall_ms=stall_ms, names=decoder.names
+    )
 
     def hw_of(topic: str, partition: int) -> int | None:
         st = replication.parts.get((replication.label(topic), partition))

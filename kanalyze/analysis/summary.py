@@ -26,12 +26,16 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 @dataclass
 class Summary:
-    by_api: dict[tuple[int | None, str | None, int | None], list[float]] = field(default_factory=lambda: defaultdict(list))
+    by_api: dict[tuple[int | None, str | None, int | None], list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
     counts: Counter = field(default_factory=Counter)
     status: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)  # (api, code) -> count
     exchanges: int = 0
-    diagnostics: Counter = field(default_factory=Counter)  # diagnostic code -> count (limits hit, damage)
+    diagnostics: Counter = field(
+        default_factory=Counter
+    )  # diagnostic code -> count (limits hit, damage)
 
     def add(self, ex: Exchange, codes: list[int], diagnostics: Iterable[str] = ()) -> None:
         self.exchanges += 1
@@ -54,7 +58,9 @@ class Summary:
         from dissectors.errors import error_name
 
         apis = []
-        for key in sorted(self.counts, key=lambda k: (k[0] if k[0] is not None else 1 << 20, k[2] or 0)):
+        for key in sorted(
+            self.counts, key=lambda k: (k[0] if k[0] is not None else 1 << 20, k[2] or 0)
+        ):
             lats = sorted(self.by_api.get(key, []))
             apis.append(
                 {
@@ -72,14 +78,20 @@ class Summary:
         all_lat = sorted(v for vs in self.by_api.values() for v in vs)
         errors = [
             {"api": api, "code": code, "name": error_name(code), "count": n}
-            for (api, code), n in sorted(self.errors.items(), key=lambda kv: (-kv[1], str(kv[0][0]), kv[0][1]))
+            for (api, code), n in sorted(
+                self.errors.items(), key=lambda kv: (-kv[1], str(kv[0][0]), kv[0][1])
+            )
         ]
         doc: dict[str, object] = {
             "files": capture.files,
             "packets": capture.packets,
             "exchanges": self.exchanges,
             "status": dict(sorted(self.status.items())),
-            "latency_ms": {"p50": percentile(all_lat, 50), "p99": percentile(all_lat, 99), "max": all_lat[-1] if all_lat else None},
+            "latency_ms": {
+                "p50": percentile(all_lat, 50),
+                "p99": percentile(all_lat, 99),
+                "max": all_lat[-1] if all_lat else None,
+            },
             "apis": apis,
             "errors": errors,
             "connections": {
@@ -98,7 +110,9 @@ class Summary:
                 "not_tcp": engine.flows.not_tcp,
                 "ip_fragments": engine.flows.fragments,
                 "malformed": engine.flows.malformed,
-                "unsupported_linktypes": {str(k): v for k, v in engine.flows.unsupported_linktypes.items()},
+                "unsupported_linktypes": {
+                    str(k): v for k, v in engine.flows.unsupported_linktypes.items()
+                },
             },
             "diagnostics": dict(sorted(self.diagnostics.items())),
             "limits": self.limits(engine),
@@ -106,15 +120,23 @@ class Summary:
             "stream_event_counts": dict(sorted(engine.event_counts.items())),
             "stream_events_dropped": engine.events_dropped,
             "stream_events": [
-                {"connection": c, "side": side, "code": code, "stream_offset": off, "frame": pk, "message": msg}
+                {
+                    "connection": c,
+                    "side": side,
+                    "code": code,
+                    "stream_offset": off,
+                    "frame": pk,
+                    "message": msg,
+                }
                 for c, side, code, off, pk, msg in engine.events
             ],
-            "capture_diagnostics": [{"file": name, **d.to_json()} for name, d in capture.diagnostics],
+            "capture_diagnostics": [
+                {"file": name, **d.to_json()} for name, d in capture.diagnostics
+            ],
         }
         if engine.flows.cut_packets:
             doc["snaplen"] = snaplen_json(engine)
         return doc
-
 
     def limits(self, engine: EngineStats) -> dict[str, int]:
         """How often each resource bound was hit, by its option name (docs/limits.md). The
@@ -167,6 +189,8 @@ def snaplen_notice(engine: EngineStats) -> str | None:
     if not fl.cut_packets:
         return None
     return (
-        f"capture truncated to {fl.snaplen} bytes per packet (snaplen): {fl.cut_packets} packets lost "
-        f"{fl.cut_bytes} payload bytes; framing, headers and latencies are exact, partial: {SNAPLEN_PARTIAL}"
+        f"capture truncated to {fl.snaplen} bytes per packet (snaplen): {fl.cut_packets} "
+        "packets lost "
+        f"{fl.cut_bytes} payload bytes; framing, headers and latencies are exact, partial: "
+        f"{SNAPLEN_PARTIAL}"
     )

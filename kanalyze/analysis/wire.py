@@ -8,7 +8,8 @@ from kanalyze.bodies import replica_id
 
 
 def topic_of(t: dict) -> str:
-    """A topic's name: `name`/`topic` by version, else the name resolved from its id, else the id."""
+    """A topic's name: `name`/`topic` by version, else the name resolved from its id, else
+    the id."""
     for key in ("name", "topic", "topic_name", "topic_id"):
         v = t.get(key)
         if isinstance(v, str) and v:

@@ -32,8 +32,21 @@ def port(text: str) -> int:
 
 
 def add_input_arguments(p: argparse.ArgumentParser, files_required: bool = True) -> None:
-    p.add_argument("files", nargs="+" if files_required else "*", metavar="FILE", help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time")
-    p.add_argument("--port", type=port, action="append", default=[], metavar="P", help="treat TCP port P as a Kafka broker port (repeatable); Kafka is detected on any port anyway")
+    p.add_argument(
+        "files",
+        nargs="+" if files_required else "*",
+        metavar="FILE",
+        help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time",
+    )
+    p.add_argument(
+        "--port",
+        type=port,
+        action="append",
+        default=[],
+        metavar="P",
+        help="treat TCP port P as a Kafka broker port (repeatable); Kafka is detected on any "
+             "port anyway",
+    )
     add_topic_ids_argument(p)
     add_limit_arguments(p)
 
@@ -41,9 +54,14 @@ def add_input_arguments(p: argparse.ArgumentParser, files_required: bool = True)
 def add_topic_ids_argument(p: argparse.ArgumentParser) -> None:
     """--topic-ids FILE: names the run's topic-name registry starts with (every output uses
     them: export's topic_name, the report, the TUI, Spark rows, metrics labels)."""
-    p.add_argument("--topic-ids", type=topic_ids_file, default=None, metavar="FILE",
-                   help="topic id -> name mapping (kafka-topics.sh --describe output or JSON "
-                        "{id: name}) for topics the capture only shows by id")
+    p.add_argument(
+        "--topic-ids",
+        type=topic_ids_file,
+        default=None,
+        metavar="FILE",
+        help="topic id -> name mapping (kafka-topics.sh --describe output or JSON "
+        "{id: name}) for topics the capture only shows by id",
+    )
 
 
 def topic_ids_file(path: str) -> dict[str, str]:
@@ -64,32 +82,106 @@ def add_limit_arguments(p: argparse.ArgumentParser) -> None:
     d = EngineOptions()
     r = d.reassembly
     g = p.add_argument_group("resource bounds (docs/limits.md)")
-    g.add_argument("--max-frame", type=positive_int, default=d.max_frame, metavar="BYTES", help="largest plausible Kafka frame (default 256 MiB)")
-    g.add_argument("--max-buffered", type=positive_int, default=d.max_buffered, metavar="BYTES",
-                   help="bytes buffered across all connections (partial frames, out-of-order data); over it the largest buffers are given up (default 1 GiB)")
-    g.add_argument("--max-connections", type=positive_int, default=d.max_connections, metavar="N",
-                   help="connections open at once; over it the least recently active are closed (default 100000)")
-    g.add_argument("--max-pending", type=positive_int, default=d.max_pending, metavar="N",
-                   help="requests awaiting a response per connection; over it the oldest is given up (default 10000)")
-    g.add_argument("--max-ooo-bytes", type=positive_int, default=r.max_ooo_bytes, metavar="BYTES",
-                   help="out-of-order bytes waiting behind a hole, per direction (default 32 MiB)")
-    g.add_argument("--max-ooo-segments", type=positive_int, default=r.max_ooo_segments, metavar="N",
-                   help="out-of-order segments waiting behind a hole, per direction (default 8192)")
+    g.add_argument(
+        "--max-frame",
+        type=positive_int,
+        default=d.max_frame,
+        metavar="BYTES",
+        help="largest plausible Kafka frame (default 256 MiB)",
+    )
+    g.add_argument(
+        "--max-buffered",
+        type=positive_int,
+        default=d.max_buffered,
+        metavar="BYTES",
+        help="bytes buffered across all connections (partial frames, out-of-order data); over "
+             "it the largest buffers are given up (default 1 GiB)",
+    )
+    g.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=d.max_connections,
+        metavar="N",
+        help="connections open at once; over it the least recently active are closed (default "
+             "100000)",
+    )
+    g.add_argument(
+        "--max-pending",
+        type=positive_int,
+        default=d.max_pending,
+        metavar="N",
+        help="requests awaiting a response per connection; over it the oldest is given up "
+             "(default 10000)",
+    )
+    g.add_argument(
+        "--max-ooo-bytes",
+        type=positive_int,
+        default=r.max_ooo_bytes,
+        metavar="BYTES",
+        help="out-of-order bytes waiting behind a hole, per direction (default 32 MiB)",
+    )
+    g.add_argument(
+        "--max-ooo-segments",
+        type=positive_int,
+        default=r.max_ooo_segments,
+        metavar="N",
+        help="out-of-order segments waiting behind a hole, per direction (default 8192)",
+    )
 
 
 def add_decode_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--show-secrets", action="store_true", help="do not redact SASL passwords, SCRAM proofs and tokens")
-    p.add_argument("--max-value-bytes", type=positive_int, default=None, metavar="N", help="truncate record keys, values and header values to N bytes")
-    p.add_argument("--header-only", action="store_true", help="do not decode bodies (fastest; headers, matching and timing only)")
-    p.add_argument("--no-records", action="store_true", help="decode bodies but leave record batches undecoded (sizes only)")
+    p.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="do not redact SASL passwords, SCRAM proofs and tokens",
+    )
+    p.add_argument(
+        "--max-value-bytes",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="truncate record keys, values and header values to N bytes",
+    )
+    p.add_argument(
+        "--header-only",
+        action="store_true",
+        help="do not decode bodies (fastest; headers, matching and timing only)",
+    )
+    p.add_argument(
+        "--no-records",
+        action="store_true",
+        help="decode bodies but leave record batches undecoded (sizes only)",
+    )
     d = Limits()
     g = p.add_argument_group("decoding bounds (docs/limits.md)")
-    g.add_argument("--max-decompressed", type=positive_int, default=d.max_decompressed_bytes, metavar="BYTES", help="cap on one batch's decompressed size (default 64 MiB)")
-    g.add_argument("--max-decompression-ratio", type=positive_int, default=d.max_decompression_ratio, metavar="R",
-                   help="cap on decompressed size as a multiple of the compressed size (default 250)")
-    g.add_argument("--max-array-count", type=positive_int, default=d.max_array_count, metavar="N", help="largest array decoded (default 10000000)")
-    g.add_argument("--max-nesting", type=positive_int, default=d.max_nesting_depth, metavar="N",
-                   help="compressed legacy message sets nested deeper than N are not decompressed (default 2)")
+    g.add_argument(
+        "--max-decompressed",
+        type=positive_int,
+        default=d.max_decompressed_bytes,
+        metavar="BYTES",
+        help="cap on one batch's decompressed size (default 64 MiB)",
+    )
+    g.add_argument(
+        "--max-decompression-ratio",
+        type=positive_int,
+        default=d.max_decompression_ratio,
+        metavar="R",
+        help="cap on decompressed size as a multiple of the compressed size (default 250)",
+    )
+    g.add_argument(
+        "--max-array-count",
+        type=positive_int,
+        default=d.max_array_count,
+        metavar="N",
+        help="largest array decoded (default 10000000)",
+    )
+    g.add_argument(
+        "--max-nesting",
+        type=positive_int,
+        default=d.max_nesting_depth,
+        metavar="N",
+        help="compressed legacy message sets nested deeper than N are not decompressed (default 2)",
+    )
 
 
 def engine_options(args: argparse.Namespace, **extra: object) -> EngineOptions:
@@ -99,7 +191,9 @@ def engine_options(args: argparse.Namespace, **extra: object) -> EngineOptions:
         max_buffered=args.max_buffered,
         max_connections=args.max_connections,
         max_pending=args.max_pending,
-        reassembly=ReassemblyLimits(max_ooo_bytes=args.max_ooo_bytes, max_ooo_segments=args.max_ooo_segments),
+        reassembly=ReassemblyLimits(
+            max_ooo_bytes=args.max_ooo_bytes, max_ooo_segments=args.max_ooo_segments
+        ),
         **extra,  # type: ignore[arg-type]
     )
 
@@ -112,14 +206,24 @@ def decode_context(args: argparse.Namespace) -> DecodeContext:
         max_nesting_depth=args.max_nesting,
         max_value_bytes=args.max_value_bytes,
     )
-    return DecodeContext(limits=limits, show_secrets=args.show_secrets,
-                         decode_records=not args.no_records, topic_names=topic_names_of(args))
+    return DecodeContext(
+        limits=limits,
+        show_secrets=args.show_secrets,
+        decode_records=not args.no_records,
+        topic_names=topic_names_of(args),
+    )
 
 
 def add_jobs_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-j", "--jobs", type=positive_int, default=None, metavar="N",
-                   help="worker processes (default: the number of cores; 1 for inputs under "
-                   "16 MB or stdin); the output is the same for every N")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="worker processes (default: the number of cores; 1 for inputs under "
+        "16 MB or stdin); the output is the same for every N",
+    )
 
 
 def report_capture_problems(session: Session) -> None:
@@ -127,7 +231,9 @@ def report_capture_problems(session: Session) -> None:
     st = session.engine.stats if session.engine is not None else None
     skipped = st.client.skipped + st.broker.skipped if st else 0
     # bytes a snaplen cut are said once by explain_nothing, not as capture losses
-    gaps = st.client.gaps + st.broker.gaps - st.client.uncaptured - st.broker.uncaptured if st else 0
+    gaps = (
+        st.client.gaps + st.broker.gaps - st.client.uncaptured - st.broker.uncaptured if st else 0
+    )
     capture_problems(session.capture, skipped, gaps)
 
 
@@ -137,7 +243,8 @@ def capture_problems(capture: CaptureStats, skipped: int, gaps: int) -> None:
         sys.stderr.write(f"kanalyze: {name}: offset {d.offset}: {d.message}\n")
     if skipped or gaps:
         sys.stderr.write(
-            f"kanalyze: {skipped} bytes skipped while resynchronizing, {gaps} bytes lost in capture gaps "
+            f"kanalyze: {skipped} bytes skipped while resynchronizing, {gaps} bytes lost in "
+            "capture gaps "
             "(see `kanalyze summary`)\n"
         )
 
@@ -155,7 +262,8 @@ def what_it_is(stats: EngineStats, packets: int) -> tuple[str | None, str | None
     tls = None
     if stats.tls_connections:
         tls = (
-            f"TLS on {stats.tls_connections} connection(s) ({_flows(stats.non_kafka_flows, True)}): "
+            f"TLS on {stats.tls_connections} connection(s) "
+            f"({_flows(stats.non_kafka_flows, True)}): "
             "kanalyze reads Kafka only in clear text; capture a PLAINTEXT listener, or decrypt "
             "first (with the session keys, e.g. an SSLKEYLOGFILE key log)"
         )
@@ -165,19 +273,23 @@ def what_it_is(stats: EngineStats, packets: int) -> tuple[str | None, str | None
     if not packets:
         return tls, "nothing analyzed: the capture holds no packets"
     if fl.unsupported_linktypes and not fl.tcp:
-        kinds = ", ".join(f"{n} packets of link type {lt}" for lt, n in sorted(fl.unsupported_linktypes.items()))
+        kinds = ", ".join(
+            f"{n} packets of link type {lt}" for lt, n in sorted(fl.unsupported_linktypes.items())
+        )
         known = ", ".join(sorted(set(SUPPORTED_LINKTYPES.values())))
         return tls, f"nothing analyzed: unsupported link type ({kinds}); kanalyze reads {known}"
     if not fl.tcp:
         return tls, (
-            f"nothing analyzed: no TCP packet among {packets} ({fl.not_ip} not IP, {fl.not_tcp} not TCP, "
+            f"nothing analyzed: no TCP packet among {packets} ({fl.not_ip} not IP, {fl.not_tcp} "
+            "not TCP, "
             f"{fl.fragments} IP fragments, {fl.malformed} malformed)"
         )
     if stats.tls_connections and stats.tls_connections == stats.non_kafka_connections:
         return tls, "nothing analyzed: every connection is TLS"
     if stats.non_kafka_connections:
         return tls, (
-            f"nothing analyzed: no Kafka request found on {stats.non_kafka_connections} TCP connection(s) "
+            f"nothing analyzed: no Kafka request found on {stats.non_kafka_connections} TCP "
+            "connection(s) "
             f"({_flows(stats.non_kafka_flows)}); if a broker listens on one of these ports, "
             "name it with --port P"
         )

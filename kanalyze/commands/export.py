@@ -30,15 +30,22 @@ from kanalyze.views.progress import for_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="write matched exchanges as NDJSON", description=__doc__,
-                       epilog=FILTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "export",
+        help="write matched exchanges as NDJSON",
+        description=__doc__,
+        epilog=FILTER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_input_arguments(p)
     add_decode_arguments(p)
     add_filter_arguments(p)
     add_output_arguments(p)
     add_jobs_argument(p)
     add_format_arguments(p)
-    p.add_argument("-o", "--output", default="-", metavar="OUT", help="output file (default: stdout)")
+    p.add_argument(
+        "-o", "--output", default="-", metavar="OUT", help="output file (default: stdout)"
+    )
     p.set_defaults(run=run)
 
 

@@ -24,26 +24,52 @@ from kanalyze.views.table import Out
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="replication, delivery semantics, transactions, groups, stats, findings",
-                       description=__doc__, epilog=FILTER_EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "report",
+        help="replication, delivery semantics, transactions, groups, stats, findings",
+        description=__doc__,
+        epilog=FILTER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_input_arguments(p)
     add_filter_arguments(p)
-    p.add_argument("--json", action="store_true", help="one JSON document (docs/report.schema.json)")
-    p.add_argument("--timeline-cap", type=positive_int, default=5000, metavar="N",
-                   help="keep the newest N timeline entries per partition (default 5000)")
-    p.add_argument("--stall-ms", type=positive_int, default=10_000, metavar="MS",
-                   help="report an HW stalled this long while the LEO advances (default 10000)")
-    p.add_argument("--html", metavar="OUT", default=None,
-                   help="write the report with charts to OUT, one self-contained HTML file, "
-                        "instead of the text (the html extra; docs/dashboards.md)")
+    p.add_argument(
+        "--json", action="store_true", help="one JSON document (docs/report.schema.json)"
+    )
+    p.add_argument(
+        "--timeline-cap",
+        type=positive_int,
+        default=5000,
+        metavar="N",
+        help="keep the newest N timeline entries per partition (default 5000)",
+    )
+    p.add_argument(
+        "--stall-ms",
+        type=positive_int,
+        default=10_000,
+        metavar="MS",
+        help="report an HW stalled this long while the LEO advances (default 10000)",
+    )
+    p.add_argument(
+        "--html",
+        metavar="OUT",
+        default=None,
+        help="write the report with charts to OUT, one self-contained HTML file, "
+        "instead of the text (the html extra; docs/dashboards.md)",
+    )
     p.set_defaults(run=run)
 
 
-def build(session: Session, timeline_cap: int = 5000, stall_ms: float = 10_000.0,
-          ctx: DecodeContext | None = None, observers: tuple = ()) -> dict[str, object]:
-    doc = analyze(session.exchanges(), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms,
-                  observers=observers)
+def build(
+    session: Session,
+    timeline_cap: int = 5000,
+    stall_ms: float = 10_000.0,
+    ctx: DecodeContext | None = None,
+    observers: tuple = (),
+) -> dict[str, object]:
+    doc = analyze(
+        session.exchanges(), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms, observers=observers
+    )
     doc["files"] = list(session.paths)
     return doc
 

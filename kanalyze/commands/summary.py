@@ -21,8 +21,13 @@ from kanalyze.views.progress import for_command
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("summary", help="counts, statuses, errors, latency and byte accounting", description=__doc__,
-                       epilog=FILTER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "summary",
+        help="counts, statuses, errors, latency and byte accounting",
+        description=__doc__,
+        epilog=FILTER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_input_arguments(p)
     add_filter_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON document instead of text")
@@ -61,29 +66,43 @@ def _ms(v: object) -> str:
 
 
 def render(doc: dict) -> str:
-    lines = [f"files: {', '.join(doc['files'])}   packets: {doc['packets']}   exchanges: {doc['exchanges']}"]
+    lines = [
+        f"files: {', '.join(doc['files'])}   packets: {doc['packets']}   exchanges: "
+        f"{doc['exchanges']}"
+    ]
     st = doc["status"]
     lines.append("status: " + ", ".join(f"{k} {v}" for k, v in st.items()))
     lat = doc["latency_ms"]
     lines.append(f"latency ms: p50 {_ms(lat['p50'])}  p99 {_ms(lat['p99'])}  max {_ms(lat['max'])}")
     c = doc["connections"]
-    lines.append(f"connections: {c['total']} ({c['kafka']} Kafka, {c['non_kafka']} other, {c['empty']} without payload)")
+    lines.append(
+        f"connections: {c['total']} ({c['kafka']} Kafka, {c['non_kafka']} other, {c['empty']} "
+        "without payload)"
+    )
     lines.append("")
     lines.append(f"{'api':<28}{'ver':>4}{'count':>9}{'p50 ms':>11}{'p99 ms':>11}{'max ms':>11}")
     for a in doc["apis"]:
         name = a["api"] or "(request not captured)"
         ver = "" if a["api_version"] is None else str(a["api_version"])
         la = a["latency_ms"]
-        lines.append(f"{name:<28}{ver:>4}{a['count']:>9}{_ms(la['p50']):>11}{_ms(la['p99']):>11}{_ms(la['max']):>11}")
+        lines.append(
+            f"{name:<28}{ver:>4}{a['count']:>9}{_ms(la['p50']):>11}{_ms(la['p99']):>11}{_ms(la['max']):>11}"
+        )
     if doc["errors"]:
         lines.append("")
         lines.append("errors:")
-        lines.extend(f"  {e['count']:>7}  {e['name']} ({e['code']}) in {e['api']}" for e in doc["errors"])
+        lines.extend(
+            f"  {e['count']:>7}  {e['name']} ({e['code']}) in {e['api']}" for e in doc["errors"]
+        )
     lines.append("")
-    lines.append(f"{'bytes':<18}{'stream':>12}{'decoded':>12}{'skipped':>10}{'gaps':>10}{'retrans':>10}")
+    lines.append(
+        f"{'bytes':<18}{'stream':>12}{'decoded':>12}{'skipped':>10}{'gaps':>10}{'retrans':>10}"
+    )
     for side in ("client_to_broker", "broker_to_client"):
         b = doc["bytes"][side]
-        lines.append(f"{side:<18}{b['stream']:>12}{b['decoded']:>12}{b['skipped']:>10}{b['gaps']:>10}{b['retransmitted']:>10}")
+        lines.append(
+            f"{side:<18}{b['stream']:>12}{b['decoded']:>12}{b['skipped']:>10}{b['gaps']:>10}{b['retransmitted']:>10}"
+        )
     lines.append(f"non-Kafka TCP bytes: {doc['bytes']['non_kafka']}")
     if doc["diagnostics"]:
         lines.append("")
@@ -91,18 +110,27 @@ def render(doc: dict) -> str:
     hit = {k: v for k, v in doc["limits"].items() if v}
     if hit:
         lines.append("")
-        lines.append("limits hit: " + ", ".join(f"{k} {v}" for k, v in hit.items()) + " (see docs/limits.md)")
+        lines.append(
+            "limits hit: " + ", ".join(f"{k} {v}" for k, v in hit.items()) + " (see docs/limits.md)"
+        )
     ev = doc["stream_events"]
     if ev:
         lines.append("")
         lines.append(f"stream events ({len(ev)}):")
-        lines.extend(f"  conn {e['connection']} {e['side']} frame {e['frame']}: {e['code']}: {e['message']}" for e in ev[:20])
-    lines.extend(f"capture: {d['file']}: offset {d['offset']}: {d['message']}" for d in doc["capture_diagnostics"])
+        lines.extend(
+            f"  conn {e['connection']} {e['side']} frame {e['frame']}: {e['code']}: {e['message']}"
+            for e in ev[:20]
+        )
+    lines.extend(
+        f"capture: {d['file']}: offset {d['offset']}: {d['message']}"
+        for d in doc["capture_diagnostics"]
+    )
     snap = doc.get("snaplen")
     if snap:
         lines.append("")
         lines.append(
-            f"capture truncated to {snap['bytes_per_packet']} bytes per packet (snaplen): {snap['packets_cut']} packets "
+            f"capture truncated to {snap['bytes_per_packet']} bytes per packet (snaplen): "
+            f"{snap['packets_cut']} packets "
             f"lost {snap['payload_bytes_not_captured']} payload bytes; partial: {snap['partial']}"
         )
     return "\n".join(lines) + "\n"

@@ -27,8 +27,13 @@ def request_message(pdu: Pdu, api_key: int | None, diags: Sequence[Diagnostic] |
     return Message(pdu, header, at, list(diags or ()), done=True)
 
 
-def response_message(pdu: Pdu, api_key: int | None, api_version: int | None, status: str,
-                     diags: Sequence[Diagnostic] | None) -> Message:
+def response_message(
+    pdu: Pdu,
+    api_key: int | None,
+    api_version: int | None,
+    status: str,
+    diags: Sequence[Diagnostic] | None,
+) -> Message:
     data = pdu.data
     header: dict[str, object] = {}
     at = 0
@@ -45,12 +50,24 @@ def response_message(pdu: Pdu, api_key: int | None, api_version: int | None, sta
     return Message(pdu, header, at, list(diags or ()))
 
 
-def exchange(row: Row, req: Pdu | None, resp: Pdu | None,
-             req_diags: Sequence[Diagnostic] | None, resp_diags: Sequence[Diagnostic] | None) -> Exchange:
+def exchange(
+    row: Row,
+    req: Pdu | None,
+    resp: Pdu | None,
+    req_diags: Sequence[Diagnostic] | None,
+    resp_diags: Sequence[Diagnostic] | None,
+) -> Exchange:
     return Exchange(
-        row.conn, row.api_key, row.api_version, row.correlation_id, row.client_id, row.status,
+        row.conn,
+        row.api_key,
+        row.api_version,
+        row.correlation_id,
+        row.client_id,
+        row.status,
         None if req is None else request_message(req, row.api_key, req_diags),
-        None if resp is None else response_message(resp, row.api_key, row.api_version, row.status, resp_diags),
+        None
+        if resp is None
+        else response_message(resp, row.api_key, row.api_version, row.status, resp_diags),
         row.acks,
         row.inferred,
     )

@@ -155,12 +155,37 @@ class RowTable:
 
     def row(self, i: int) -> Row:
         acks = self.acks[i]
-        return Row(i, self.conns[self.conn[i]], self.api_key(i), self.api_version(i),
-                   self.correlation_id(i), self.client_id(i), STATUSES[self.status[i]], self.ts[i],
-                   self.latency(i), None if acks == NONE32 else acks, self.size[i], self.inferred.get(i))
+        return Row(
+            i,
+            self.conns[self.conn[i]],
+            self.api_key(i),
+            self.api_version(i),
+            self.correlation_id(i),
+            self.client_id(i),
+            STATUSES[self.status[i]],
+            self.ts[i],
+            self.latency(i),
+            None if acks == NONE32 else acks,
+            self.size[i],
+            self.inferred.get(i),
+        )
 
     def nbytes(self) -> int:
         """Bytes held by the columns (allocated length, not capacity)."""
-        cols = (self.ts, self.lat, self.size, self.conn, self.api, self.ver, self.corr, self.client,
-                self.status, self.acks, self.req, self.resp, self.req_body, self.resp_body)
+        cols = (
+            self.ts,
+            self.lat,
+            self.size,
+            self.conn,
+            self.api,
+            self.ver,
+            self.corr,
+            self.client,
+            self.status,
+            self.acks,
+            self.req,
+            self.resp,
+            self.req_body,
+            self.resp_body,
+        )
         return sum(len(a) * a.itemsize for a in cols)

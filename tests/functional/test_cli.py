@@ -15,7 +15,11 @@ CAP = ROOT / "captures" / "lib_codecs.pcap"
 
 def kanalyze(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "kanalyze.cli", *args], input=stdin, capture_output=True, timeout=120, cwd=ROOT
+        [sys.executable, "-m", "kanalyze.cli", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        cwd=ROOT,
     )
 
 
@@ -83,7 +87,8 @@ def test_missing_file_and_bad_options():
 
 
 def test_export_into_a_text_only_stdout(tmp_path):
-    """Called from Python with stdout redirected to a StringIO (no binary buffer): the same lines."""
+    """Called from Python with stdout redirected to a StringIO (no binary buffer): the same
+    lines."""
     import contextlib
     import io
 
@@ -97,11 +102,20 @@ def test_export_into_a_text_only_stdout(tmp_path):
 
 def test_unwritable_output_is_a_clear_error(tmp_path):
     r = kanalyze("export", str(CAP), "-o", str(tmp_path / "no" / "such" / "dir.ndjson"))
-    assert r.returncode == 1 and b"No such file or directory" in r.stderr and b"Traceback" not in r.stderr
+    assert (
+        r.returncode == 1
+        and b"No such file or directory" in r.stderr
+        and b"Traceback" not in r.stderr
+    )
     if Path("/dev/full").exists():  # a full disk
         with open("/dev/full", "wb") as full:
-            r = subprocess.run([sys.executable, "-m", "kanalyze.cli", "export", str(CAP)], stdout=full,
-                               stderr=subprocess.PIPE, timeout=120, cwd=ROOT)
+            r = subprocess.run(
+                [sys.executable, "-m", "kanalyze.cli", "export", str(CAP)],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                timeout=120,
+                cwd=ROOT,
+            )
         assert r.returncode == 1 and b"No space left" in r.stderr and b"Traceback" not in r.stderr
 
 
@@ -117,7 +131,8 @@ def test_unsupported_link_type_is_reported(tmp_path):
 
 
 def test_every_prefix_of_a_capture_is_handled(tmp_path):
-    """Cut a real capture at many byte positions: always exchanges or a clear error, never a crash."""
+    """Cut a real capture at many byte positions: always exchanges or a clear error, never a
+    crash."""
     from kanalyze.capture import CaptureError
     from kanalyze.session import Session
 
@@ -146,7 +161,9 @@ def test_summary_names_error_codes():
     r = kanalyze("summary", "--json", str(ROOT / "captures" / "lib_legacy.pcap"))
     doc = json.loads(r.stdout)
     produce_errors = [e for e in doc["errors"] if e["api"] == "Produce"]
-    assert produce_errors and all(e["code"] != 0 and e["name"] and e["name"] != "NONE" for e in produce_errors)
+    assert produce_errors and all(
+        e["code"] != 0 and e["name"] and e["name"] != "NONE" for e in produce_errors
+    )
     assert sum(e["count"] for e in produce_errors) >= 1
 
 
@@ -164,7 +181,9 @@ def test_summary_counts_limit_hits():
     doc = json.loads(kanalyze("summary", "--json", cap).stdout)
     assert not any(doc["limits"].values())
     assert doc["peaks"]["open_connections"] >= 2
-    doc = json.loads(kanalyze("summary", "--json", "--max-connections", "1", "--max-buffered", "100", cap).stdout)
+    doc = json.loads(
+        kanalyze("summary", "--json", "--max-connections", "1", "--max-buffered", "100", cap).stdout
+    )
     assert doc["limits"]["max_connections"] >= 1
     assert doc["peaks"]["open_connections"] == 1 and doc["peaks"]["buffered_bytes"] <= 100
     for side in ("client_to_broker", "broker_to_client"):
@@ -181,8 +200,12 @@ def test_limit_flags_reject_nonsense():
 
 def _fetch_v15_topics(stdout: bytes) -> list[dict]:
     rows = [json.loads(line) for line in stdout.splitlines()]
-    return [t for r in rows if r["api"] == "Fetch" and r["api_version"] == 15
-            for t in r["request"]["body"]["topics"]]
+    return [
+        t
+        for r in rows
+        if r["api"] == "Fetch" and r["api_version"] == 15
+        for t in r["request"]["body"]["topics"]
+    ]
 
 
 def test_topic_ids_file_names_fetches_by_id(tmp_path):
@@ -193,7 +216,7 @@ def test_topic_ids_file_names_fetches_by_id(tmp_path):
 
     cap = ROOT / "captures" / "replication" / "mixed_ids.pcap"
     truth = json.loads(cap.with_suffix(".truth.json").read_text())
-    (tid, name), = truth["topic_ids"].items()
+    ((tid, name),) = truth["topic_ids"].items()
     kafka_form = base64.urlsafe_b64encode(uuid.UUID(tid).bytes).decode().rstrip("=")
     describe = tmp_path / "describe.txt"
     describe.write_text(

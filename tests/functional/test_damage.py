@@ -54,7 +54,9 @@ def run(path: Path) -> tuple[list[Exchange], Session]:
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Clean, list[tuple[str, Path]]]]:
+def corpus(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, tuple[Clean, list[tuple[str, Path]]]]:
     out = tmp_path_factory.mktemp("damage")
     got = {}
     for name in CAPTURES:
@@ -74,9 +76,15 @@ def all_variants(corpus: dict) -> Iterator[tuple[Clean, str, Path]]:
 def header_key(e: Exchange, renumber: Callable[[int], int] = lambda p: p) -> tuple:
     """What an exchange says, its packet numbers mapped through `renumber` (clean -> variant)."""
     return (
-        e.conn.client.rsplit(":", 1)[0], e.api_key, e.api_version, e.correlation_id, e.client_id, e.status,
+        e.conn.client.rsplit(":", 1)[0],
+        e.api_key,
+        e.api_version,
+        e.correlation_id,
+        e.client_id,
+        e.status,
         e.latency_ns,
-        e.request.pdu.last_ts if e.request else None, e.response.pdu.last_ts if e.response else None,
+        e.request.pdu.last_ts if e.request else None,
+        e.response.pdu.last_ts if e.response else None,
         renumber(e.request.pdu.last_pkt) if e.request else None,
         renumber(e.response.pdu.last_pkt) if e.response else None,
     )
@@ -90,7 +98,13 @@ def test_no_frame_zero_no_negative_or_inflated_latency_bytes_add_up(corpus: dict
             for msg, _is_req in e.messages():
                 assert 1 <= msg.pdu.first_pkt <= msg.pdu.last_pkt, (path.name, e)
             lat = e.latency_ns
-            assert lat is None or 0 <= lat <= clean.max_latency, (path.name, kind, e.api, e.correlation_id, lat)
+            assert lat is None or 0 <= lat <= clean.max_latency, (
+                path.name,
+                kind,
+                e.api,
+                e.correlation_id,
+                lat,
+            )
         st = s.engine.stats  # type: ignore[union-attr]
         for t in (st.client, st.broker):
             assert t.stream == t.frames + t.skipped + t.gaps, (path.name, t)
@@ -116,16 +130,23 @@ def test_mid_stream_cuts(corpus: dict) -> None:
             assert header_key(e) in got, (path.name, e.api, e.correlation_id)
             compared += 1
         # orphans: a response inside the cut whose request began before it
-        by_resp = {(e.conn.client, e.response.pdu.last_ts): e for e in exs if e.response is not None}
+        by_resp = {
+            (e.conn.client, e.response.pdu.last_ts): e for e in exs if e.response is not None
+        }
         for e in clean.exchanges:
             if e.request is None or e.response is None:
                 continue
             if not (e.request.pdu.first_pkt <= k < e.response.pdu.first_pkt):
                 continue
             mine = by_resp.get((e.conn.client, e.response.pdu.last_ts))
-            assert mine is not None and mine.status == "request_missing", (path.name, e.correlation_id)
+            assert mine is not None and mine.status == "request_missing", (
+                path.name,
+                e.correlation_id,
+            )
             seen_in_cut = {
-                (x.api_key, x.api_version) for x in exs if x.request is not None and x.conn.client == e.conn.client
+                (x.api_key, x.api_version)
+                for x in exs
+                if x.request is not None and x.conn.client == e.conn.client
             }
             if mine.api_key is None:
                 undecoded += 1
@@ -134,8 +155,10 @@ def test_mid_stream_cuts(corpus: dict) -> None:
                 right += 1
             else:
                 wrong += 1
-    print(f"cuts: {compared} exchanges compared; orphans inferred right {right}, wrong {wrong}, "
-          f"undecoded {undecoded} (of which {not_inferable} with no evidence on their connection)")
+    print(
+        f"cuts: {compared} exchanges compared; orphans inferred right {right}, wrong {wrong}, "
+        f"undecoded {undecoded} (of which {not_inferable} with no evidence on their connection)"
+    )
     assert compared > 50
     assert wrong == 0
     inferable = right + undecoded - not_inferable
@@ -186,7 +209,9 @@ def test_snaplen_keeps_headers_and_latencies(corpus: dict) -> None:
             key = header_key(e)
             assert key[:4] + key[5:] in strip, (path.name, e.api, e.correlation_id)
             compared += 1
-        assert s.engine is not None and s.engine.stats.flows.snaplen <= int(kind.removeprefix("snap"))
+        assert s.engine is not None and s.engine.stats.flows.snaplen <= int(
+            kind.removeprefix("snap")
+        )
     assert compared > 100
 
 
@@ -206,12 +231,22 @@ def test_tshark_requests_found_without_hint(corpus: dict) -> None:
     on the remapped capture and on two cuts of each."""
     checked = 0
     for clean, variants in corpus.values():
-        chosen = [(k, p) for k, p in variants if k == "remap"] + [(k, p) for k, p in variants if k.startswith("cut")][1:3]
+        chosen = [(k, p) for k, p in variants if k == "remap"] + [
+            (k, p) for k, p in variants if k.startswith("cut")
+        ][1:3]
         for kind, path in chosen:
             port = D.ABOVE_EPHEMERAL if kind == "remap" else clean.port
-            t = {(p.frame, p.api_key, p.api_version, p.correlation_id) for p in tshark_pdus(path, port) if p.is_request}
+            t = {
+                (p.frame, p.api_key, p.api_version, p.correlation_id)
+                for p in tshark_pdus(path, port)
+                if p.is_request
+            }
             exs, _ = run(path)
-            k = {(e.request.pdu.last_pkt, e.api_key, e.api_version, e.correlation_id) for e in exs if e.request}
+            k = {
+                (e.request.pdu.last_pkt, e.api_key, e.api_version, e.correlation_id)
+                for e in exs
+                if e.request
+            }
             assert t <= k, (path.name, sorted(t - k)[:5])
             checked += len(t)
     assert checked > 50
@@ -230,12 +265,20 @@ def test_every_single_packet_dropped(tmp_path: Path, name: str) -> None:
         exs, s = run(path)
         for e in exs:
             assert all(1 <= m.pdu.first_pkt <= m.pdu.last_pkt for m, _r in e.messages()), (i, e)
-            assert e.latency_ns is None or 0 <= e.latency_ns <= clean.max_latency, (i, e.api, e.correlation_id)
+            assert e.latency_ns is None or 0 <= e.latency_ns <= clean.max_latency, (
+                i,
+                e.api,
+                e.correlation_id,
+            )
         st = s.engine.stats  # type: ignore[union-attr]
         assert all(t.stream == t.frames + t.skipped + t.gaps for t in (st.client, st.broker)), i
         got = {header_key(e) for e in exs}
         for e in clean.exchanges:
             if e.status == "ok" and _intact(e, i + 1, i + 1):
-                assert header_key(e, lambda p, gone=i + 1: p - 1 if p > gone else p) in got, (i, e.api, e.correlation_id)
+                assert header_key(e, lambda p, gone=i + 1: p - 1 if p > gone else p) in got, (
+                    i,
+                    e.api,
+                    e.correlation_id,
+                )
                 compared += 1
     assert compared > 10 * len(pcap.records)

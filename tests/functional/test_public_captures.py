@@ -24,15 +24,17 @@ from tests.support.public import PUBLIC
 from tests.support.tshark import tshark_binary, tshark_pdus
 
 # The broker port of each capture (PROVENANCE.md); everything else listens on 9092.
-BROKER_36333 = frozenset({
-    "deepflow-fetch-v12-ok.pcap",
-    "deepflow-joingroup-v7.pcap",
-    "deepflow-leavegroup-v4.pcap",
-    "deepflow-produce-v7-kafkapython-sw8.pcap",
-    "deepflow-produce-v9-console-producer.pcap",
-    "deepflow-produce-v9-request-only-2023.pcap",
-    "deepflow-syncgroup-v5.pcap",
-})
+BROKER_36333 = frozenset(
+    {
+        "deepflow-fetch-v12-ok.pcap",
+        "deepflow-joingroup-v7.pcap",
+        "deepflow-leavegroup-v4.pcap",
+        "deepflow-produce-v7-kafkapython-sw8.pcap",
+        "deepflow-produce-v9-console-producer.pcap",
+        "deepflow-produce-v9-request-only-2023.pcap",
+        "deepflow-syncgroup-v5.pcap",
+    }
+)
 
 pytestmark = [
     pytest.mark.tshark,
@@ -49,11 +51,14 @@ def broker_port(pcap: Path) -> int:
     return 36333 if pcap.name in BROKER_36333 else 9092
 
 
-Seen = tuple[set[tuple[int, int | None, int | None, int | None]], dict[tuple[int, int | None], int | None]]
+Seen = tuple[
+    set[tuple[int, int | None, int | None, int | None]], dict[tuple[int, int | None], int | None]
+]
 
 
 def kanalyze_view(pcap: Path, ports: frozenset[int] = frozenset()) -> Seen:
-    """Requests as (packet, api key, version, correlation id); responses (packet, corr) -> api key."""
+    """Requests as (packet, api key, version, correlation id); responses (packet, corr) ->
+    api key."""
     requests: set[tuple[int, int | None, int | None, int | None]] = set()
     responses: dict[tuple[int, int | None], int | None] = {}
     for ex in Session([str(pcap)], EngineOptions(ports=ports)).exchanges():
@@ -74,8 +79,12 @@ def test_no_hint_finds_what_tshark_finds(pcap: Path) -> None:
     pdus = tshark_pdus(pcap, broker_port(pcap))
     assert pdus, "tshark found no Kafka PDU: the oracle itself is broken"
     requests, responses = kanalyze_view(pcap)
-    t_requests = {(p.frame, p.api_key, p.api_version, p.correlation_id) for p in pdus if p.is_request}
-    assert t_requests <= requests, f"missed: {sorted(t_requests - requests)}; kanalyze: {sorted(requests)}"
+    t_requests = {
+        (p.frame, p.api_key, p.api_version, p.correlation_id) for p in pdus if p.is_request
+    }
+    assert t_requests <= requests, (
+        f"missed: {sorted(t_requests - requests)}; kanalyze: {sorted(requests)}"
+    )
     for p in pdus:
         if p.is_request:
             continue
@@ -100,8 +109,15 @@ def test_ndpi_orphans_are_inferred() -> None:
     on other connections tell what they were; the bodies decode exactly."""
     pcap = PUBLIC / "ndpi-kafka.pcapng"
     orphans = [e for e in Session([str(pcap)]).exchanges() if e.status == "request_missing"]
-    got = [(e.correlation_id, e.api, e.api_version, (e.inferred or {}).get("confidence")) for e in orphans]
-    assert got == [(131, "Metadata", 2, "high"), (140, "ApiVersions", 0, "low"), (141, "Metadata", 2, "high")]
+    got = [
+        (e.correlation_id, e.api, e.api_version, (e.inferred or {}).get("confidence"))
+        for e in orphans
+    ]
+    assert got == [
+        (131, "Metadata", 2, "high"),
+        (140, "ApiVersions", 0, "low"),
+        (141, "Metadata", 2, "high"),
+    ]
 
 
 def test_tui_store_keeps_inferred_orphans() -> None:

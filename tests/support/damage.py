@@ -92,7 +92,9 @@ def ports(data: bytes) -> tuple[int, int] | None:
     off = _tcp_offset(data)
     if off is None or len(data) < off + 4:
         return None
-    return int.from_bytes(data[off : off + 2], "big"), int.from_bytes(data[off + 2 : off + 4], "big")
+    return int.from_bytes(data[off : off + 2], "big"), int.from_bytes(
+        data[off + 2 : off + 4], "big"
+    )
 
 
 def has_payload(r: Record) -> bool:
@@ -167,7 +169,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("capture", type=Path)
     p.add_argument("outdir", type=Path)
-    p.add_argument("--broker-port", type=int, default=None, help="default: from the .truth.json next to it")
+    p.add_argument(
+        "--broker-port", type=int, default=None, help="default: from the .truth.json next to it"
+    )
     p.add_argument("--sample", type=int, default=8)
     args = p.parse_args()
     port = args.broker_port

@@ -16,11 +16,19 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_legacy_message_counts() -> None:
     plain = {"magic": 1, "offset": 7, "codec": "none", "records": [{"offset": 7}]}
-    wrapper = {"magic": 0, "offset": 12, "codec": "gzip", "records": [{"offset": o} for o in (9, 10, 11, 12)]}
+    wrapper = {
+        "magic": 0,
+        "offset": 12,
+        "codec": "gzip",
+        "records": [{"offset": o} for o in (9, 10, 11, 12)],
+    }
     assert (batch_count(plain), batch_end(plain)) == (1, 8)
     assert (batch_count(wrapper), batch_end(wrapper)) == (4, 13)
     # records not decoded (no list): one message, its own offset
-    assert (batch_count({"magic": 1, "offset": 3, "records": {"size": 40}}), batch_end({"magic": 0, "offset": 3})) == (1, 4)
+    assert (
+        batch_count({"magic": 1, "offset": 3, "records": {"size": 40}}),
+        batch_end({"magic": 0, "offset": 3}),
+    ) == (1, 4)
     assert batch_count({"magic": 2}) == 0  # a v2 batch without counts stays unknown
 
 

@@ -44,7 +44,9 @@ def test_no_evidence_is_none() -> None:
 
 @pytest.mark.parametrize("bport", [36333, 65000, 9092])
 @pytest.mark.parametrize("first_from_client", [True, False])
-def test_broker_on_a_higher_port_mid_stream(tmp_path: Path, bport: int, first_from_client: bool) -> None:
+def test_broker_on_a_higher_port_mid_stream(
+    tmp_path: Path, bport: int, first_from_client: bool
+) -> None:
     """No SYN, broker port above the client's: the bytes decide, whoever speaks first."""
     c = P.Conversation(cport=30120, bport=bport)
     pkts = [c.send(False, apiv_response(4))] if not first_from_client else []  # an orphan answer
@@ -74,9 +76,14 @@ TLS_HELLO = b"\x16\x03\x01\x00\x2a" + b"\x01\x00\x00\x26\x03\x03" + b"\x11" * 36
 
 
 @pytest.mark.parametrize("command", ["export", "summary", "report"])
-def test_tls_only_is_named_and_exits_nonzero(tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tls_only_is_named_and_exits_nonzero(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     c = P.Conversation(bport=9093)
-    pkts = c.handshake() + [c.send(True, TLS_HELLO), c.send(False, b"\x16\x03\x03\x00\x10" + b"\x02" * 16)]
+    pkts = c.handshake() + [
+        c.send(True, TLS_HELLO),
+        c.send(False, b"\x16\x03\x03\x00\x10" + b"\x02" * 16),
+    ]
     assert main([command, _write(tmp_path, pkts)]) == NOTHING_ANALYZED
     err = capsys.readouterr().err
     assert "TLS on 1 connection(s) (10.0.0.1:40000 -> 10.0.0.2:9093)" in err
@@ -84,7 +91,9 @@ def test_tls_only_is_named_and_exits_nonzero(tmp_path: Path, command: str, capsy
     assert "nothing analyzed: every connection is TLS" in err
 
 
-def test_tls_next_to_kafka_is_a_note_exit_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tls_next_to_kafka_is_a_note_exit_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     k = P.Conversation(cport=40001)
     t = P.Conversation(cport=40002, bport=9093)
     pkts = k.handshake() + [k.send(True, apiv_request(1)), k.send(False, apiv_response(1))]
@@ -96,9 +105,14 @@ def test_tls_next_to_kafka_is_a_note_exit_zero(tmp_path: Path, capsys: pytest.Ca
     assert captured.out.count("\n") == 1
 
 
-def test_no_kafka_names_flows_and_port_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_kafka_names_flows_and_port_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     c = P.Conversation(bport=8080)
-    pkts = c.handshake() + [c.send(True, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), c.send(False, b"HTTP/1.1 200 OK\r\n\r\n")]
+    pkts = c.handshake() + [
+        c.send(True, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+        c.send(False, b"HTTP/1.1 200 OK\r\n\r\n"),
+    ]
     assert main(["summary", _write(tmp_path, pkts)]) == NOTHING_ANALYZED
     err = capsys.readouterr().err
     assert "no Kafka request found on 1 TCP connection(s) (10.0.0.1:40000 -> 10.0.0.2:8080)" in err

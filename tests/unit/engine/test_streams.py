@@ -32,7 +32,11 @@ def simple(conv, n=3):
 def test_simple_conversation(tmp_path):
     exs, s = run_pcap(tmp_path, simple(P.Conversation()))
     assert _pairs(exs) == [(18, i, "ok") for i in (1, 2, 3)]
-    assert [(e.request.pdu.last_pkt, e.response.pdu.last_pkt) for e in exs] == [(4, 5), (6, 7), (8, 9)]
+    assert [(e.request.pdu.last_pkt, e.response.pdu.last_pkt) for e in exs] == [
+        (4, 5),
+        (6, 7),
+        (8, 9),
+    ]
     assert exs[0].client_id == "test-client"
     assert exs[0].conn.client == "10.0.0.1:40000" and exs[0].conn.broker == "10.0.0.2:9092"
     assert all(e.latency_ns == 1_000_000 for e in exs)
@@ -176,8 +180,14 @@ def test_rst_gives_no_response(tmp_path):
 
 def test_acks_zero_produce_needs_no_response(tmp_path):
     c = P.Conversation()
-    body = b"\xff\xff" + struct.pack("!hi", 0, 1000) + b"\x00\x00\x00\x00"  # v3: txn id null, acks 0
-    pkts = c.handshake() + [c.send(True, P.request_frame(0, 3, 1, "p", body)), c.send(True, apiv_request(2)), c.send(False, apiv_response(2))]
+    body = (
+        b"\xff\xff" + struct.pack("!hi", 0, 1000) + b"\x00\x00\x00\x00"
+    )  # v3: txn id null, acks 0
+    pkts = c.handshake() + [
+        c.send(True, P.request_frame(0, 3, 1, "p", body)),
+        c.send(True, apiv_request(2)),
+        c.send(False, apiv_response(2)),
+    ]
     exs, _ = run_pcap(tmp_path, pkts + c.close())
     assert _pairs(exs) == [(0, 1, "ok"), (18, 2, "ok")]
     assert exs[0].acks == 0 and exs[0].response is None
@@ -195,15 +205,25 @@ def test_duplicate_correlation_id_flagged(tmp_path):
 
 def test_response_without_request(tmp_path):
     c = P.Conversation()
-    pkts = c.handshake() + [c.send(True, apiv_request(1)), c.send(False, apiv_response(1)), c.send(False, apiv_response(99))]
+    pkts = c.handshake() + [
+        c.send(True, apiv_request(1)),
+        c.send(False, apiv_response(1)),
+        c.send(False, apiv_response(99)),
+    ]
     exs, _ = run_pcap(tmp_path, pkts + c.close())
     assert _pairs(exs) == [(18, 1, "ok"), (18, 99, "request_missing")]
-    assert exs[1].inferred == {"from": "request 1 (ApiVersions v0) before it on this connection", "confidence": "medium"}
+    assert exs[1].inferred == {
+        "from": "request 1 (ApiVersions v0) before it on this connection",
+        "confidence": "medium",
+    }
 
 
 def test_not_kafka_is_ignored(tmp_path):
     c = P.Conversation(bport=8080)
-    pkts = c.handshake() + [c.send(True, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"), c.send(False, b"HTTP/1.1 200 OK\r\n\r\n")]
+    pkts = c.handshake() + [
+        c.send(True, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+        c.send(False, b"HTTP/1.1 200 OK\r\n\r\n"),
+    ]
     exs, s = run_pcap(tmp_path, pkts + c.close())
     assert exs == []
     assert s.engine.stats.non_kafka_connections == 1
@@ -256,7 +276,9 @@ def _wrap(kind, ip):
 
 
 @pytest.mark.parametrize("v6", [False, True])
-@pytest.mark.parametrize("kind", ["eth", "vlan", "qinq", "sll", "sll2", "null_le", "null_be", "loop", "raw", "raw4_6"])
+@pytest.mark.parametrize(
+    "kind", ["eth", "vlan", "qinq", "sll", "sll2", "null_le", "null_be", "loop", "raw", "raw4_6"]
+)
 def test_link_types(tmp_path, kind, v6):
     conv = P.Conversation(client="fd00::1", broker="fd00::2", v6=True) if v6 else P.Conversation()
     ips = simple(conv, 2)
@@ -277,7 +299,12 @@ def test_unsupported_link_type_is_counted(tmp_path):
 def test_output_is_ordered_by_start_time(tmp_path):
     a, b = P.Conversation(cport=1111), P.Conversation(cport=2222)
     pkts = a.handshake() + b.handshake()
-    pkts += [a.send(True, apiv_request(1)), b.send(True, apiv_request(1)), b.send(False, apiv_response(1)), a.send(False, apiv_response(1))]
+    pkts += [
+        a.send(True, apiv_request(1)),
+        b.send(True, apiv_request(1)),
+        b.send(False, apiv_response(1)),
+        a.send(False, apiv_response(1)),
+    ]
     exs, _ = run_pcap(tmp_path, pkts + a.close() + b.close())
     assert [e.conn.client for e in exs] == ["10.0.0.1:1111", "10.0.0.1:2222"]
 
@@ -306,7 +333,12 @@ def test_final_ack_after_close_opens_nothing(tmp_path):
     exs, s = run_pcap(tmp_path, pkts)
     assert len(exs) == 1
     st = s.engine.stats
-    assert (st.connections, st.kafka_connections, st.empty_connections, st.stray_packets) == (1, 1, 0, 1)
+    assert (st.connections, st.kafka_connections, st.empty_connections, st.stray_packets) == (
+        1,
+        1,
+        0,
+        1,
+    )
     assert exs[0].conn.id == 1
 
 
@@ -317,8 +349,12 @@ def test_pending_limit_evicts_oldest_first(tmp_path):
     exs, _ = run_pcap(tmp_path, pkts + c.close(), opts=EngineOptions(max_pending=3))
     got = {e.correlation_id: e for e in exs}
     # 1..4 were given up in arrival order as 5, 6 and 7 arrived; 7 was answered
-    assert [(e.correlation_id, e.status) for e in exs][:4] == [(i, "no_response") for i in (1, 2, 3, 4)]
-    assert all(any(d.code == "pending_limit" for d in got[i].request.diagnostics) for i in (1, 2, 3, 4))
+    assert [(e.correlation_id, e.status) for e in exs][:4] == [
+        (i, "no_response") for i in (1, 2, 3, 4)
+    ]
+    assert all(
+        any(d.code == "pending_limit" for d in got[i].request.diagnostics) for i in (1, 2, 3, 4)
+    )
     assert got[7].status == "ok"
     assert got[5].status == got[6].status == "no_response"
 
