@@ -150,7 +150,7 @@ class _Pcap:
     """pcap (nanosecond) of one link type, through the live writer."""
 
     def __init__(self, path: str, linktype: int) -> None:
-        from kanalyze.live import PcapWriter
+        from kanalyze.capture.writer import PcapWriter
 
         self.w = PcapWriter(path, linktype, 262_144)
 

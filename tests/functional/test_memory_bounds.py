@@ -47,7 +47,9 @@ def peak_rss(argv: list[str], tmp: Path) -> int:
             preexec_fn=limit,
         )
     err = r.stderr.decode(errors="replace")
-    assert r.returncode == 0 and "Traceback" not in err, err[-2000:]
+    # 3: nothing analyzed (a SYN flood carries no Kafka), said in one line
+    assert r.returncode in (0, 3) and "Traceback" not in err, err[-2000:]
+    assert r.returncode == 0 or "nothing analyzed" in err
     if argv[0] == "export":
         for line in out.read_bytes().splitlines():
             json.loads(line)
