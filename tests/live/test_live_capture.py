@@ -4,6 +4,7 @@ clients' own truth and against tcpdump's capture of the same traffic."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -159,7 +160,7 @@ def test_live_matches_client_truth_and_tcpdump(broker: int, tmp_path: Path, ifac
         time.sleep(1.0)  # FIN/ACK tails
     finally:
         rc, err = live.stop()
-        td.stop()
+        td_err = td.stop()
     assert rc == 0, err
     assert "Traceback" not in err
     assert "SIGINT" in err and "exchanges:" in err
@@ -194,7 +195,10 @@ def test_live_matches_client_truth_and_tcpdump(broker: int, tmp_path: Path, ifac
     live_ok = Counter(x for x, d in zip(keys(ex), ex, strict=True) if d["status"] == "ok")
     ref_ok = Counter(x for x, d in zip(keys(ref_ex), ref_ex, strict=True) if d["status"] == "ok")
     assert ref_ok - live_ok == Counter()
-    assert live_ok == ref_ok
+    # and nothing more, unless the reference itself lost packets (tcpdump under load says so)
+    dropped = re.search(r"(\d+) packets? dropped by kernel", td_err)
+    if dropped is None or int(dropped.group(1)) == 0:
+        assert live_ok == ref_ok
 
     # what --write-pcap saved, exported offline, is exactly what live mode wrote
     again = subprocess.run(
