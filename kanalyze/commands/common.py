@@ -221,8 +221,8 @@ def add_jobs_argument(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="worker processes (default: the number of cores; 1 for inputs under "
-        "16 MB or stdin); the output is the same for every N",
+        help="worker processes (default 1; stdin is always read by one); the output is the "
+        "same for every N",
     )
 
 
