@@ -35,13 +35,12 @@ follows the leader's reports only).
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-
 from dissectors import ApiKey
 from kanalyze.analysis.events import Event, Handlers
 from kanalyze.analysis.findings import Findings
-from kanalyze.analysis.summary import percentile
+from kanalyze.analysis.held import TopicIdHoldBack
+from kanalyze.analysis.partition_state import Follower, PartitionState, Pending, latency_stats
+from kanalyze.analysis.stated_isr import BROKER_RECORDS, StatedIsr
 from kanalyze.analysis.wire import (
     batch_count,
     batch_end,
@@ -56,191 +55,21 @@ from kanalyze.analysis.wire import (
 )
 from kanalyze.bodies.names import METADATA_TOPIC, UNRESOLVED_HINT, TopicNames
 
+# the names that moved out (kept importable from here)
+__all__ = [
+    "BROKER_RECORDS",
+    "HOLD_BYTES",
+    "HOLD_CAP",
+    "Follower",
+    "PartitionState",
+    "Pending",
+    "ReplicationAnalyzer",
+]
 
-@dataclass(slots=True)
-class Follower:
-    leo: int | None = None
-    remote_leo: int | None = None
-    hw: int | None = None
-    caught_up_ts: int | None = None  # last time its fetch offset reached the leader LEO
-    last_frame: int | None = None
-
-    def to_json(self, leader_leo: int | None, now: int) -> dict[str, object]:
-        lag = None if leader_leo is None or self.leo is None else max(0, leader_leo - self.leo)
-        lag_ms = None
-        if self.caught_up_ts is not None:
-            lag_ms = 0.0 if lag == 0 else round((now - self.caught_up_ts) / 1e6, 3)
-        return {
-            "leo": self.leo,
-            "remote_leo": self.remote_leo,
-            "hw": self.hw,
-            "lag_records": lag,
-            "lag_ms": lag_ms,
-        }
-
-
-@dataclass(slots=True)
-class Pending:
-    """A produced batch waiting for the HW: its offsets (tentative until the response)."""
-
-    start: int | None
-    end: int | None
-    count: int
-    req_ts: int
-    frame: int
-    acks: int | None
-    first_copy_ts: int | None = None
-    hw_ts: int | None = None
-    answered: bool = False
-
-
-@dataclass
-class PartitionState:
-    topic: str
-    partition: int
-    cap: int
-    leo: int | None = None
-    hw: int | None = None
-    reported_hw: int | None = None
-    reported_hw_frame: int | None = None
-    log_start: int | None = None
-    lso: int | None = None
-    leader_epoch: int | None = None
-    followers: dict[int, Follower] = field(default_factory=dict)
-    isr: set[int] = field(default_factory=set)
-    sources: set[str] = field(default_factory=set)
-    timeline: deque = field(default_factory=deque)
-    entries: int = 0
-    tentative: dict[int, tuple[int, int | None, list[tuple[int, int, int]]]] = field(
-        default_factory=dict
-    )
-    acked_seq: dict[tuple[int, int, int], int] = field(default_factory=dict)
-    pending: list[Pending] = field(default_factory=list)
-    hw_latency_ms: list[float] = field(default_factory=list)
-    acks_all_total_ms: list[float] = field(default_factory=list)
-    acks_all_append_ms: list[float] = field(default_factory=list)
-    acks_all_replication_ms: list[float] = field(default_factory=list)
-    hw_changed_ts: int | None = None
-    leo_changed_ts: int | None = None
-    behind_since: int | None = None
-    stalled: bool = False
-    infer_hw: bool = True  # off once the leader reported an HW below the inferred one
-    # the partition as the cluster stated it (KRaft metadata log, AlterPartition responses)
-    stated: dict[str, object] | None = None
-
-    def __post_init__(self) -> None:
-        self.timeline = deque(maxlen=self.cap)
-
-    # ------------------------------------------------------------------ helpers
-    def set_leo(self, value: int | None, ts: int) -> None:
-        if value is None:
-            return
-        if self.leo is None or value > self.leo:
-            self.leo = value
-            self.leo_changed_ts = ts
-
-    def set_hw(self, value: int, ts: int, frame: int) -> None:
-        if self.hw != value:
-            self.hw = value
-            self.hw_changed_ts = ts
-            self.stalled = False
-        for p in self.pending:
-            if p.hw_ts is None and p.end is not None and p.end <= value:
-                p.hw_ts = ts
-                self.hw_latency_ms.append((ts - p.req_ts) / 1e6)
-        self.pending = [
-            p for p in self.pending if not (p.hw_ts is not None and (p.answered or p.acks != -1))
-        ]
-        if len(self.pending) > 10_000:
-            del self.pending[: len(self.pending) - 10_000]
-
-    def maybe_advance_hw(self, ts: int, frame: int) -> None:
-        if not self.followers or self.leo is None or not self.infer_hw:
-            return
-        remotes = [self.followers[f].remote_leo for f in self.isr]
-        if any(r is None for r in remotes):
-            return
-        cand = min([self.leo, *remotes])  # type: ignore[list-item]
-        if self.hw is None or cand > self.hw:
-            self.set_hw(cand, ts, frame)
-
-    def entry(self, ev: Event, event: str, **extra: object) -> None:
-        self.entries += 1
-        now = ev.ts
-        self.timeline.append(
-            {
-                "frame": ev.frame,
-                "ts": ev.ts_s,
-                "event": event,
-                "leader_leo": self.leo,
-                "high_watermark": self.hw,
-                "log_start_offset": self.log_start,
-                "last_stable_offset": self.lso,
-                "followers": {
-                    str(f): st.to_json(self.leo, now) for f, st in sorted(self.followers.items())
-                },
-                "isr": sorted(self.isr),
-                **({"stated": dict(self.stated)} if self.stated is not None else {}),
-                **extra,
-            }
-        )
-
-    def absorb(self, other: PartitionState) -> None:
-        """Take in the state of the same partition followed under another label (an id named
-        late): timelines merged in wire order, followers and ISR united, offsets the highest."""
-        for fid, f in other.followers.items():
-            mine = self.followers.get(fid)
-            if mine is None or (f.last_frame or -1) > (mine.last_frame or -1):
-                self.followers[fid] = f
-        self.isr |= other.isr
-        self.sources |= other.sources
-        merged = sorted([*self.timeline, *other.timeline], key=lambda e: e["frame"])
-        self.timeline = deque(merged, maxlen=self.cap)
-        self.entries += other.entries
-        for attr in ("leo", "hw", "leader_epoch"):
-            mine, theirs = getattr(self, attr), getattr(other, attr)
-            if theirs is not None and (mine is None or theirs > mine):
-                setattr(self, attr, theirs)
-        if other.reported_hw_frame is not None and (
-            self.reported_hw_frame is None or other.reported_hw_frame > self.reported_hw_frame
-        ):
-            self.reported_hw, self.reported_hw_frame = other.reported_hw, other.reported_hw_frame
-        for attr in ("log_start", "lso"):
-            if getattr(self, attr) is None:
-                setattr(self, attr, getattr(other, attr))
-        self.infer_hw = self.infer_hw and other.infer_hw
-        self.pending.extend(other.pending)
-        self.hw_latency_ms.extend(other.hw_latency_ms)
-        self.acks_all_total_ms.extend(other.acks_all_total_ms)
-        self.acks_all_append_ms.extend(other.acks_all_append_ms)
-        self.acks_all_replication_ms.extend(other.acks_all_replication_ms)
-
-
-def _stats(values: list[float]) -> dict[str, object]:
-    v = sorted(values)
-    return {
-        "count": len(v),
-        "p50": percentile(v, 50),
-        "p90": percentile(v, 90),
-        "p99": percentile(v, 99),
-        "max": v[-1] if v else None,
-    }
-
-
-# metadata-log records about brokers -> what happened to the broker
-BROKER_RECORDS = {
-    "RegisterBrokerRecord": "registered",
-    "FenceBrokerRecord": "fenced",
-    "UnfenceBrokerRecord": "unfenced",
-    "UnregisterBrokerRecord": "unregistered",
-}
 # events held back at most while waiting for a topic id's name (then they go on as the id),
 # and at most this many wire bytes of them (their decoded bodies are held too)
 HOLD_CAP = 20_000
 HOLD_BYTES = 16 << 20
-# the lists of topics (by api body) whose items may name a topic only by id
-_TOPIC_LISTS: tuple[str, ...] = ("topic_data", "responses", "topics")
-_NAME_KEYS = ("topic_name", "name", "topic")
 
 
 def _int(v: object) -> int:
@@ -248,7 +77,7 @@ def _int(v: object) -> int:
     return v if isinstance(v, int) else -1
 
 
-class ReplicationAnalyzer:
+class ReplicationAnalyzer(TopicIdHoldBack, StatedIsr):
     """Feeds on Produce, Fetch and OffsetForLeaderEpoch events; one `PartitionState` each."""
 
     def __init__(
@@ -285,7 +114,7 @@ class ReplicationAnalyzer:
         key = ev.ex.api_key
         if key not in self.HANDLERS.requests and key not in self.HANDLERS.responses:
             return
-        unnamed = self._unnamed(ev)
+        unnamed = self.unnamed_ids(ev)
         if unnamed or self.held:
             self.held.append(ev)
             msg = ev.ex.request if ev.is_request else ev.ex.response
@@ -296,55 +125,14 @@ class ReplicationAnalyzer:
                 self.given_up |= self.waiting
                 self.flush()
             return
-        self._dispatch(ev)
-
-    def _dispatch(self, ev: Event) -> None:
-        if len(self.names) != self.known:
-            self._merge_named()
-        self.HANDLERS.dispatch(self, ev)
-
-    def flush(self) -> None:
-        """Handle the held events (in wire order) with what the registry knows now."""
-        held, self.held, self.waiting, self.held_bytes = self.held, [], set(), 0
-        for ev in held:
-            self._dispatch(ev)
-
-    def _unnamed(self, ev: Event) -> set[str]:
-        """Topic ids of this event's body that no source has named (and not given up on)."""
-        body = ev.body
-        out: set[str] = set()
-        if not isinstance(body, dict):
-            return out
-        for key in _TOPIC_LISTS:
-            for t in body.get(key) or []:
-                if not isinstance(t, dict) or any(t.get(k) for k in _NAME_KEYS):
-                    continue
-                tid = t.get("topic_id")
-                if isinstance(tid, str) and tid not in self.names and tid not in self.given_up:
-                    out.add(tid)
-        return out
-
-    def _merge_named(self) -> None:
-        """Partitions followed under an id the registry has named since: into the name's."""
-        self.known = len(self.names)
-        for topic, partition in list(self.parts):
-            name = self.names.get(topic)
-            if name is None:
-                continue
-            st = self.parts.pop((topic, partition))
-            into = self.parts.get((name, partition))
-            if into is None:
-                st.topic = name
-                self.parts[(name, partition)] = st
-            else:
-                into.absorb(st)
+        self.dispatch(ev)
 
     def finish(self) -> None:
         """End of the run: handle what is still held; one finding per id nobody named."""
         self.given_up |= self.waiting
         self.flush()
-        self._merge_named()
-        self._check_stated()
+        self.merge_named()
+        self.check_stated()
         for tid in sorted({t for (t, _p) in self.parts if t in self.given_up}):
             self.findings.add(
                 "info", "unresolved_topic_id", f"{tid}: {UNRESOLVED_HINT}", [], None, topic_id=tid
@@ -525,7 +313,7 @@ class ReplicationAnalyzer:
             if p.get("error_code", 0):
                 continue
             if self.label(topic) == METADATA_TOPIC:
-                self._metadata_log(ev, p)
+                self.metadata_log(ev, p)
             st = self.part(topic, partition)
             topic = st.topic  # the partition's one name
             st.sources.add(
@@ -609,123 +397,6 @@ class ReplicationAnalyzer:
                 **({"replica": replica} if replica >= 0 else {}),
             )
 
-    # ------------------------------------------------------------------ stated ISR
-    def _state(self, ev: Event, topic: str, partition: int, source: str, **change: object) -> None:
-        """The cluster's word on a partition (replicas, ISR, leader, epochs) changed."""
-        st = self.part(topic, partition)
-        stated = dict(st.stated or {})
-        leader = change.get("leader")
-        new_leader = isinstance(leader, int) and leader != -2 and leader != stated.get("leader")
-        if new_leader and change.get("leader_epoch") is None:
-            epoch = stated.get("leader_epoch")  # a new leader, a new epoch
-            change["leader_epoch"] = epoch + 1 if isinstance(epoch, int) else None
-        stated.update({k: v for k, v in change.items() if v is not None and v != -2})
-        stated.update(source=source, frame=ev.frame)
-        st.stated = stated
-        st.sources.add(source)
-        epoch = stated.get("leader_epoch")
-        if isinstance(epoch, int) and (st.leader_epoch is None or epoch > st.leader_epoch):
-            st.leader_epoch = epoch
-        st.entry(ev, "isr_stated")
-
-    def _metadata_log(self, ev: Event, p: dict) -> None:
-        """Records of `__cluster_metadata` (decoded by `kanalyze.bodies.internal`), each once
-        however many brokers fetch it: partition state, broker registration and fencing."""
-        for b in batches(p.get("records")):
-            for r in b.get("records") or []:
-                off, rec = r.get("offset"), r.get("metadata_record")
-                if not isinstance(off, int) or off <= self.metadata_applied:
-                    continue
-                self.metadata_applied = off
-                fields = rec.get("fields") if isinstance(rec, dict) else None
-                if isinstance(rec, dict) and isinstance(fields, dict):
-                    self._metadata_record(ev, str(rec.get("type")), fields)
-
-    def _metadata_record(self, ev: Event, kind: str, f: dict) -> None:
-        if kind in ("PartitionRecord", "PartitionChangeRecord"):
-            tid, index = f.get("topic_id"), f.get("partition_id")
-            if not isinstance(tid, str) or not isinstance(index, int):
-                return
-            self._state(
-                ev,
-                tid,
-                index,
-                "metadata_log",
-                isr=f.get("isr"),
-                replicas=f.get("replicas"),
-                leader=f.get("leader"),
-                leader_epoch=f.get("leader_epoch"),
-                partition_epoch=f.get("partition_epoch"),
-            )
-        elif kind in BROKER_RECORDS:
-            broker, what = f.get("broker_id", f.get("id")), BROKER_RECORDS[kind]
-            self.findings.add(
-                "info",
-                f"broker_{what}",
-                f"broker {broker} {what} (metadata log)",
-                [ev.frame],
-                ev.ts_s,
-                broker=broker,
-                broker_epoch=f.get("broker_epoch", f.get("epoch")),
-            )
-        elif kind in ("TopicRecord", "RemoveTopicRecord"):
-            tid = f.get("topic_id")
-            name = f.get("name") or self.names.get(tid if isinstance(tid, str) else None) or tid
-            what = "created" if kind == "TopicRecord" else "deleted"
-            self.findings.add(
-                "info",
-                f"topic_{what}",
-                f"topic {name} {what} (metadata log)",
-                [ev.frame],
-                ev.ts_s,
-                topic=name,
-                topic_id=tid,
-            )
-
-    def _alter_partition_response(self, ev: Event) -> None:
-        """The controller's answer to a leader's AlterPartition: the ISR it committed."""
-        for t in (ev.body or {}).get("topics") or []:
-            topic = topic_of(t)
-            for p in t.get("partitions") or []:
-                index = p.get("partition_index")
-                if p.get("error_code", 0) or not isinstance(index, int):
-                    continue
-                self._state(
-                    ev,
-                    topic,
-                    index,
-                    "alter_partition",
-                    isr=p.get("isr"),
-                    leader=p.get("leader_id"),
-                    leader_epoch=p.get("leader_epoch"),
-                    partition_epoch=p.get("partition_epoch"),
-                )
-
-    def _check_stated(self) -> None:
-        """End of the run: a follower the wire shows in sync, or not, against the cluster's word."""
-        for st in self.parts.values():
-            isr = st.stated.get("isr") if st.stated else None
-            if not isinstance(isr, list) or not st.followers:
-                continue
-            differ = sorted(f for f in st.followers if (f in isr) != (f in st.isr))
-            if not differ:
-                continue
-            stated: dict = st.stated  # type: ignore[assignment]
-            frame = stated.get("frame")
-            self.findings.add(
-                "warning",
-                "isr_disagreement",
-                f"{tp(st.topic, st.partition)}: the cluster states ISR {sorted(isr)} "
-                f"({stated.get('source')}), the wire shows followers {sorted(st.isr)} in sync",
-                [frame] if isinstance(frame, int) else [],
-                None,
-                topic=st.topic,
-                partition=st.partition,
-                stated_isr=sorted(isr),
-                inferred_isr=sorted(st.isr),
-                replicas=differ,
-            )
-
     def _epoch_response(self, ev: Event) -> None:
         replica = (
             (ev.bodies.request or {}).get("replica_id", -1) if ev.ex.request is not None else -1
@@ -800,11 +471,11 @@ class ReplicationAnalyzer:
                     "timeline": tl,
                     "timeline_dropped": st.entries - len(tl),
                     "final": final,
-                    "hw_advance_latency_ms": _stats(st.hw_latency_ms),
+                    "hw_advance_latency_ms": latency_stats(st.hw_latency_ms),
                     "acks_all_latency_ms": {
-                        "total": _stats(st.acks_all_total_ms),
-                        "append": _stats(st.acks_all_append_ms),
-                        "replication": _stats(st.acks_all_replication_ms),
+                        "total": latency_stats(st.acks_all_total_ms),
+                        "append": latency_stats(st.acks_all_append_ms),
+                        "replication": latency_stats(st.acks_all_replication_ms),
                     },
                 }
             )
@@ -816,7 +487,7 @@ class ReplicationAnalyzer:
             ApiKey.PRODUCE: _produce_response,
             ApiKey.FETCH: _fetch_response,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: _epoch_response,
-            ApiKey.ALTER_PARTITION: _alter_partition_response,
+            ApiKey.ALTER_PARTITION: StatedIsr.alter_partition_response,
         },
         body_required=False,
     )
