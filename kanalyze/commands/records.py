@@ -15,6 +15,7 @@ from kanalyze.commands.common import (
     report_capture_problems,
     topic_names_of,
 )
+from kanalyze.query.cli import add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
 from kanalyze.views.records import (
@@ -48,14 +49,26 @@ def _partition(text: str) -> int:
     return value
 
 
+EPILOG = """\
+examples (filters: docs/filters.md; records of the selected exchanges; --topic also keeps
+only the records of the topics named):
+  kanalyze records cap.pcap --topic orders --partition 0
+  kanalyze records cap.pcap --json -Y 'client_id == "web-7"'
+  kanalyze records cap.pcap -Y 'api == "Produce"' --from 02:10 --to 02:15
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    tokens = " ".join("%" + t for t in TOKENS)
+    tokens = " ".join("%%" + t for t in TOKENS)  # argparse %-expands help text
     p = sub.add_parser(
         "records",
         help="one line per record produced or fetched (kcat -C style)",
         description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_input_arguments(p)
+    add_filter_arguments(p)  # its --topic selects the exchanges and, here, their records
     p.add_argument(
         "-f",
         "--format",
@@ -63,10 +76,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=compile_format(DEFAULT_FORMAT),
         metavar="FORMAT",
         help=f"kcat format string; tokens {tokens} (%%d produce/fetch, %%c client id); "
-        f"escapes \\n \\t; default '{DEFAULT_FORMAT}'",
-    )
-    p.add_argument(
-        "--topic", action="append", default=[], metavar="T", help="only topic T (repeatable)"
+        f"escapes \\n \\t; default '{DEFAULT_FORMAT.replace('%', '%%')}'",
     )
     p.add_argument(
         "--partition",
@@ -89,8 +99,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    session = Session(args.files, engine_options(args), progress=for_command(streams_stdout=True))
-    source = BodySource(DecodeContext(topic_names=topic_names_of(args)))
+    base = Session(args.files, engine_options(args), progress=for_command(streams_stdout=True))
+    ctx = DecodeContext(topic_names=topic_names_of(args))
+    session = selected_session(args, base, ctx, learn=True)  # names from every exchange
+    source = BodySource(ctx)
     dedup = None if args.all else Dedup()
     topics = set(args.topic)
     parts = set(args.partition)
@@ -116,5 +128,5 @@ def run(args: argparse.Namespace) -> int:
             write(orjson.dumps(record_json(r)) + b"\n" if args.json else format_record(fmt, r))
     if out is not None:
         out.flush()
-    report_capture_problems(session)
+    report_capture_problems(base)
     return 0

@@ -8,7 +8,14 @@ import argparse
 import json
 import sys
 
-from kanalyze.commands.common import add_input_arguments, engine_options, report_capture_problems
+from dissectors.context import DecodeContext
+from kanalyze.commands.common import (
+    add_input_arguments,
+    engine_options,
+    report_capture_problems,
+    topic_names_of,
+)
+from kanalyze.query.cli import add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
 from kanalyze.views.stats import TABLES, IoCollector, build, parse_interval
@@ -46,13 +53,25 @@ def table_choice(text: str) -> tuple[str, object]:
     return name, None
 
 
+EPILOG = """\
+examples (filters: docs/filters.md; every table counts the selected exchanges only, -z conv
+lists the conversations of their connections):
+  kanalyze stats cap.pcap -z errors -Y 'api == "Produce"'
+  kanalyze stats cap.pcap -z latency -Y 'client_id == "web-7"' --from 02:10 --to 02:15
+  kanalyze stats cap.pcap -z conv --conn 10.0.0.7:51234
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "stats",
         help="statistics tables: conv, topics, clients, latency, errors, io",
         description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_input_arguments(p)
+    add_filter_arguments(p)
     p.add_argument(
         "-z",
         dest="tables",
@@ -70,12 +89,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     choices = dict(args.tables) if args.tables else dict.fromkeys(TABLES)
-    session = Session(args.files, engine_options(args), progress=for_command(streams_stdout=False))
-    doc = build(session, choices, args.topic_ids)
+    base = Session(args.files, engine_options(args), progress=for_command(streams_stdout=False))
+    ctx = DecodeContext(topic_names=topic_names_of(args))
+    session = selected_session(args, base, ctx, learn=True)  # names from every exchange
+    doc = build(session, choices, ctx=ctx)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         render(doc, Out())
-    report_capture_problems(session)
+    report_capture_problems(base)
     return 0

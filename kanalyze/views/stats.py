@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from dissectors.context import DecodeContext
 from dissectors.errors import error_name
 from kanalyze.analysis.stats import ApiStats
 from kanalyze.views.conv import ConversationTracker
@@ -74,8 +75,10 @@ class ConvCollector:
     def feed(self, x: Exch) -> None:
         self.tracker.exchange(x.ex, x.software)
 
-    def rows(self, cut: bool = False) -> list[dict[str, object]]:
-        return self.tracker.rows(cut)
+    def rows(self, cut: bool = False, joined_only: bool = False) -> list[dict[str, object]]:
+        """`joined_only`: with a selection, only the conversations a selected exchange joined."""
+        rows = self.tracker.rows(cut)
+        return [r for r in rows if r["connection"] is not None] if joined_only else rows
 
 
 # -- topics -------------------------------------------------------------------------------------
@@ -343,21 +346,32 @@ COLLECTORS = {
 }
 
 
-def build(session: object, choices: dict[str, object],
-          topic_ids: dict[str, str] | None = None) -> dict[str, object]:
+def build(
+    session: object,
+    choices: dict[str, object],
+    topic_ids: dict[str, str] | None = None,
+    ctx: DecodeContext | None = None,
+) -> dict[str, object]:
     """Run `session` once, feeding the chosen collectors; the `kanalyze stats --json` document.
 
     `choices` maps table names (TABLES) to their argument: for io, (interval in seconds or
-    None for automatic, None or "topic" or "client" to split by)."""
+    None for automatic, None or "topic" or "client" to split by). `session` may be a
+    SelectedSession (-Y and the selection options): every table then counts the selected
+    exchanges only, and `conv` lists only the conversations of their connections (the
+    packets are still counted whole, as each connection's packets are not selectable one by
+    one). `ctx` is the decode context the selection shares (topic names learned from every
+    exchange); without one, a fresh one holding `topic_ids`."""
     from kanalyze.bodies import exchange_facts
     from kanalyze.session import Session
     from kanalyze.views.source import BodySource
     from kanalyze.views.window import capture_notes
 
-    assert isinstance(session, Session)
-    from dissectors.context import DecodeContext
-
-    source = BodySource(DecodeContext(topic_names=dict(topic_ids or {})))  # --topic-ids
+    base = getattr(session, "base", session)  # a SelectedSession wraps the Session
+    assert isinstance(base, Session)
+    selected = base is not session
+    if ctx is None:
+        ctx = DecodeContext(topic_names=dict(topic_ids or {}))  # --topic-ids
+    source = BodySource(ctx)
     cols: dict[str, object] = {}
     for name in TABLES:
         if name in choices:
@@ -368,7 +382,7 @@ def build(session: object, choices: dict[str, object],
                 cols[name] = COLLECTORS[name]()
     conv = cols.get("conv")
     if isinstance(conv, ConvCollector):
-        session.on_packet = conv.tracker.packet
+        base.on_packet = conv.tracker.packet
     first = last = None
     n = 0
     feeds = [c.feed for c in cols.values()]  # type: ignore[attr-defined]
@@ -400,7 +414,10 @@ def build(session: object, choices: dict[str, object],
         last = max(c.last_ns for c in conv.tracker.all) if conv.tracker.all else last
     tables: dict[str, object] = {}
     for name, c in cols.items():
-        tables[name] = c.rows(cut) if name == "conv" else c.rows()  # type: ignore[attr-defined]
+        if name == "conv":
+            tables[name] = c.rows(cut, joined_only=selected)  # type: ignore[attr-defined]
+        else:
+            tables[name] = c.rows()  # type: ignore[attr-defined]
     doc: dict[str, object] = {
         "schema": SCHEMA,
         "files": list(session.paths),
