@@ -453,6 +453,13 @@ def kanalyze_cmd() -> list[str]:
     return [sys.executable, "-c", boot]
 
 
+# the oracle's header fields, as `tshark -T fields` arguments (bench_jobs.py uses them too)
+TSHARK_HEADER_FIELDS = [
+    *("-e", "frame.number", "-e", "kafka.request_key", "-e", "kafka.request.version"),
+    *("-e", "kafka.response_key", "-e", "kafka.correlation_id", "-e", "kafka.request_frame"),
+]
+
+
 def tshark_base(pcap: Path, port: int) -> list[str]:
     return [
         "tshark",
@@ -602,20 +609,7 @@ def tshark_fields_runs(
     """tshark extracting the oracle's header fields, then every record's attributes."""
     runs: list[Run] = []
     say("tshark -T fields (headers) ...")
-    fields = [
-        "-e",
-        "frame.number",
-        "-e",
-        "kafka.request_key",
-        "-e",
-        "kafka.request.version",
-        "-e",
-        "kafka.response_key",
-        "-e",
-        "kafka.correlation_id",
-        "-e",
-        "kafka.request_frame",
-    ]
+    fields = TSHARK_HEADER_FIELDS
     out = scratch / "tshark.tsv"
     wall, rss, cpu = timed(
         [*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", *fields],

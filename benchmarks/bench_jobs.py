@@ -37,7 +37,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
-from bench_export import KANALYZE_ENV, compile_kanalyze, kanalyze_cmd, timed, tshark_base  # noqa: E402
+from bench_export import (  # noqa: E402
+    KANALYZE_ENV,
+    TSHARK_HEADER_FIELDS,
+    compile_kanalyze,
+    kanalyze_cmd,
+    timed,
+    tshark_base,
+)
 
 DEFAULT_PCAP = HERE / ".data" / "bench-250mb-plain.pcap"  # bench_export.py builds it
 MB = 1_000_000
@@ -125,20 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     run("header sketch (floor)", [sys.executable, str(HERE / "header_sketch.py"), str(pcap)])
     base = tshark_base(pcap, port)
-    fields = [
-        "-e",
-        "frame.number",
-        "-e",
-        "kafka.request_key",
-        "-e",
-        "kafka.request.version",
-        "-e",
-        "kafka.response_key",
-        "-e",
-        "kafka.correlation_id",
-        "-e",
-        "kafka.request_frame",
-    ]
+    fields = TSHARK_HEADER_FIELDS
     tf = run(
         "tshark -T fields (headers)",
         [*base, "-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=|", *fields],
