@@ -44,7 +44,8 @@ def captures(dirs: list[str]) -> list[Path]:
 
 
 def render_one(cap: Path, mode: str, argv: tuple[str, ...], out: Path) -> str:
-    cmd = [sys.executable, "-m", "kanalyze.cli", argv[0], str(cap), *argv[1:]]
+    # relative paths: renders from different checkouts compare equal
+    cmd = [sys.executable, "-m", "kanalyze.cli", argv[0], str(cap.relative_to(ROOT)), *argv[1:]]
     r = subprocess.run(cmd, capture_output=True, cwd=ROOT, check=False)
     name = f"{cap.parent.name}__{cap.name}__{mode}"
     (out / f"{name}.out").write_bytes(r.stdout)
