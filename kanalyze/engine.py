@@ -62,10 +62,17 @@ class Engine:
     """Push packets in, get exchanges out through `on_exchange`, in start-time order."""
 
     def __init__(
-        self, on_exchange: Callable[[Exchange], None], opts: EngineOptions | None = None
+        self,
+        on_exchange: Callable[[Exchange], None],
+        opts: EngineOptions | None = None,
+        hold: Callable[[Exchange], None] | None = None,
     ) -> None:
         self.opts = opts or EngineOptions()
         self.on_exchange = on_exchange
+        # called on each completed exchange before the orderer holds it: a request waiting for
+        # a long rebalance can hold every later exchange (and its frames) for up to
+        # `order_window_ns`; the TUI moves the frames to its spill file here
+        self.hold = hold
         self.stats = EngineStats()
         self.conns: dict[FlowKey, Connection] = {}  # both directions' keys
         self.order: dict[int, Connection] = {}  # open connections by id, in order of appearance
@@ -81,6 +88,8 @@ class Engine:
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:
+        if self.hold is not None:
+            self.hold(ex)
         self.seq += 1
         heapq.heappush(self.done, (ex.start_ts, self.seq, ex))
 

@@ -20,12 +20,13 @@ class Session:
     engine: Engine | None = None
     progress: bool = False  # a progress bar on stderr (kanalyze.views.progress; the caller decides)
     on_packet: Callable[[Packet], None] | None = None  # sees each packet before the engine
+    hold: Callable[[Exchange], None] | None = None  # `Engine.hold`: sees each completed exchange
 
     def exchanges(self) -> Iterator[Exchange]:
         """Exchanges in start-time order; raises CaptureError before yielding if an input is
         not a capture."""
         out: list[Exchange] = []
-        engine = Engine(out.append, self.opts)
+        engine = Engine(out.append, self.opts, self.hold)
         self.engine = engine
         packets = read_captures(self.paths, self.capture, views=True)
         if self.progress:

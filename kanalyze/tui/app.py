@@ -35,7 +35,7 @@ from kanalyze.tui.screens.groups import GroupsScreen
 from kanalyze.tui.screens.help import HelpScreen
 from kanalyze.tui.screens.replication import ReplicationScreen
 from kanalyze.tui.screens.semantics import SemanticsScreen
-from kanalyze.tui.spill import SpillClosed
+from kanalyze.tui.spill import SpillClosed, SpillWriteError
 from kanalyze.tui.store import ExchangeStore
 from kanalyze.views.progress import ReadMeter
 
@@ -158,7 +158,7 @@ class KanalyzeApp(App):
             return iter(self.source()), lambda: None
         # the share of the input read, counted from the packets (pcap, pcapng and .gz alike)
         meter = ReadMeter(self.paths)
-        session = Session(self.paths, self.opts, on_packet=meter.packet)
+        session = Session(self.paths, self.opts, on_packet=meter.packet, hold=self.store.hold)
         return session.exchanges(), meter.fraction
 
     @work(thread=True, exclusive=True, group="index")
@@ -195,6 +195,10 @@ class KanalyzeApp(App):
         except CaptureError as e:
             self.add_exchanges(batch)
             self.finish_indexing(f"error: {e}")
+            return
+        except SpillWriteError as e:  # `Engine.hold` spills frames as exchanges complete
+            if not self.store.done:
+                self.finish_indexing(f"error: cannot write the spill file: {e}")
             return
         except OSError as e:  # reading the input, or writing the spill file; the rows so far stay
             if not self.store.done:

@@ -32,6 +32,10 @@ class SpillClosed(Exception):
     """The spill file was closed (the app is exiting): nothing can be read any more."""
 
 
+class SpillWriteError(OSError):
+    """Writing the spill file failed (disk full): not an error of the input being read."""
+
+
 class FrameSpill:
     """Append-only store of `Pdu`s on disk; `put` returns the offset that `get` takes."""
 
@@ -59,7 +63,12 @@ class FrameSpill:
                               pdu.last_pkt, pdu.last_ts, pdu.missing)
             buf += pdu.data
             if len(buf) >= FLUSH_BYTES:
-                self._flush()
+                try:
+                    self._flush()
+                except SpillWriteError:
+                    raise
+                except OSError as e:
+                    raise SpillWriteError(e.errno, e.strerror) from e
             return off
 
     def _flush(self) -> None:

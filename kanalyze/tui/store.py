@@ -30,6 +30,19 @@ from kanalyze.tui.rowfilter import header_matcher, summary_matcher
 from kanalyze.tui.rows import NO_MESSAGE, NONE32, NONE64, STATUSES, Row, RowTable, api_name
 from kanalyze.tui.spill import NEAR_BYTES, FrameSpill
 
+
+class Spilled(bytes):
+    """The (empty) data of a frame already in the spill file, and where: what `hold` leaves
+    in a message the engine still holds."""
+
+    at: int
+
+    def __new__(cls, at: int) -> Spilled:
+        self = super().__new__(cls)
+        self.at = at
+        return self
+
+
 Summary = tuple[str, tuple[str, ...]]  # (topic/partition summary, error names)
 Rows = array  # of 'q': store indices, as the table lists them (8 bytes a row, not 36 in a list)
 
@@ -187,10 +200,21 @@ class ExchangeStore:
                 self.generation += 1
         return len(batch)
 
+    def hold(self, ex: Exchange) -> None:
+        """`Engine.hold`: spill the frames of a completed exchange now, while the engine's
+        orderer may keep the exchange for many seconds (a request waiting for a rebalance holds
+        every later exchange back); its messages keep a stub frame naming the spill offset.
+        On the 250 MB bench capture the engine held ~130 MB of frames this way."""
+        for msg in (ex.request, ex.response):
+            if msg is not None and type(msg.pdu.data) is not Spilled:
+                off = self.spill.put(msg.pdu)
+                msg.pdu = msg.pdu._replace(data=Spilled(off))
+
     def _put(self, msg: Message | None) -> int:
         if msg is None:
             return NO_MESSAGE
-        off = self.spill.put(msg.pdu)
+        data = msg.pdu.data
+        off = data.at if type(data) is Spilled else self.spill.put(msg.pdu)
         if msg.diagnostics:  # few messages have any; a repeated set is stored once
             d = tuple(msg.diagnostics)
             self._diags[off] = self._diag_sets.setdefault(d, d)

@@ -348,16 +348,18 @@ async def test_spill_file_freed_when_the_app_exits_also_on_an_error():
 
 @aio
 async def test_spill_write_error_is_reported(monkeypatch):
+    from kanalyze.tui import spill
     from kanalyze.tui.spill import FrameSpill
 
-    put = FrameSpill.put
+    flush = FrameSpill._flush
 
-    def failing(self, pdu):
-        if self.size > 4000:
+    def failing(self):
+        if self.size > 4000:  # the disk fills up after a few frames
             raise OSError(28, "No space left on device")
-        return put(self, pdu)
+        return flush(self)
 
-    monkeypatch.setattr(FrameSpill, "put", failing)
+    monkeypatch.setattr(spill, "FLUSH_BYTES", 0)
+    monkeypatch.setattr(FrameSpill, "_flush", failing)
     app = KanalyzeApp([CODECS])
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.store.done, what="done")
