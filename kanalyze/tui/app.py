@@ -26,10 +26,11 @@ from dissectors.context import DecodeContext
 from kanalyze.capture import CaptureError
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
+from kanalyze.export.pcap import PcapWriteError
 from kanalyze.session import Session
 from kanalyze.tui.analysis_source import analyze_exchanges
 from kanalyze.tui.messages import AnalysisReady, IndexProgress
-from kanalyze.tui.pcap_export import write_pcap
+from kanalyze.tui.pcap_export import ExportCancelled, write_pcap
 from kanalyze.tui.screens.exchanges import ExchangesScreen
 from kanalyze.tui.screens.groups import GroupsScreen
 from kanalyze.tui.screens.help import HelpScreen
@@ -270,12 +271,14 @@ class KanalyzeApp(App):
     @work(thread=True, group="export")
     def _export(self, rows: array, path: str) -> None:
         """NDJSON of the rows, in their order (each exchange rebuilt from the store), or, for a
-        .pcap name, the packets carrying them copied from the input files."""
+        .pcap name, the packets carrying them as `export -w` writes them (pcap_export.py)."""
         worker = get_current_worker()
         what = f"{len(rows):,} exchanges"
         try:
             if path.endswith(".pcap"):
-                n = write_pcap(self.store, rows, self.paths, path, lambda: worker.is_cancelled)
+                _found, n = write_pcap(
+                    self.store, rows, self.paths, path, self.opts, lambda: worker.is_cancelled
+                )
                 what = f"{n:,} packets of {len(rows):,} exchanges"
             else:
                 exchange = self.store.exchange
@@ -284,9 +287,9 @@ class KanalyzeApp(App):
                     for i in rows:
                         f.write(line(exchange(i)))
                         f.write("\n")
-        except SpillClosed:  # the app is exiting
+        except (SpillClosed, ExportCancelled):  # the app is exiting
             return
-        except (OSError, CaptureError) as e:
+        except (OSError, CaptureError, PcapWriteError) as e:
             self.call_from_thread(self.notify, f"export failed: {e}", severity="error")
             return
         self.last_export = (path, len(rows))

@@ -118,6 +118,11 @@ class FrameSpill:
         head = _HEAD.unpack(self.read(off, HEAD_SIZE))
         return head[3], head[5]
 
+    def stream_offset(self, off: int) -> int:
+        """The stream offset of the frame at `off` (where its size prefix was in the
+        connection's byte stream): its header only, no data read."""
+        return _HEAD.unpack(self.read(off, HEAD_SIZE))[2]
+
     def reader(self, window: int | None = None) -> SpillReader:
         """A reader for frames at ascending offsets; `window` bytes are read at a time."""
         return SpillReader(self, WINDOW_BYTES if window is None else window)

@@ -573,6 +573,12 @@ async def test_export_pcap_asks_before_overwriting(tmp_path):
     # the pcap reads back as the five Produce exchanges, nothing else
     again = list(Session([str(out)]).exchanges())
     assert len(again) == 5 and {ex.api for ex in again} == {"Produce"}
+    # and it is the file `export -Y ... -w` writes for the same selection
+    from tests.functional.test_filter_pcap import run
+
+    cli = tmp_path / "cli.pcap"
+    run("export", CODECS, "-Y", 'api == "Produce"', "-w", str(cli))
+    assert out.read_bytes() == cli.read_bytes()
 
 
 @aio
