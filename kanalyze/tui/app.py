@@ -29,6 +29,7 @@ from kanalyze.engine import EngineOptions
 from kanalyze.export.pcap import PcapWriteError
 from kanalyze.session import Session
 from kanalyze.tui.analysis_source import analyze_exchanges
+from kanalyze.tui.locate import target_of
 from kanalyze.tui.messages import AnalysisReady, IndexProgress
 from kanalyze.tui.pcap_export import ExportCancelled, write_pcap
 from kanalyze.tui.screens.exchanges import ExchangesScreen
@@ -320,15 +321,16 @@ class KanalyzeApp(App):
         if mode in ANALYSIS_MODES:
             self.request_analysis()
 
-    def jump_to_frame(self, frame: int) -> None:
-        """From a view's finding to the exchanges view, the exchange of `frame` selected."""
+    def jump_to_frame(self, frame: int, finding: dict | None = None) -> None:
+        """From a view's row to the exchanges view, the exchange of `frame` selected, and for
+        a finding the field it is about (kanalyze/tui/locate.py)."""
         self.switch_mode("exchanges")
-        self.call_after_refresh(self._goto_frame, frame)
+        self.call_after_refresh(self._goto_frame, frame, finding)
 
-    def _goto_frame(self, frame: int) -> None:
+    def _goto_frame(self, frame: int, finding: dict | None = None) -> None:
         screen = self.screen
         if isinstance(screen, ExchangesScreen):
-            screen.goto("frame", frame)
+            screen.goto("frame", frame, None if finding is None else target_of(finding))
 
     def action_analyze(self) -> None:
         self.request_analysis(force=True)

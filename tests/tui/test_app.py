@@ -613,3 +613,53 @@ async def test_filter_box_takes_the_query_language():
         await pilot.pause(0.1)
         assert screen.query_one("#filter").has_class("invalid")
         assert "column" in str(screen.query_one("#filter-msg").render())
+
+
+@aio
+async def test_finding_and_alert_jumps_select_the_field():
+    """Enter on a finding (view 3) or a replication alert (view 2): the exchanges view on the
+    exchange of its frame, the field the finding is about selected in the tree and its bytes
+    highlighted in the hex pane."""
+    app = KanalyzeApp([str(CAPTURES / "replication" / "anomalies.pcap")])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+        await pilot.press("3")
+        await wait_report(pilot)
+        findings = app.report["findings"]
+        k = next(i for i, f in enumerate(findings) if f["kind"] == "hw_regression")
+        fnd = app.screen.query_one("#findings")
+        fnd.focus()
+        fnd.move_cursor(row=k)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExchangesScreen), what="exchanges")
+        tree = app.screen.query_one(DecodeTree)
+        hexv = app.screen.query_one(HexView)
+
+        def on_field(name: str, value: object) -> bool:
+            node = tree.cursor_node
+            ref = node.data if node is not None else None
+            return bool(
+                ref is not None
+                and ref.node is not None
+                and ref.node.name == name
+                and ref.node.value == value
+                and hexv.highlight == (ref.node.offset, ref.node.length)
+            )
+
+        await wait_for(pilot, lambda: on_field("HighWatermark", 3), what="HW field")
+        assert app.screen.focused is tree
+        assert hex_first_line(app).startswith(f"response frame {findings[k]['frames'][-1]}")
+        # view 2: the partition's alerts are a table; Enter on one jumps the same way
+        await pilot.press("2")
+        await wait_report(pilot)
+        alerts = app.screen.query_one("#rep-alerts")
+        items = app.screen.row_findings["rep-alerts"]
+        assert alerts.row_count == len(items) >= 2
+        j = next(i for i, f in enumerate(items) if f["kind"] == "epoch_end_offset")
+        alerts.focus()
+        alerts.move_cursor(row=j)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ExchangesScreen), what="exchanges")
+        tree = app.screen.query_one(DecodeTree)
+        hexv = app.screen.query_one(HexView)
+        await wait_for(pilot, lambda: on_field("EndOffset", items[j]["end_offset"]), what="field")

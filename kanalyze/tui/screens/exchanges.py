@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import get_current_worker
 
 from kanalyze.tui.filters import Filter, FilterError, parse_any
+from kanalyze.tui.locate import Target
 from kanalyze.tui.messages import FieldHighlighted
 from kanalyze.tui.spill import SpillClosed
 from kanalyze.tui.store import SORT_KEYS
@@ -89,6 +90,8 @@ class ExchangesScreen(Screen):
         self._conn_count = -1
         self._conn_ids: list[int | None] = []
         self._select_after_filter: int | None = None  # a go-to waiting for the refilter
+        # a finding's jump: (row, the field it is about, its frame), selected once shown
+        self._reveal: tuple[int, Target, int | None] | None = None
         # side panes: None follows the terminal width, True/False is the user's choice (C, H)
         self.show_connections: bool | None = None
         self.show_hex: bool | None = None
@@ -365,11 +368,25 @@ class ExchangesScreen(Screen):
             index = None
         tree = self.query_one(DecodeTree)
         if index is not None and tree.index == index:
+            self._apply_reveal(index)
             return  # the same row again (a refilter, an append): keep the user's place in the tree
         ex = None if index is None else store.exchange(index)  # read back from the spill file
         tree.show_exchange(ex, store.bodies, index)
         if ex is None:
             self.query_one(HexView).show(b"", "no exchange selected")
+        else:
+            self._apply_reveal(index)
+
+    def _apply_reveal(self, index: int) -> None:
+        """A finding's jump landed on its row: select the field it is about in the tree."""
+        if self._reveal is None or self._reveal[0] != index:
+            return
+        _i, target, frame = self._reveal
+        self._reveal = None
+        tree = self.query_one(DecodeTree)
+        names = self.app.store.topic_names
+        if tree.reveal(target, frame, getattr(names, "mapping", names)):
+            tree.focus()
 
     @on(ExchangeTable.HeaderClicked)
     def header_clicked(self, event: ExchangeTable.HeaderClicked) -> None:
@@ -462,9 +479,10 @@ class ExchangesScreen(Screen):
 
         self.app.push_screen(GotoScreen(), done)
 
-    def goto(self, kind: str, number: int) -> None:
+    def goto(self, kind: str, number: int, target: Target | None = None) -> None:
         """Select the exchange `#number`, or the one carried by frame `number`; a row the
-        filter hides is shown by clearing the filter."""
+        filter hides is shown by clearing the filter. With `target` (a finding's jump), the
+        field it names is then selected in the tree."""
         store = self.app.store
         if kind == "exchange":
             index = number - 1 if 0 < number <= len(store) else None
@@ -476,6 +494,9 @@ class ExchangesScreen(Screen):
                 severity="warning",
             )
             return
+        self._reveal = (
+            None if target is None else (index, target, number if kind == "frame" else None)
+        )
         self.select_index(index)
 
     def select_index(self, index: int) -> None:
@@ -486,6 +507,8 @@ class ExchangesScreen(Screen):
             pos = -1
         if pos >= 0 and not self.filtering:
             table.move_to(pos)
+            if self.query_one(DecodeTree).index == index:  # already shown: no cursor move comes
+                self._apply_reveal(index)
             return
         self.query_one("#filter", Input).value = ""
         self.filter = Filter()

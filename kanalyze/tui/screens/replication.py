@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Static
 
+from kanalyze.tui.locate import jump_frame
 from kanalyze.tui.screens.report_base import ReportScreen, ms, v
 from kanalyze.tui.widgets.chart import StepChart
 
@@ -51,13 +52,18 @@ class ReplicationScreen(ReportScreen):
                 yield Static("", id="rep-legend")
                 yield StepChart(id="rep-chart")
                 yield DataTable(id="rep-timeline", cursor_type="row")
-                yield Static("", id="rep-alerts")
+                yield Static("", id="rep-alerts-title")
+                # Enter on an alert: the exchange of its frame, the field it is about selected
+                yield DataTable(id="rep-alerts", cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#partitions", DataTable).add_columns("partition", "LEO", "HW", "ISR")
         self.query_one("#rep-timeline", DataTable).add_columns(
             "frame", "event", "LEO", "HW", "LSO", "log start", "followers LEO/remote/HW", "ISR"
+        )
+        self.query_one("#rep-alerts", DataTable).add_columns(
+            "severity", "kind", "message", "frames"
         )
         super().on_mount()
 
@@ -149,15 +155,26 @@ class ReplicationScreen(ReportScreen):
         alerts = [
             f
             for f in (self.report.get("findings") or [])
-            if f.get("partition_key") == key or key in f.get("message", "")
+            if f.get("partition_key") == key
+            or (f.get("topic") == p["topic"] and f.get("partition") == p["partition"])
+            or f.get("message", "").startswith(key + ":")
         ]
-        if alerts:
-            text = Text("ALERTS\n", "bold")
-            for f in alerts:
-                text.append(
-                    f"{f['severity'].upper():<8} {f['kind']}: {f['message']}\n",
-                    "bold red" if f["severity"] in ("error", "critical") else "yellow",
-                )
+        table = self.query_one("#rep-alerts", DataTable)
+        table.clear()
+        frames, items = self.frames_of("rep-alerts"), self.findings_of("rep-alerts")
+        title = self.query_one("#rep-alerts-title", Static)
+        table.display = bool(alerts)
+        if not alerts:
+            title.update(Text("no alerts for this partition", "green"))
         else:
-            text = Text("no alerts for this partition", "green")
-        self.query_one("#rep-alerts", Static).update(text)
+            title.update(Text(f"ALERTS ({len(alerts)}): Enter opens the frame", "bold"))
+        for f in alerts:
+            frames.append(jump_frame(f))
+            items.append(f)
+            bad = f["severity"] in ("error", "critical")
+            table.add_row(
+                Text(f["severity"].upper(), "bold red" if bad else "yellow"),
+                f["kind"],
+                f["message"],
+                ",".join(str(x) for x in f.get("frames", [])[:8]),
+            )

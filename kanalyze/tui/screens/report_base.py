@@ -18,19 +18,30 @@ class ReportScreen(Screen):
         self._shown_report: object = None
         # table id -> the frame each of its rows points at (Enter on a row jumps to its exchange)
         self.row_frames: dict[str, list[int | None]] = {}
+        # table id -> the finding each row shows (a jump then selects the field it is about)
+        self.row_findings: dict[str, list[dict]] = {}
 
     def frames_of(self, table_id: str) -> list[int | None]:
         """The (cleared) list of frames for a table's rows; fill it as rows are added."""
         out = self.row_frames[table_id] = []
+        self.row_findings.pop(table_id, None)
+        return out
+
+    def findings_of(self, table_id: str) -> list[dict]:
+        """The (cleared) list of findings for a table's rows, beside `frames_of`'s frames."""
+        out = self.row_findings[table_id] = []
         return out
 
     @on(DataTable.RowSelected)
     def jump(self, event: DataTable.RowSelected) -> None:
         """Enter on a finding, a transaction, a rebalance or a timeline entry: the exchanges
         view with the exchange carried by its frame selected."""
-        frames = self.row_frames.get(event.data_table.id or "")
-        if frames and 0 <= event.cursor_row < len(frames) and frames[event.cursor_row]:
-            self.app.jump_to_frame(frames[event.cursor_row])
+        tid = event.data_table.id or ""
+        frames = self.row_frames.get(tid)
+        row = event.cursor_row
+        if frames and 0 <= row < len(frames) and frames[row]:
+            findings = self.row_findings.get(tid) or []
+            self.app.jump_to_frame(frames[row], findings[row] if row < len(findings) else None)
 
     def on_mount(self) -> None:
         self.set_interval(0.25, self.poll)

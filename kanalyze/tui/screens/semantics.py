@@ -6,6 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Footer, Static
 
+from kanalyze.tui.locate import jump_frame
 from kanalyze.tui.screens.report_base import ReportScreen, ms, v
 
 
@@ -102,8 +103,10 @@ class SemanticsScreen(ReportScreen):
         fnd = self.query_one("#findings", DataTable)
         fnd.clear()
         fnd_frames = self.frames_of("findings")
+        fnd_items = self.findings_of("findings")
         for f in report.get("findings") or []:
-            fnd_frames.append(f["frames"][0] if f.get("frames") else None)
+            fnd_frames.append(jump_frame(f))
+            fnd_items.append(f)
             fnd.add_row(
                 f["severity"].upper(),
                 f["kind"],

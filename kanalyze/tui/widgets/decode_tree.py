@@ -5,6 +5,7 @@ hex view to mark them. Children are built when a node is first expanded (records
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -19,6 +20,7 @@ from dissectors.node import ARRAY, PRIM, RAW, RECORDS, Node
 from dissectors.secrets import SECRET_BODIES, is_secret, redacted, withheld_spans
 from kanalyze.bodies import BodyDecoder
 from kanalyze.correlation import SASL_RAW_API, Exchange, Message
+from kanalyze.tui.locate import Target, locate_any
 from kanalyze.tui.messages import FieldHighlighted
 
 MAX_CHILDREN = 2000  # beyond this an expanded array shows a "… N more" line
@@ -202,11 +204,13 @@ class DecodeTree(Tree[Ref]):
         self.index: int | None = None  # its row in the store, when it came from one
         self.show_root = False
         self.guide_depth = 3
+        self._bodies: dict[bool, TreeNode[Ref]] = {}  # is_request -> the body's tree node
 
     def show_exchange(
         self, ex: Exchange | None, bodies: BodyDecoder, index: int | None = None
     ) -> None:
         self.clear()
+        self._bodies = {}
         self.exchange = ex
         self.index = None if ex is None else index
         self.root.set_label("exchange")
@@ -264,7 +268,46 @@ class DecodeTree(Tree[Ref]):
             b = self._add(top, body, side)
             b.expand()
             self._populate(b)
+            self._bodies[is_req] = b
         return top
+
+    def reveal(
+        self, target: Target, frame: int | None = None, names: Mapping[str, str] | None = None
+    ) -> bool:
+        """Select the field `target` names (a finding's, kanalyze/tui/locate.py): its branch
+        expanded, the cursor on it, the hex pane on its bytes. The side carried by `frame` is
+        searched first. False when neither side has it (the selection stays)."""
+        sides = [True, False]
+        resp = self._bodies.get(False)
+        if (
+            frame is not None
+            and resp is not None
+            and resp.data
+            and resp.data.side.frame_no == frame
+        ):
+            sides.reverse()
+        shown = [t for t in (self._bodies.get(s) for s in sides) if t and t.data and t.data.node]
+        found = locate_any([t.data.node for t in shown], target, names)  # type: ignore[union-attr]
+        if found is None:
+            return False
+        self._select_path(shown[found[0]], found[1])
+        return True
+
+    def _select_path(self, tnode: TreeNode[Ref], path: list[Node]) -> None:
+        """Expand from `tnode` (whose node is path[0]) down the path; select the deepest."""
+        for node in path[1:]:
+            self._populate(tnode)
+            tnode.expand()
+            nxt = next(
+                (c for c in tnode.children if c.data is not None and c.data.node is node), None
+            )
+            if nxt is None:  # beyond MAX_CHILDREN: the nearest shown ancestor
+                break
+            tnode = nxt
+        _ = self.last_line  # lay the expanded lines out: the node's line is known after this
+        self.move_cursor(tnode)
+        self.scroll_to_node(tnode, animate=False)
+        self._announce(tnode)
 
     def _add(self, parent: TreeNode[Ref], node: Node, side: Side) -> TreeNode[Ref]:
         has_kids = bool(node.children) or isinstance(node.value, dict) or bool(node.diagnostics)
