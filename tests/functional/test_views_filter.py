@@ -122,3 +122,30 @@ def test_bad_filter_is_one_line_exit_2(command: str, capsys: pytest.CaptureFixtu
     assert lines[0].startswith("kanalyze: error: bad filter:")
     assert lines[-1].strip() == "^"
     assert sum(line.startswith("kanalyze:") for line in lines) == 1
+
+
+def _first_per_offset(records: list[dict]) -> list[dict]:
+    seen: set[tuple] = set()
+    out = []
+    for r in records:
+        k = (r["topic"], r["partition"], r["offset"])
+        if r["offset"] < 0 or k not in seen:
+            seen.add(k)
+            out.append(r)
+    return out
+
+
+def test_records_deduplicate_within_the_selection(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/stats.md: the once-per-offset rule applies to the selected exchanges' records, so a
+    Fetch-only selection prints the fetched copies the whole run suppresses as repeats of the
+    produce: the filtered output is not a subset of the unfiltered one."""
+    cap = str(CAPS / "lib_codecs.pcap")
+    whole = run_json(capsys, "records", "--json", cap)
+    every = run_json(capsys, "records", "--json", "--all", cap)
+    fetched = run_json(capsys, "records", "--json", "-Y", 'api == "Fetch"', cap)
+    assert {r["direction"] for r in whole} == {"produce"}  # each fetch repeated a produce
+    assert fetched and {r["direction"] for r in fetched} == {"fetch"}
+    key = lambda r: (r["topic"], r["partition"], r["offset"])  # noqa: E731
+    assert sorted(map(key, fetched)) == sorted(map(key, whole))  # the same records, once each
+    # = the rule run over the --all output restricted to the selection
+    assert fetched == _first_per_offset([r for r in every if r["direction"] == "fetch"])
