@@ -663,3 +663,37 @@ async def test_finding_and_alert_jumps_select_the_field():
         tree = app.screen.query_one(DecodeTree)
         hexv = app.screen.query_one(HexView)
         await wait_for(pilot, lambda: on_field("EndOffset", items[j]["end_offset"]), what="field")
+
+
+@aio
+async def test_hex_pane_stays_in_step_through_live_appends():
+    """Live appends (another thread feeding rows) never leave the hex pane on another
+    exchange: it names the selected row's frame before, during and after them."""
+    exs = list(Session([CODECS]).exchanges())
+    app = KanalyzeApp(source_label="live test")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        table = screen.query_one(ExchangeTable)
+        tree = screen.query_one(DecodeTree)
+        app.add_exchanges(exs[:10])
+
+        def in_step() -> bool:
+            i = table.current
+            if i is None or tree.index != i:
+                return False
+            msg = exs[i].request or exs[i].response
+            side = "request" if exs[i].request else "response"
+            return hex_first_line(app).startswith(f"{side} frame {msg.pdu.last_pkt}")
+
+        await wait_for(pilot, lambda: len(table.rows) == 10 and in_step(), what="first rows")
+        table.focus()
+        await pilot.press("down", "down")
+        await wait_for(pilot, lambda: table.current == 2 and in_step(), what="row 3")
+        for k in range(10, len(exs), 7):  # rows arrive while the selection stays
+            app.add_exchanges(exs[k : k + 7])
+            await pilot.pause(0.05)
+            assert tree.index in (None, table.current) and table.current == 2
+        await wait_for(pilot, lambda: len(table.rows) == 52 and in_step(), what="appended")
+        await pilot.press("end")  # onto a row that came live
+        await wait_for(pilot, lambda: table.current == 51 and in_step(), what="last row")
+        app.finish_indexing()

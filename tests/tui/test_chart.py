@@ -24,3 +24,19 @@ def test_legend_names_every_line():
     chart.set_series({"leader LEO": [1, 1], "HW": [0, 0], "follower 2 LEO": [0, 0]}, xs=[0.0, 1.0])
     legend = chart.legend().plain
     assert "leader LEO" in legend and "HW" in legend and "● follower 2 LEO" in legend
+
+
+def test_partition_labels_tell_topic_ids_apart():
+    """Unresolved topic ids are cut to distinct prefixes; the partition number always shows."""
+    from kanalyze.tui.screens.replication import NAME_ROOM, partition_labels
+
+    a = "7a3c9e21-54b8-4f0d-8e6a-1c2d3e4f5a6b"
+    b = "7a3c9e21-99b8-4f0d-8e6a-1c2d3e4f5a6b"  # the same first 8 digits
+    c = "0b1c2d3e-0000-4000-8000-000000000000"
+    long = "a-topic-name-much-longer-than-the-pane-allows"
+    parts = [{"topic": t, "partition": i} for t in (a, b, c, "orders", long) for i in (0, 11)]
+    labels = partition_labels(parts)
+    assert len(set(labels)) == len(labels)
+    assert labels[0] == "7a3c9e21-5…-0" and labels[2] == "7a3c9e21-9…-0"
+    assert labels[4] == "0b1c2d3e…-0" and labels[6] == "orders-0" and labels[7] == "orders-11"
+    assert all(len(x) <= NAME_ROOM + 3 for x in labels[8:]) and labels[9].endswith("allows-11")

@@ -43,7 +43,8 @@ under the cursor
 [b]Anywhere[/b]
   ?  this help     t  dark / light theme     q  quit     Esc  close this help
   Ctrl-P  command palette: every action by name
-  In views 2-4: Enter on a finding, transaction, rebalance or timeline entry opens its exchange
+  In views 2-4: Enter on a finding, alert, transaction, rebalance or timeline entry opens its
+  exchange; for a finding or an alert, the field it is about is selected in the tree
 """
 
 

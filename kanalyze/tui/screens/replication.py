@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from rich.text import Text
@@ -28,6 +29,33 @@ def partition_series(part: dict) -> dict[str, list[int | None]]:
             ((e.get("followers") or {}).get(f) or {}).get("leo") for e in tl
         ]
     return series
+
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+NAME_ROOM = 24  # the partitions pane shows this much of a name before the partition number
+
+
+def partition_labels(parts: list[dict]) -> list[str]:
+    """`topic-partition` for the partitions pane, the partition number always visible: a topic
+    id (unresolved) is cut to the shortest prefix (8 hex digits or more) that no other id in
+    the list shares, with `…`; a long name is cut in the middle."""
+    ids = sorted({p["topic"] for p in parts if _UUID.match(str(p["topic"]))})
+    short: dict[str, str] = {}
+    for tid in ids:
+        n = 8
+        while n < len(tid) and any(o != tid and o.startswith(tid[:n]) for o in ids):
+            n += 1
+        short[tid] = tid[:n] + "…" if n < len(tid) else tid
+    out = []
+    for p in parts:
+        topic = str(p["topic"])
+        if topic in short:
+            topic = short[topic]
+        elif len(topic) > NAME_ROOM:
+            half = (NAME_ROOM - 1) // 2
+            topic = topic[:half] + "…" + topic[-(NAME_ROOM - 1 - half) :]
+        out.append(f"{topic}-{p['partition']}")
+    return out
 
 
 def time_label(ts: float) -> str:
@@ -72,10 +100,10 @@ class ReplicationScreen(ReportScreen):
         self.parts = list(report.get("replication") or [])
         table = self.query_one("#partitions", DataTable)
         table.clear()
-        for p in self.parts:
+        for p, label in zip(self.parts, partition_labels(self.parts), strict=True):
             fin = p.get("final") or {}
             table.add_row(
-                f"{p['topic']}-{p['partition']}",
+                label,
                 v(fin.get("leader_leo")),
                 v(fin.get("high_watermark")),
                 v(fin.get("isr")),
