@@ -142,3 +142,35 @@ def test_80x24_shows_api_latency_status_and_the_hex_follows(tmux):
     tmux.keys("Down")
     tmux.wait_text("request frame 8 ")  # the second row (Metadata v12) is in frame 8
     tmux.keys("q")
+
+
+def test_go_to_frame_and_a_findings_jump_to_its_field(tmux):
+    """Ctrl-G to a frame; then view 3, Tab to the findings, Enter on the HW regression: the
+    exchanges view on frame 30's response, `high_watermark: 3` selected, the hex pane on its
+    bytes."""
+    from kanalyze.session import Session
+    from kanalyze.tui.analysis_source import analyze_exchanges
+
+    cap = CAPTURES / "replication" / "anomalies.pcap"
+    findings = analyze_exchanges(Session([str(cap)]).exchanges(), {})["findings"]
+    k = next(i for i, f in enumerate(findings) if f["kind"] == "hw_regression")
+    env = f"cd {ROOT} && env -u COLUMNS -u LINES TERM=xterm-256color"
+    tmux.start(f"{env} {sys.executable} -m kanalyze.cli tui {cap}")
+    tmux.wait_text("exchanges", "Latency ms")
+    tmux.keys("C-g")
+    time.sleep(0.5)
+    tmux.keys("24", literal=True)
+    tmux.keys("Enter")
+    tmux.wait_text("frame 24 ")  # the exchange carried by frame 24 is selected, its hex shown
+    tmux.keys("3")
+    tmux.wait_text("Findings", "hw_regression")
+    tmux.keys("Tab")
+    tmux.keys("Tab")
+    time.sleep(0.3)
+    for _ in range(k):
+        tmux.keys("Down")
+    time.sleep(0.3)
+    tmux.keys("Enter")
+    screen = tmux.wait_text("high_watermark: 3", "response frame 30  [bytes")
+    assert "RESPONSE  Fetch" in screen
+    tmux.keys("q")
