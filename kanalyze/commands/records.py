@@ -1,5 +1,5 @@
 """`kanalyze records`: one line per record produced or fetched, kcat -C style
-(docs/records.md). Each (topic, partition, offset) is shown once unless --all."""
+(docs/stats.md). Each (topic, partition, offset) is shown once unless --all."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "and transaction markers too; default: each (topic, partition, offset) once",
     )
     p.add_argument(
-        "--json", action="store_true", help="one JSON object per record (docs/records.md)"
+        "--json", action="store_true", help="one JSON object per record (docs/stats.md)"
     )
     p.set_defaults(run=run)
 

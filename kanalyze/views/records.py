@@ -248,7 +248,7 @@ def _text_or_b64(v: bytes | None) -> object:
 
 
 def record_json(r: Record) -> dict[str, object]:
-    """One record as a JSON object (docs/records.md)."""
+    """One record as a JSON object (docs/stats.md)."""
     out: dict[str, object] = {
         "topic": r.topic,
         "partition": r.partition,

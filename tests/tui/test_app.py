@@ -697,3 +697,33 @@ async def test_hex_pane_stays_in_step_through_live_appends():
         await pilot.press("end")  # onto a row that came live
         await wait_for(pilot, lambda: table.current == 51 and in_step(), what="last row")
         app.finish_indexing()
+
+
+@aio
+async def test_indexing_percentage_advances_with_bytes_read(monkeypatch):
+    """The status line's `indexing NN%` is the share of the file read (a classic pcap here),
+    rising batch by batch, not a jump from nothing to done."""
+    from kanalyze.tui import app as app_module
+    from kanalyze.tui.store import ExchangeStore
+
+    seen: list[float] = []
+
+    class Recording(ExchangeStore):
+        @property
+        def progress(self) -> float | None:
+            return self._progress
+
+        @progress.setter
+        def progress(self, value: float | None) -> None:
+            self._progress = value
+            if value is not None:
+                seen.append(value)
+
+    monkeypatch.setattr(app_module, "ExchangeStore", Recording)
+    monkeypatch.setattr(app_module, "BATCH_EXCHANGES", 4)
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_indexed(pilot)
+    during = seen[:-1]  # the last is finish_indexing's 1.0
+    assert len(set(during)) >= 5 and during == sorted(during)
+    assert 0 < during[0] < 0.5 and 0.5 < during[-1] <= 1.0 and seen[-1] == 1.0
