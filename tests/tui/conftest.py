@@ -68,4 +68,7 @@ async def wait_report(pilot) -> None:
     await wait_for(
         pilot, lambda: getattr(app.screen, "_shown_report", None) is app.report, what="report shown"
     )
-    await pilot.pause(0.05)
+    # the tables just filled lay out and paint on later refreshes: let them settle (a loaded
+    # machine once caught the semantics snapshot before they had)
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause(0.2)
