@@ -198,6 +198,8 @@ class KanalyzeApp(App):
             self.add_exchanges(batch)
             self.finish_indexing(f"error: {e}")
             return
+        except SpillClosed:  # the app is exiting (`Engine.hold` met the closed spill file)
+            return
         except SpillWriteError as e:  # `Engine.hold` spills frames as exchanges complete
             if not self.store.done:
                 self.finish_indexing(f"error: cannot write the spill file: {e}")

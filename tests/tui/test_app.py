@@ -727,3 +727,29 @@ async def test_indexing_percentage_advances_with_bytes_read(monkeypatch):
     during = seen[:-1]  # the last is finish_indexing's 1.0
     assert len(set(during)) >= 5 and during == sorted(during)
     assert 0 < during[0] < 0.5 and 0.5 < during[-1] <= 1.0 and seen[-1] == 1.0
+
+
+@aio
+async def test_spill_closed_under_the_indexer_ends_it_quietly(monkeypatch):
+    """Quitting while a file is indexed closes the spill file under the worker; the engine's
+    `hold` then meets it (SpillClosed, simulated here without closing the file the screen
+    still reads): the worker stops without an error (no traceback on exit)."""
+    from kanalyze.tui.spill import FrameSpill, SpillClosed
+
+    put = FrameSpill.put
+    refused = []
+
+    def closing(self, pdu):
+        if self.size > 2000:
+            refused.append(pdu)
+            raise SpillClosed
+        return put(self, pdu)
+
+    monkeypatch.setattr(FrameSpill, "put", closing)
+    app = KanalyzeApp([CODECS])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: refused, what="spill refused")
+        await pilot.pause(0.3)
+        # an exception out of the worker would have ended the app (and run_test raised)
+        assert app.is_running and not app.store.done and app.store.error is None
+        assert 0 < len(app.store) < 52
