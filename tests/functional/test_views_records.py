@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from kanalyze.cli import main
 from kanalyze.views.records import FormatError, Record, compile_format, format_record
 
 ROOT = Path(__file__).resolve().parents[2]
+METADATA_SCHEMA = json.loads((ROOT / "docs" / "metadata.schema.json").read_text())
 REAL = sorted((ROOT / "captures").glob("*.pcap"))
 
 
@@ -117,6 +119,7 @@ def test_metadata_matches_truth(cap: Path, capsys: pytest.CaptureFixture[str]) -
     t = truth(cap)
     assert main(["metadata", "--json", str(cap)]) == 0
     doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, METADATA_SCHEMA)
     if not doc["metadata_responses"]:
         assert doc["topics"] == [] and doc["brokers"] == []
         return
@@ -155,6 +158,7 @@ def test_metadata_reads_the_kraft_log(capsys: pytest.CaptureFixture[str]) -> Non
     t = json.loads(KRAFT.with_suffix(".truth.json").read_text())
     assert main(["metadata", "--json", str(KRAFT)]) == 0
     doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, METADATA_SCHEMA)
     assert doc["metadata_responses"] == 0 and doc["metadata_log_records"] == 4
     ((tid, name),) = t["topic_ids"].items()
     (topic,) = doc["topics"]
@@ -293,3 +297,4 @@ def test_metadata_log_brokers_fencing_leaders_and_deletes() -> None:
     log.feed(body, True, 12, 3.0)
     doc = view.to_json([])
     assert doc["topics"] == [] and doc["deleted_topics"][0]["name"] == "t"
+    jsonschema.validate(doc, METADATA_SCHEMA)
