@@ -363,6 +363,11 @@ class Correlator:
         )
         return True
 
+    def settle_orphans(self) -> None:
+        """Emit every held orphan response now (`kanalyze.parallel`: at the start of a byte
+        range they answer requests of the previous range, whose run pairs them)."""
+        self._settle_orphans()
+
     def _settle_orphans(self, before_ts: int | None = None) -> None:
         while self.orphans and (before_ts is None or self.orphans[0][0].pdu.last_ts < before_ts):
             self._settle_orphan(self.orphans.popleft())

@@ -19,6 +19,8 @@ from kanalyze.capture import CaptureStats
 from kanalyze.engine import EngineOptions
 from kanalyze.parallel import merge
 from kanalyze.parallel.plan import WORKER_START_US, Plan, make_plan
+from kanalyze.parallel.range_export import RANGE_BYTES_ENV, export_ranges
+from kanalyze.parallel.ranges import plan_ranges
 from kanalyze.parallel.scan import Scan, scan
 from kanalyze.parallel.worker import ShardResult, ShardTask, run_shard
 
@@ -59,6 +61,28 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
                 ProcessPoolExecutor(jobs - 1, mp_context=mp.get_context("spawn"))
             )
             warm = [pool.submit(_warm) for _ in range(jobs - 1)]
+        range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
+        ranges = plan_ranges(paths, jobs, range_bytes)
+        if ranges is not None:
+            last_timings.clear()
+            last_timings["scan"] = time.process_time() - cpu
+            last_timings["ranges"] = len(ranges)
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="kanalyze-jobs-"))
+            if pool is not None:
+                for w in warm:
+                    w.result()
+            try:
+                got = export_ranges(ranges, opts, ctx, header_only, out, tmp, pool, last_timings)
+            except (BrokenProcessPool, OSError) as e:
+                last_fallback = f"workers failed: {e}"
+                return None
+            if isinstance(got, str):
+                last_fallback = got
+                return None
+            capture = CaptureStats()
+            capture.files.append(paths[0])
+            capture.packets = sum(r.count for r in ranges)
+            return capture, got[0], got[1]
         sc = scan(paths)
         start = [0.0] + [WORKER_START_US] * (jobs - 1) if processes else []
         plan = make_plan(sc.loads, jobs, bodies=not header_only, start=start)

@@ -1,0 +1,138 @@
+"""`export --jobs N` over byte ranges: each range's exchanges encoded as NDJSON lines into a
+scratch file by its worker (range 0 in the calling process), the stitch choosing which lines
+stand and in what order, the lines copied out with the run's connection ids. None (nothing
+written) when the stitch refuses: the caller runs one process.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field, replace
+from typing import BinaryIO
+
+from dissectors.context import DecodeContext
+from kanalyze.correlation import Exchange
+from kanalyze.engine import EngineOptions
+from kanalyze.export import ExchangeEncoder
+from kanalyze.parallel.ranges import Range, RangeResult, run_range
+from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
+from kanalyze.parallel.worker import LINE_PREFIX, RecordingNames
+
+RANGE_BYTES_ENV = "KANALYZE_RANGE_BYTES"  # tests: cut into ranges of this many bytes
+
+
+@dataclass(slots=True)
+class RangeTask:
+    rng: Range
+    opts: EngineOptions
+    ctx: DecodeContext
+    header_only: bool
+    out_path: str
+
+
+@dataclass(slots=True)
+class RangeOutput:
+    result: RangeResult
+    lines: list[tuple[int, int, int]] = field(default_factory=list)  # (offset, size, local id)
+    # per exchange index: (topic-id names its decode read, names it taught), when any
+    names: dict[int, tuple[dict[str, str | None], dict[str, str]]] = field(default_factory=dict)
+    bad_line: bool = False
+
+
+def export_range(task: RangeTask) -> RangeOutput:
+    """One range's lines into `task.out_path` (spawn-safe: picklable in and out)."""
+    names = RecordingNames(task.ctx.topic_names)
+    enc = ExchangeEncoder(replace(task.ctx, topic_names=names), decode=not task.header_only)
+    line_of = enc.line_bytes
+    lines: list[tuple[int, int, int]] = []
+    recorded: dict[int, tuple[dict[str, str | None], dict[str, str]]] = {}
+    pos = 0
+    bad = False
+    with open(task.out_path, "wb") as out:
+
+        def on_exchange(ex: Exchange) -> None:
+            nonlocal pos, bad
+            names.reads, names.writes = {}, {}
+            line = line_of(ex) + b"\n"
+            if names.reads or names.writes:
+                recorded[len(lines)] = (names.reads, names.writes)
+            cid = ex.conn.id
+            bad = bad or not line.startswith(LINE_PREFIX + b"%d," % cid)
+            lines.append((pos, len(line), cid))
+            out.write(line)
+            pos += len(line)
+
+        res = run_range(task.rng, task.opts, on_exchange)
+    return RangeOutput(res, lines, recorded, bad)
+
+
+def _check_names(outs: Sequence[RangeOutput], st: Stitched, preloaded: dict[str, str]) -> None:
+    """Every topic-id name a range's decode read must be the one the run knew by then."""
+    if not any(o.names for o in outs):
+        return
+    known = dict(preloaded)
+    for r, i in st.sequence:
+        got = outs[r].names.get(i)
+        if got is None:
+            continue
+        reads, writes = got
+        for tid, name in reads.items():
+            if known.get(tid) != name:
+                raise Unstitchable("a topic name taught in another range")
+        known.update(writes)
+
+
+def _write(out: BinaryIO, outs: Sequence[RangeOutput], paths: Sequence[str],
+           st: Stitched) -> None:
+    maps: list[mmap.mmap | None] = []
+    for p in paths:
+        with open(p, "rb") as f:
+            size = f.seek(0, 2)
+            maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None)
+    views = [memoryview(m if m is not None else b"") for m in maps]
+    try:
+        cut = len(LINE_PREFIX)
+        w = out.write
+        for r, i in st.sequence:
+            off, size, lid = outs[r].lines[i]
+            w(LINE_PREFIX)
+            w(b"%d" % st.ids[r][lid])
+            w(views[r][off + cut + len(b"%d" % lid) : off + size])
+    finally:
+        for v in views:
+            v.release()
+        for m in maps:
+            if m is not None:
+                m.close()
+
+
+def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeContext,
+                  header_only: bool, out: BinaryIO, tmp: str, pool: Executor | None,
+                  timings: dict[str, object]) -> tuple[int, int] | str:
+    """Write the stitched export; (bytes skipped, bytes in gaps) for the closing note, or why
+    the ranges could not be stitched (nothing written)."""
+    tasks = [RangeTask(r, opts, ctx, header_only, os.path.join(tmp, f"r{r.index}.ndjson"))
+             for r in ranges]
+    if pool is None:
+        outs = [export_range(t) for t in tasks]
+    else:
+        futures = [pool.submit(export_range, t) for t in tasks[1:]]
+        outs = [export_range(tasks[0])] + [f.result() for f in futures]
+    timings["shards"] = [o.result.cpu_s for o in outs]
+    cpu = time.process_time()
+    try:
+        if any(o.bad_line for o in outs):
+            raise Unstitchable("a line without its connection id first")
+        st = stitch([o.result for o in outs], opts)
+        _check_names(outs, st, ctx.topic_names)
+    except Unstitchable as e:
+        return str(e)
+    timings["stitch"] = time.process_time() - cpu
+    _write(out, outs, [t.out_path for t in tasks], st)
+    timings["merge"] = time.process_time() - cpu
+    timings["handovers"] = st.handovers
+    return st.skipped, st.gaps

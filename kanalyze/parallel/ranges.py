@@ -1,0 +1,239 @@
+"""Byte ranges: one capture cut into contiguous ranges at record boundaries, each decoded by
+its own engine, stitched back into exactly what one process outputs. The one planner of
+`--jobs N` and of the Spark pipeline (issues 18 and 19).
+
+Interface (stable; everything crossing a process is picklable plain data):
+
+* `plan_ranges(paths, n, range_bytes=None) -> list[Range] | None`: a single regular pcap or
+  pcapng file cut into `n` ranges (or ranges of `range_bytes`) at verified record
+  boundaries (`kanalyze.capture.split`), each knowing the run's number of its first packet;
+  None when the input cannot be cut (several files, stdin, gzip, damage, a pcapng section or
+  interface block after the first packet): the caller runs one process.
+* `run_range(rng, opts, on_exchange) -> RangeResult`: the normal `Engine` over the range's
+  packets, then on into the next range (the *overlap*) until each connection still open at
+  the range's end has been seen quiescent a few times. Every exchange goes to `on_exchange`
+  (the caller encodes it: an NDJSON line, a Spark row) and gets an index in
+  `RangeResult.done`, in call order.
+* `stitch(results) -> Stitched` (in `kanalyze.parallel.stitch`, ordered by range index):
+  which exchanges stand (`Stitched.sequence`: (range, index) in the one-process output
+  order) with which connection id (`Stitched.ids`), plus the closing note's byte counts; it
+  raises `Unstitchable` (the message says why) when it cannot prove the result equal to one
+  process, and the caller runs one process.
+
+**Edge state** (`ConnEdge`, per connection a range saw): its 4-tuple, the packet it opened
+at, whether by a SYN, and *marks*: after packets of the connection where it was quiescent
+(`range_engine.signature`: in sync at a frame boundary on both sides, nothing buffered, no
+held orphan), the packet number, a 16-byte digest of the state that decides its future
+(raw next sequence numbers and acks, pending requests by correlation id and packet, roles)
+and the byte counts so far; `head` marks for a connection found mid-stream, `tail` marks
+for one continuing into the overlap. A connection open at the end of range k is handed to
+range k+1 at the first packet where both runs have a mark with the same digest: exchanges
+completed up to that packet are range k's, later ones range k+1's (whose run is from then on
+the same as one process's). Requests pending across the edge, frames straddling it and
+responses without their request in range k+1 are thereby all answered by range k's run.
+
+Per exchange, `done` holds (completion packet, rank within that packet and connection,
+start time, local connection id); `pending` logs each connection's oldest awaited message
+(packet, connection, start time or None, held for its roles); with them the stitch replays
+the engine's output orderer over the exchanges that stand.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kanalyze.capture.packets import MAX_RECORD, CaptureError
+from kanalyze.capture.split import RangeResult as WalkResult
+from kanalyze.capture.split import iter_range, probe_layout, sync
+from kanalyze.correlation import Exchange
+from kanalyze.engine import EngineOptions
+
+ConnKey = tuple[bytes, int, bytes, int]
+# (packet no, digest of the state, bytes skipped so far, bytes lost in gaps so far)
+Mark = tuple[int, bytes, int, int]
+MIN_RANGE = 1 << 20  # a range smaller than this is not worth a worker (tests force smaller)
+
+
+@dataclass(slots=True)
+class Layout:
+    """What the split walker needs to know about the file (`kanalyze.capture.split.Layout`)."""
+
+    size: int = 0
+    format: str = ""
+    endian: str = "<"
+    ns_mult: int = 1000
+    linktype: int = -1
+    snaplen: int = 0
+    data_start: int = 0
+    first_ts_ns: int = 0
+    ifaces: list[list[int]] = field(default_factory=list)
+    rank: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """[start, end) of the file, packets numbered base+1..; the run reads on to `stop` (the
+    next range's end) for the overlap. `last_ts`: the run's latest packet time (the end of
+    input is dated by it)."""
+
+    index: int
+    path: str
+    layout: Layout
+    start: int
+    end: int
+    stop: int
+    base: int
+    count: int  # packets in [start, end)
+    last_ts: int
+    last: bool
+
+
+@dataclass(slots=True)
+class ConnEdge:
+    """One connection as a range saw it (see the module docstring)."""
+
+    key: ConnKey
+    opened: int
+    syn: bool
+    head: list[Mark] = field(default_factory=list)
+    tail: list[Mark] = field(default_factory=list)
+    closed: int | None = None  # packet it was closed at (FINAL: end of this run)
+    skipped: int = 0  # at close
+    gaps: int = 0
+    kafka: bool = False
+    ignored: bool = False  # judged not Kafka (or TLS)
+
+
+@dataclass(slots=True)
+class RangeResult:
+    index: int
+    base: int
+    end_pkt: int  # last packet of the range proper
+    done: list[tuple[int, int, int, int]] = field(default_factory=list)
+    pending: list[tuple[int, int, int | None, bool]] = field(default_factory=list)
+    conns: dict[int, ConnEdge] = field(default_factory=dict)
+    coupled: list[str] = field(default_factory=list)  # engine-wide effects: no stitch
+    orphans: set[int] = field(default_factory=set)  # indices of responses without a request
+    max_ts: int = 0
+    open_peak: int = 0
+    buffered_peak: int = 0
+    error: str = ""
+    cpu_s: float = 0.0
+    # id(exchange) -> done entry, while running (not shipped)
+    done_keys: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+
+    def edge(self, cid: int, key: ConnKey, pkt: int, syn: bool) -> None:
+        self.conns[cid] = ConnEdge(key, pkt, syn)
+
+
+# --------------------------------------------------------------------------- planning
+def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None) -> list[Range] | None:
+    """See the module docstring. Raises CaptureError when the file is not a capture."""
+    if len(paths) != 1 or paths[0] == "-" or not os.path.isfile(paths[0]):
+        return None
+    path = paths[0]
+    lay = Layout(size=os.path.getsize(path))
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            return None
+        f.seek(0)
+        probe_layout(lay, f)
+        span = range_bytes or max(MIN_RANGE, -(-(lay.size - lay.data_start) // max(n, 1)))
+        pcap = lay.format == "pcap"
+        cuts = _pcap_cuts(path, lay, span) if pcap else _pcapng_cuts(f, lay, span)
+    if cuts is None or len(cuts) < 2:
+        return None
+    last_ts = max(ts for _s, _c, ts in cuts)
+    out: list[Range] = []
+    base = 0
+    for i, (start, count, _ts) in enumerate(cuts):
+        end = cuts[i + 1][0] if i + 1 < len(cuts) else lay.size
+        stop = cuts[i + 2][0] if i + 2 < len(cuts) else lay.size
+        out.append(Range(i, path, lay, start, end, stop, base, count, last_ts, i == len(cuts) - 1))
+        base += count
+    return out
+
+
+def _pcap_cuts(path: str, lay: Layout, span: int) -> list[tuple[int, int, int]] | None:
+    """(start, packets, latest time) per range: every record header walked (exact cuts)."""
+    unpack = struct.Struct(lay.endian + "IIII").unpack_from
+    mult = lay.ns_mult
+    with open(path, "rb") as f:
+        if lay.size <= lay.data_start:
+            return None
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        cuts: list[list[int]] = []
+        pos, size, nxt = lay.data_start, lay.size, lay.data_start
+        while pos < size:
+            if size - pos < 16:
+                return None  # damaged: one process reports it
+            sec, frac, incl, _o = unpack(m, pos)
+            if incl > MAX_RECORD or pos + 16 + incl > size:
+                return None
+            if pos >= nxt:
+                cuts.append([pos, 0, 0])
+                nxt = pos + span
+            cur = cuts[-1]
+            cur[1] += 1
+            ts = sec * 1_000_000_000 + frac * mult
+            if ts > cur[2]:
+                cur[2] = ts
+            pos += 16 + incl
+    finally:
+        m.close()
+    return [(a, b, c) for a, b, c in cuts]
+
+
+def _pcapng_cuts(f, lay: Layout, span: int) -> list[tuple[int, int, int]] | None:  # noqa: ANN001
+    """Sync points every `span` bytes, each range walked to count its packets and to check
+    that it ends exactly where the next begins."""
+    starts = [lay.data_start]
+    x = lay.data_start + span
+    while x < lay.size:
+        s = sync(f, lay, x)
+        if s >= lay.size:
+            break
+        if s > starts[-1]:
+            starts.append(s)
+        x = max(x + span, s + 1)
+    ends = [*starts[1:], lay.size]
+    cuts = []
+    for s, e in zip(starts, ends, strict=True):
+        res = WalkResult()
+        latest = 0
+        for pkt in iter_range(f, lay, s, e, res):
+            latest = max(latest, pkt.ts_ns)
+        if res.error or res.whole_file_needed or res.stop != e:
+            return None
+        cuts.append((s, res.count, latest))
+    return cuts
+
+
+def read_range(rng: Range, until: int | None = None):  # noqa: ANN201
+    """The packets of [start, until or stop), numbered as one process numbers them."""
+    res = WalkResult()
+    with open(rng.path, "rb") as f:
+        for pkt in iter_range(f, rng.layout, rng.start, until or rng.stop, res,
+                              rng.base):
+            pkt.no = pkt.file_no
+            yield pkt
+    if res.error:
+        raise CaptureError(res.error)
+
+
+# --------------------------------------------------------------------------- one range
+def run_range(rng: Range, opts: EngineOptions,
+              on_exchange: Callable[[Exchange], None]) -> RangeResult:
+    """See the module docstring."""
+    from kanalyze.parallel.range_engine import run  # the loop lives beside its engine
+
+    return run(rng, opts, on_exchange)
+
+
+__all__ = ["ConnEdge", "Layout", "Mark", "Range", "RangeResult", "plan_ranges", "read_range",
+           "run_range"]
