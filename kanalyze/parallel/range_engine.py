@@ -21,12 +21,16 @@ from kanalyze.capture import CaptureError, Packet
 from kanalyze.connection import Connection
 from kanalyze.correlation import Exchange
 from kanalyze.engine import Engine, EngineOptions
-from kanalyze.flows import SYN, Segment
+from kanalyze.flows import ACK, SYN, FlowStats, Segment, decode_segment
 from kanalyze.parallel.ranges import ConnEdge, Range, RangeResult, read_range
 from kanalyze.reassembly import MASK
 
 FINAL = 1 << 62  # the "packet number" of what happens at the end of input
-MAX_MARKS = 16  # handover candidates noted per connection (the stitch takes the first common)
+# handover candidates noted per connection (the stitch takes the first common): as found
+# mid-stream, and past the range's end (only where every awaited request is of the overlap,
+# as the next range's run has seen it too)
+MAX_HEAD = 64
+MAX_TAIL = 8
 
 
 
@@ -89,6 +93,18 @@ def _oldest(conn: Connection) -> int | None:
     return best
 
 
+def _first_awaited(conn: Connection) -> int:
+    """Packet of the earliest request `conn` still awaits an answer to (FINAL: none)."""
+    corr = conn.corr
+    first = FINAL
+    for q in corr.pending.values():
+        for m, _h, _a in q:
+            first = min(first, m.pdu.first_pkt)
+    for m, _h, _a in corr.unanswered:
+        first = min(first, m.pdu.first_pkt)
+    return first
+
+
 def _acc(conn: Connection) -> tuple[int, int]:
     """(bytes skipped, bytes lost in gaps) so far: the closing note's numbers."""
     return (conn.cf.skipped + conn.sf.skipped, conn.c2s.gap_bytes + conn.s2c.gap_bytes)
@@ -137,7 +153,8 @@ class RangeEngine(Engine):
               verdict: bool | None = None) -> Connection:
         conn = super()._open(seg, key, flags, conn_id, verdict)
         if conn_id is None:  # a held connection was noted when it was first seen
-            self.res.edge(conn.info.id, conn_key(key), self.cur, bool(flags & SYN))
+            # a SYN opens a new connection; a SYN-ACK first is one met mid-handshake
+            self.res.edge(conn.info.id, conn_key(key), self.cur, flags & (SYN | ACK) == SYN)
         return conn
 
     def _segment(self, seg: Segment, key, conn: Connection | None, pkt) -> None:  # noqa: ANN001
@@ -155,11 +172,17 @@ class RangeEngine(Engine):
         self._log(cid, _oldest(c))
         if edge is None:
             return
-        marks = edge.tail if self.cur > self.boundary else edge.head if not edge.syn else None
-        if marks is not None and len(marks) < MAX_MARKS:
+        head = not edge.syn and len(edge.head) < MAX_HEAD
+        tail = self.cur > self.boundary and len(edge.tail) < MAX_TAIL
+        if head or tail:
             sig = signature(c)
-            if sig is not None:
-                marks.append((self.cur, sig, *_acc(c)))
+            if sig is None:
+                return
+            mark = (self.cur, sig, *_acc(c))
+            if head:
+                edge.head.append(mark)
+            if tail and _first_awaited(c) > self.boundary:
+                edge.tail.append(mark)
 
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
         was = conn.closed
@@ -178,8 +201,8 @@ class RangeEngine(Engine):
 
 
 def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]) -> RangeResult:
-    """`ranges.run_range`: the range, then the overlap until every connection open at the
-    range's end closed or has `MAX_MARKS` tail marks (or the next range ends)."""
+    """`ranges.run_range`: the range, then the overlap (only the packets of the connections
+    open at the range's end) until each of them closed or has `MAX_TAIL` tail marks."""
     cpu0 = time.process_time()
     res = RangeResult(rng.index, rng.base, rng.base + rng.count)
     keys = res.done_keys
@@ -192,16 +215,25 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
 
     eng = RangeEngine(emit, opts, res, res.end_pkt)
     alive: list[ConnEdge] | None = None
+    wanted: set[tuple[bytes, int, bytes, int]] = set()
+    flows = FlowStats()
     latest = 0
+    cap = res.end_pkt + 2 * rng.count + 1024  # the overlap reads at most this far
     try:
         for pkt in read_range(rng):
             if pkt.no > res.end_pkt:
-                if alive is None:
-                    alive = [e for e in res.conns.values() if e.closed is None]
-                if (pkt.no & 63) == 0 or not alive:
-                    alive = [e for e in alive if e.closed is None and len(e.tail) < MAX_MARKS]
+                if pkt.no > cap:
+                    break  # the stitch refuses if a connection still open is seen again
+                if alive is None or (pkt.no & 63) == 0:
+                    alive = [e for e in (res.conns.values() if alive is None else alive)
+                             if e.closed is None and len(e.tail) < MAX_TAIL]
+                    wanted = {e.key for e in alive}
                     if not alive:
                         break
+                seg = decode_segment(pkt.linktype, pkt.data, flows)
+                if seg is None or conn_key((seg.src, seg.sport, seg.dst, seg.dport)) not in wanted:
+                    continue
+                res.overlap_end = pkt.no
             elif pkt.ts_ns > latest:
                 latest = pkt.ts_ns
             eng.feed(pkt)

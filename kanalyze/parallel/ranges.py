@@ -10,10 +10,10 @@ Interface (stable; everything crossing a process is picklable plain data):
   None when the input cannot be cut (several files, stdin, gzip, damage, a pcapng section or
   interface block after the first packet): the caller runs one process.
 * `run_range(rng, opts, on_exchange) -> RangeResult`: the normal `Engine` over the range's
-  packets, then on into the next range (the *overlap*) until each connection still open at
-  the range's end has been seen quiescent a few times. Every exchange goes to `on_exchange`
-  (the caller encodes it: an NDJSON line, a Spark row) and gets an index in
-  `RangeResult.done`, in call order.
+  packets, then on past its end (the *overlap*, only the packets of the connections still
+  open at the range's end) until each of them closed or was seen quiescent a few times.
+  Every exchange goes to `on_exchange` (the caller encodes it: an NDJSON line, a Spark row)
+  and gets an index in `RangeResult.done`, in call order.
 * `stitch(results) -> Stitched` (in `kanalyze.parallel.stitch`, ordered by range index):
   which exchanges stand (`Stitched.sequence`: (range, index) in the one-process output
   order) with which connection id (`Stitched.ids`), plus the closing note's byte counts; it
@@ -76,8 +76,8 @@ class Layout:
 
 @dataclass(frozen=True, slots=True)
 class Range:
-    """[start, end) of the file, packets numbered base+1..; the run reads on to `stop` (the
-    next range's end) for the overlap. `last_ts`: the run's latest packet time (the end of
+    """[start, end) of the file, packets numbered base+1..; the run may read on to `stop` for
+    the overlap. `last_ts`: the run's latest packet time (the end of
     input is dated by it)."""
 
     index: int
@@ -122,6 +122,7 @@ class RangeResult:
     open_peak: int = 0
     buffered_peak: int = 0
     error: str = ""
+    overlap_end: int = 0  # last packet fed after the range's end
     cpu_s: float = 0.0
     # id(exchange) -> done entry, while running (not shipped)
     done_keys: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
@@ -152,7 +153,7 @@ def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None) ->
     base = 0
     for i, (start, count, _ts) in enumerate(cuts):
         end = cuts[i + 1][0] if i + 1 < len(cuts) else lay.size
-        stop = cuts[i + 2][0] if i + 2 < len(cuts) else lay.size
+        stop = lay.size  # the overlap may go on to the end (a connection idle for long)
         out.append(Range(i, path, lay, start, end, stop, base, count, last_ts, i == len(cuts) - 1))
         base += count
     return out

@@ -68,44 +68,39 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
     n = len(results)
     # per range: local id -> [lo, hi, root (range, lid), bytes skipped/gaps at lo, at hi]
     own: list[dict[int, list]] = [{} for _ in range(n)]
-    live: dict[tuple, tuple[int, int]] = {}  # 4-tuple -> (range, lid) open at a range's end
-    dangling: dict[tuple, tuple[int, int]] = {}  # open at the end of its run, not seen again
+    # 4-tuple -> (range, lid) open at a range's end and not yet seen by a later range (one
+    # never seen again is its range's to the end of input)
+    live: dict[tuple, tuple[int, int]] = {}
     out = Stitched()
     for r, res in enumerate(results):
-        first: dict[tuple, int] = {}
-        for lid, e in sorted(res.conns.items(), key=lambda kv: (kv[1].opened, kv[0])):
-            if e.opened > res.end_pkt:
-                continue  # first seen in the overlap: the next range's
-            if e.key in dangling:
-                raise Unstitchable("a connection idle for a whole range")
-            first.setdefault(e.key, lid)
         claimed: set[int] = set()
-        for key, (pr, plid) in live.items():
+        for lid, e in sorted(res.conns.items(), key=lambda kv: (kv[1].opened, kv[0])):
+            if e.opened > res.end_pkt or e.key not in live:
+                continue  # first seen in the overlap (the next range's), or new
+            pr, plid = live[e.key]
             pe = results[pr].conns[plid]
             ended = pe.closed if pe.closed is not None and pe.closed != FINAL else None
-            if key not in first:
-                if ended is None:
-                    dangling[key] = (pr, plid)
-                continue
-            lid = first[key]
-            e = res.conns[lid]
-            if ended is not None and e.opened <= ended and not e.syn:
-                claimed.add(lid)  # the earlier run saw its end: this view is dropped
-                continue
             if ended is not None:
-                continue  # a new connection on the same 4-tuple after the end
+                if e.opened <= ended and not e.syn:
+                    claimed.add(lid)  # the earlier run saw its end: this view is dropped
+                    continue
+                if e.opened < ended:
+                    raise Unstitchable("a connection reopened before its end")
+                del live[e.key]
+                continue  # a new connection on the same 4-tuple
             if e.syn:
                 raise Unstitchable("a connection reopened before its handover")
             got = _common(pe, e)
             if got is None:
-                raise Unstitchable("no common quiescent packet across a range edge")
+                raise Unstitchable(f"no common quiescent packet across a range edge (ranges "
+                                   f"{pr} and {r}, ports {e.key[1]}/{e.key[3]})")
+            del live[e.key]
             q, ps, pg, ns, ng = got
             prev = own[pr][plid]
             prev[1], prev[5] = q, (ps, pg)
             own[r][lid] = [q, INF, prev[2], (ns, ng), None, None]
             claimed.add(lid)
             out.handovers += 1
-        live = {}
         for lid, e in res.conns.items():
             if e.opened > res.end_pkt or lid in claimed and lid not in own[r]:
                 continue
