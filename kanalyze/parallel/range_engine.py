@@ -17,20 +17,21 @@ import hashlib
 import time
 from collections.abc import Callable
 
+from dissectors import Code
 from kanalyze.capture import CaptureError, Packet
-from kanalyze.connection import Connection
-from kanalyze.correlation import Exchange
+from kanalyze.connection import Connection, Undecided
+from kanalyze.correlation import Exchange, Message
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.flows import ACK, SYN, FlowStats, Segment, decode_segment
-from kanalyze.parallel.ranges import ConnEdge, Range, RangeResult, read_range
+from kanalyze.parallel.ranges import ConnEdge, MsgKey, Range, RangeResult, read_range
 from kanalyze.reassembly import MASK
 
 FINAL = 1 << 62  # the "packet number" of what happens at the end of input
 # handover candidates noted per connection (the stitch takes the first common): as found
 # mid-stream, and past the range's end (only where every awaited request is of the overlap,
 # as the next range's run has seen it too)
-MAX_HEAD = 64
-MAX_TAIL = 8
+MAX_HEAD = 256
+MAX_TAIL = 64
 
 
 
@@ -44,10 +45,22 @@ def _abs(half, off: int) -> int:  # noqa: ANN001
     return (half.base + off) & MASK
 
 
+def awaited(conn: Connection) -> tuple[MsgKey, ...]:
+    """The requests `conn` awaits answers to (pending and acks=0), each as (first packet, last
+    packet, correlation id): the same in every run that saw them."""
+    corr = conn.corr
+    keys = [(m.pdu.first_pkt, m.pdu.last_pkt, c) for c, q in corr.pending.items()
+            for m, _h, _a in q]
+    keys.extend((m.pdu.first_pkt, m.pdu.last_pkt, h.correlation_id)
+                for m, h, _a in corr.unanswered)
+    return tuple(sorted(keys))
+
+
 def signature(conn: Connection) -> bytes | None:
-    """The state of a quiescent connection that decides its future, in absolute terms (raw
-    sequence numbers, packet numbers), so two runs that started at different places compare;
-    None when it is not quiescent."""
+    """A digest of the state of a quiescent connection that decides its future, apart from
+    the requests it awaits (`awaited`, compared by the stitch), in absolute terms (raw
+    sequence numbers) so two runs that started at different places compare; None when it is
+    not quiescent."""
     if conn.closed or conn.ignored or not conn.kafka:
         return None
     c2s, s2c, cf, sf, corr = conn.c2s, conn.s2c, conn.cf, conn.sf, conn.corr
@@ -59,38 +72,11 @@ def signature(conn: Connection) -> bytes | None:
         return None
     if corr.sasl_raw:
         return None
-    pending = sorted(
-        (c, m.pdu.first_pkt, m.pdu.last_pkt) for c, q in corr.pending.items() for m, _h, _a in q
-    )
-    unanswered = [m.pdu.first_pkt for m, _h, _a in corr.unanswered]
     # an ack at or below the next byte decides nothing later (only acks past it do)
     acks = tuple(_abs(h, h.acked) if h.acked > h.next else None for h in (c2s, s2c))
     fins = tuple(None if h.fin_at is None else h.fin_at - h.next for h in (c2s, s2c))
-    state = (conn.client_key, _abs(c2s, c2s.next), _abs(s2c, s2c.next), acks, fins,
-             tuple(pending), tuple(unanswered))
+    state = (conn.client_key, _abs(c2s, c2s.next), _abs(s2c, s2c.next), acks, fins)
     return hashlib.blake2b(repr(state).encode(), digest_size=16).digest()
-
-
-def _oldest(conn: Connection) -> int | None:
-    """Start time of the oldest message of `conn` the output waits for (as the engine's
-    `waiting` heap holds them: pending and acks=0 requests, held orphans, raw SASL)."""
-    corr = conn.corr
-    best: int | None = None
-    for q in corr.pending.values():
-        for m, _h, _a in q:
-            if best is None or m.pdu.last_ts < best:
-                best = m.pdu.last_ts
-    for m, _h, _a in corr.unanswered:
-        if best is None or m.pdu.last_ts < best:
-            best = m.pdu.last_ts
-    for entry in corr.orphans:
-        ts = entry[0].pdu.last_ts
-        if best is None or ts < best:
-            best = ts
-    for m in corr.raw_pending:
-        if best is None or m.pdu.last_ts < best:
-            best = m.pdu.last_ts
-    return best
 
 
 def _first_awaited(conn: Connection) -> int:
@@ -119,9 +105,11 @@ class RangeEngine(Engine):
         self.res = res
         self.boundary = boundary  # last packet of the range proper (the overlap follows)
         self.cur = 0
+        self.cid = 0  # the connection whose segment is being processed
         self.rank: dict[tuple[int, int], int] = {}
-        self.seen_und: set[int] = set()
-        self.oldest: dict[int, int | None] = {}
+        self.held: dict[int, tuple[int, int]] = {}  # undecided connection -> (packet, first ts)
+        # per connection, what the output waits for: [message, packet it began waiting]
+        self.out: dict[int, list[list]] = {}
 
     def _complete(self, ex: Exchange) -> None:
         super()._complete(ex)
@@ -130,7 +118,35 @@ class RangeEngine(Engine):
         if len(self.rank) > 64 and at not in self.rank:
             self.rank.clear()  # only the current packet's counts matter
         n = self.rank[at] = self.rank.get(at, 0) + 1
-        self.res.done_keys[id(ex)] = (self.cur, n, ex.start_ts, cid)
+        req = ex.request
+        flags = (ex.response is not None) | (2 * _duplicate(req))
+        if req is None:
+            first = last = corr = -1
+        else:
+            first, last = req.pdu.first_pkt, req.pdu.last_pkt
+            corr = -1 if ex.correlation_id is None else ex.correlation_id
+        self.res.done_keys[id(ex)] = (self.cur, n, ex.start_ts, cid, first, last, corr, flags)
+
+    def _pending(self, msg: Message) -> None:
+        super()._pending(msg)
+        self.out.setdefault(self.cid, []).append([msg, self.cur])
+
+    def _settle(self, cid: int) -> None:
+        """Log the messages of `cid` the output no longer waits for."""
+        out = self.out.get(cid)
+        if not out:
+            return
+        keep = []
+        for item in out:
+            msg, since = item
+            if msg.done:
+                corr = msg.header.get("correlation_id", -1)
+                pdu = msg.pdu
+                self.res.waits.append((cid, since, self.cur, pdu.last_ts, pdu.first_pkt,
+                                       pdu.last_pkt, corr if isinstance(corr, int) else -1, 0))
+            else:
+                keep.append(item)
+        self.out[cid] = keep
 
     def feed(self, pkt: Packet) -> None:
         self.cur = pkt.no
@@ -138,26 +154,28 @@ class RangeEngine(Engine):
         super().feed(pkt)
         if self.next_id != nid and self.undecided:
             for und in self.undecided.values():
-                if und.id not in self.seen_und:
-                    self.seen_und.add(und.id)
-                    key = conn_key(und.key)
-                    self.res.edge(und.id, key, pkt.no, False)
-                    self._log(und.id, und.first_ts, True)
+                if und.id not in self.held and und.id not in self.res.conns:
+                    self.held[und.id] = (pkt.no, und.first_ts)
+                    self.res.edge(und.id, conn_key(und.key), pkt.no, False)
 
-    def _log(self, cid: int, oldest: int | None, undecided: bool = False) -> None:
-        if self.oldest.get(cid, -1) != oldest:
-            self.oldest[cid] = oldest
-            self.res.pending.append((self.cur, cid, oldest, undecided))
+    def _decide(self, und: Undecided, verdict: bool | None = None) -> None:
+        since, ts = self.held.pop(und.id, (self.cur, und.first_ts))
+        # the output waited for it (by its first packet's time) until now
+        self.res.waits.append((und.id, since, self.cur, ts, 0, 0, -1, 1))
+        super()._decide(und, verdict)
 
     def _open(self, seg: Segment, key, flags: int, conn_id: int | None = None,  # noqa: ANN001
               verdict: bool | None = None) -> Connection:
         conn = super()._open(seg, key, flags, conn_id, verdict)
+        self.cid = conn.info.id
         if conn_id is None:  # a held connection was noted when it was first seen
             # a SYN opens a new connection; a SYN-ACK first is one met mid-handshake
             self.res.edge(conn.info.id, conn_key(key), self.cur, flags & (SYN | ACK) == SYN)
         return conn
 
     def _segment(self, seg: Segment, key, conn: Connection | None, pkt) -> None:  # noqa: ANN001
+        if conn is not None:
+            self.cid = conn.info.id
         super()._segment(seg, key, conn, pkt)
         c = self.conns.get(key)
         if c is None or c.closed:
@@ -169,16 +187,16 @@ class RangeEngine(Engine):
         if edge is not None and self.res.index and not edge.syn and not edge.head \
                 and c.corr.orphans:
             c.corr.settle_orphans()
-        self._log(cid, _oldest(c))
+        self._settle(cid)
         if edge is None:
             return
         head = not edge.syn and len(edge.head) < MAX_HEAD
         tail = self.cur > self.boundary and len(edge.tail) < MAX_TAIL
-        if head or tail:
+        if (head or tail) and pkt.no == self.cur:  # not a held segment replayed
             sig = signature(c)
             if sig is None:
                 return
-            mark = (self.cur, sig, *_acc(c))
+            mark = (self.cur, sig, *_acc(c), c.cf.resyncs + c.sf.resyncs, awaited(c))
             if head:
                 edge.head.append(mark)
             if tail and _first_awaited(c) > self.boundary:
@@ -186,18 +204,25 @@ class RangeEngine(Engine):
 
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
         was = conn.closed
+        self.cid = conn.info.id
         super()._close(conn, pkt)
         if was:
             return
         cid = conn.info.id
-        self._log(cid, None)
+        self._settle(cid)
         edge = self.res.conns.get(cid)
         if edge is not None:
             edge.closed = self.cur
             edge.skipped, edge.gaps = _acc(conn)
+            edge.resyncs = conn.cf.resyncs + conn.sf.resyncs
             edge.kafka = conn.kafka and not conn.ignored
             edge.ignored = conn.ignored or (not conn.kafka and bool(
                 conn.c2s.delivered + conn.s2c.delivered))
+
+
+def _duplicate(msg: Message | None) -> bool:
+    return msg is not None and any(d.code == Code.DUPLICATE_CORRELATION_ID
+                                   for d in msg.diagnostics)
 
 
 def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]) -> RangeResult:

@@ -135,4 +135,5 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
     _write(out, outs, [t.out_path for t in tasks], st)
     timings["merge"] = time.process_time() - cpu
     timings["handovers"] = st.handovers
+    timings["stale"] = st.stale
     return st.skipped, st.gaps

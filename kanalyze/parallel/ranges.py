@@ -4,9 +4,11 @@ its own engine, stitched back into exactly what one process outputs. The one pla
 
 Interface (stable; everything crossing a process is picklable plain data):
 
-* `plan_ranges(paths, n, range_bytes=None) -> list[Range] | None`: a single regular pcap or
-  pcapng file cut into `n` ranges (or ranges of `range_bytes`) at verified record
-  boundaries (`kanalyze.capture.split`), each knowing the run's number of its first packet;
+* `plan_ranges(paths, n, range_bytes=None, bodies=True) -> list[Range] | None`: a single
+  regular pcap or pcapng file cut into `n` ranges of about equal estimated CPU (a pcap: every
+  record header walked; a pcapng: equal bytes at verified sync points,
+  `kanalyze.capture.split`), or into ranges of `range_bytes`, each knowing the run's number of
+  its first packet;
   None when the input cannot be cut (several files, stdin, gzip, damage, a pcapng section or
   interface block after the first packet): the caller runs one process.
 * `run_range(rng, opts, on_exchange) -> RangeResult`: the normal `Engine` over the range's
@@ -40,9 +42,11 @@ the engine's output orderer over the exchanges that stand.
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import struct
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -51,10 +55,13 @@ from kanalyze.capture.split import RangeResult as WalkResult
 from kanalyze.capture.split import iter_range, probe_layout, sync
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
+from kanalyze.parallel.plan import BODY_US_PER_BYTE, BODY_US_PER_DATA_PACKET, ENGINE_US_PER_PACKET
 
 ConnKey = tuple[bytes, int, bytes, int]
-# (packet no, digest of the state, bytes skipped so far, bytes lost in gaps so far)
-Mark = tuple[int, bytes, int, int]
+MsgKey = tuple[int, int, int]  # a request: (first packet, last packet, correlation id)
+# (packet no, digest of the state, bytes skipped so far, bytes lost in gaps so far, resyncs so
+# far, the requests awaited)
+Mark = tuple[int, bytes, int, int, int, tuple[MsgKey, ...]]
 MIN_RANGE = 1 << 20  # a range smaller than this is not worth a worker (tests force smaller)
 
 
@@ -104,6 +111,7 @@ class ConnEdge:
     closed: int | None = None  # packet it was closed at (FINAL: end of this run)
     skipped: int = 0  # at close
     gaps: int = 0
+    resyncs: int = 0
     kafka: bool = False
     ignored: bool = False  # judged not Kafka (or TLS)
 
@@ -113,8 +121,12 @@ class RangeResult:
     index: int
     base: int
     end_pkt: int  # last packet of the range proper
-    done: list[tuple[int, int, int, int]] = field(default_factory=list)
-    pending: list[tuple[int, int, int | None, bool]] = field(default_factory=list)
+    # per exchange: (completion packet, rank, start time, local connection, its request as
+    # first packet, last packet, correlation id (-1s: none), flags: 1 answered, 2 duplicate id)
+    done: list[tuple[int, int, int, int, int, int, int, int]] = field(default_factory=list)
+    # per message the output waited for: (local connection, packet it began waiting, packet it
+    # was done, start time, first packet, last packet, correlation id, 1 if a held connection)
+    waits: list[tuple[int, int, int, int, int, int, int, int]] = field(default_factory=list)
     conns: dict[int, ConnEdge] = field(default_factory=dict)
     coupled: list[str] = field(default_factory=list)  # engine-wide effects: no stitch
     orphans: set[int] = field(default_factory=set)  # indices of responses without a request
@@ -125,15 +137,19 @@ class RangeResult:
     overlap_end: int = 0  # last packet fed after the range's end
     cpu_s: float = 0.0
     # id(exchange) -> done entry, while running (not shipped)
-    done_keys: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    done_keys: dict[int, tuple[int, int, int, int, int, int, int, int]] = field(
+        default_factory=dict)
 
     def edge(self, cid: int, key: ConnKey, pkt: int, syn: bool) -> None:
         self.conns[cid] = ConnEdge(key, pkt, syn)
 
 
 # --------------------------------------------------------------------------- planning
-def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None) -> list[Range] | None:
-    """See the module docstring. Raises CaptureError when the file is not a capture."""
+def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None,
+                bodies: bool = True) -> list[Range] | None:
+    """See the module docstring (`bodies`: whether the ranges' work includes decoding the
+    bodies, which weighs bytes more than packets). Raises CaptureError when the file is not a
+    capture."""
     if len(paths) != 1 or paths[0] == "-" or not os.path.isfile(paths[0]):
         return None
     path = paths[0]
@@ -143,9 +159,12 @@ def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None) ->
             return None
         f.seek(0)
         probe_layout(lay, f)
-        span = range_bytes or max(MIN_RANGE, -(-(lay.size - lay.data_start) // max(n, 1)))
-        pcap = lay.format == "pcap"
-        cuts = _pcap_cuts(path, lay, span) if pcap else _pcapng_cuts(f, lay, span)
+        n = max(1, min(n, (lay.size - lay.data_start) // MIN_RANGE))
+        if lay.format == "pcap":
+            cuts = _pcap_cuts(path, lay, n, range_bytes, bodies)
+        else:
+            span = range_bytes or -(-(lay.size - lay.data_start) // n)
+            cuts = _pcapng_cuts(f, lay, span)
     if cuts is None or len(cuts) < 2:
         return None
     last_ts = max(ts for _s, _c, ts in cuts)
@@ -159,35 +178,55 @@ def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None) ->
     return out
 
 
-def _pcap_cuts(path: str, lay: Layout, span: int) -> list[tuple[int, int, int]] | None:
-    """(start, packets, latest time) per range: every record header walked (exact cuts)."""
+# the CPU cost model of a record (µs), to cut ranges of equal work: the engine per packet, and
+# for bodies per packet carrying payload and per byte (kanalyze.parallel.plan's measurements)
+HEADERS_ONLY = 66  # a record this long or shorter carries no TCP payload (Ethernet, IP, TCP)
+
+
+def _record_cost(incl: int, bodies: bool) -> float:
+    cost = ENGINE_US_PER_PACKET
+    if incl > HEADERS_ONLY:
+        cost += (BODY_US_PER_DATA_PACKET + BODY_US_PER_BYTE * incl) if bodies else 0.002 * incl
+    return cost
+
+
+def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None,
+               bodies: bool) -> list[tuple[int, int, int]] | None:
+    """(start, packets, latest time) per range, every record header walked (exact cuts):
+    `n` ranges of about equal estimated CPU, or ranges of `span` bytes."""
     unpack = struct.Struct(lay.endian + "IIII").unpack_from
     mult = lay.ns_mult
     with open(path, "rb") as f:
         if lay.size <= lay.data_start:
             return None
         m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    offs, costs, times = array("q"), array("d"), array("q")
+    total = 0.0
     try:
-        cuts: list[list[int]] = []
-        pos, size, nxt = lay.data_start, lay.size, lay.data_start
+        pos, size = lay.data_start, lay.size
         while pos < size:
             if size - pos < 16:
                 return None  # damaged: one process reports it
             sec, frac, incl, _o = unpack(m, pos)
             if incl > MAX_RECORD or pos + 16 + incl > size:
                 return None
-            if pos >= nxt:
-                cuts.append([pos, 0, 0])
-                nxt = pos + span
-            cur = cuts[-1]
-            cur[1] += 1
-            ts = sec * 1_000_000_000 + frac * mult
-            if ts > cur[2]:
-                cur[2] = ts
+            offs.append(pos)
+            total += _record_cost(incl, bodies) if span is None else 16 + incl
+            costs.append(total)
+            times.append(sec * 1_000_000_000 + frac * mult)
             pos += 16 + incl
     finally:
         m.close()
-    return [(a, b, c) for a, b, c in cuts]
+    if not offs:
+        return None
+    step = total / n if span is None else float(span)
+    firsts = [0]
+    for k in range(1, n if span is None else int(total // step) + 1):
+        i = bisect.bisect_left(costs, k * step, firsts[-1] + 1)
+        if i < len(offs) and i > firsts[-1]:
+            firsts.append(i)
+    ends = [*firsts[1:], len(offs)]
+    return [(offs[a], b - a, max(times[a:b])) for a, b in zip(firsts, ends, strict=True)]
 
 
 def _pcapng_cuts(f, lay: Layout, span: int) -> list[tuple[int, int, int]] | None:  # noqa: ANN001

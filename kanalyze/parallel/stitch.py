@@ -1,38 +1,38 @@
 """The stitch: the ranges' results (`kanalyze.parallel.ranges`) back into one process's output.
 
-Walked in range order, it follows every connection across the edges: a connection open at
-the end of range k is handed to range k+1's first incarnation of its 4-tuple at the first
-packet both runs marked with the same state digest (from there on both runs are the same);
-a connection range k saw end in its overlap is all range k's, and range k+1's view of it is
-dropped; connections range k first saw in its overlap are range k+1's. Each connection then
-has its owners, each owning the exchanges completed in a packet interval (lo, hi]. The
-engine's output orderer is replayed over the exchanges that stand: released by start time
-once no connection has an older awaited message, with every connection's log taken from its
-owner at that packet.
+Walked in range order, it follows every connection across the edges. A connection open at
+the end of range k is handed to the first later view of its 4-tuple at the first packet Q
+where both runs marked it quiescent with the same state digest and the earlier run awaits
+no request the later one does not (`_common`). The later run may await more: requests it
+read from a stream it joined mid-frame (`stale`); they never get an answer there (else the
+stitch refuses), so their exchanges are dropped and the output never waited for them. From
+Q on, the later run is the same as one process on that connection. A connection the earlier
+run saw end in its overlap is all the earlier run's, and later views of it are dropped;
+connections first seen in a run's overlap are the next range's.
+
+Each connection then has its owners, each owning the exchanges completed in a packet
+interval (lo, hi]; `replay.order` replays the engine's output orderer over them.
 
 Whatever one process would do differently is refused (`Unstitchable`, and the caller runs one
-process): no common quiescent packet; a connection idle for a whole range, or one whose end
-a later range cannot know; an exchange inferred from evidence a range did not have (a
-response without its request outside range 0); a bound shared by all connections that the
-ranges together may have reached; a message awaited longer than the order window; a flow
-that is not Kafka (one process's closing note judges the whole capture).
+process): no common quiescent packet; a connection reopened before its handover; a stale
+request answered, or a resync after the handover on a connection with stale requests; a
+response without its request outside range 0 (its api is inferred from evidence of the whole
+run); a bound shared by all connections that the ranges together may have reached; a
+message awaited longer than the order window; a flow that is not Kafka (one process's
+closing note judges the whole capture).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kanalyze.engine import EngineOptions
 from kanalyze.parallel.range_engine import FINAL
 from kanalyze.parallel.ranges import ConnEdge, RangeResult
+from kanalyze.parallel.replay import INF, Own, Unstitchable, order
 
-INF = FINAL + 1
-
-
-class Unstitchable(Exception):
-    """The ranges cannot be proved equal to one process (the message says why)."""
+__all__ = ["Stitched", "Unstitchable", "stitch"]
 
 
 @dataclass(slots=True)
@@ -43,16 +43,19 @@ class Stitched:
     ids: list[dict[int, int]] = field(default_factory=list)
     skipped: int = 0
     gaps: int = 0
-    handovers: int = 0  # connections handed from one range to the next
+    handovers: int = 0  # connections handed from one range to a later one
+    stale: int = 0  # requests of a later run dropped at a handover
 
 
-def _common(prev: ConnEdge, nxt: ConnEdge) -> tuple[int, int, int, int, int] | None:
-    """(packet, skipped and gaps of the earlier run there, of the later run there)."""
-    later = {(p, d): (s, g) for p, d, s, g in nxt.head}
-    for p, d, s, g in prev.tail:
-        got = later.get((p, d))
-        if got is not None:
-            return p, s, g, got[0], got[1]
+def _common(prev: ConnEdge, nxt: ConnEdge) -> tuple[int, tuple, tuple, frozenset] | None:
+    """(Q, the earlier run's mark there, the later run's, the later run's stale requests)."""
+    later = {m[0]: m for m in nxt.head}
+    for m in prev.tail:
+        got = later.get(m[0])
+        if got is not None and got[1] == m[1]:
+            mine, theirs = set(m[5]), set(got[5])
+            if mine <= theirs:
+                return m[0], m, got, frozenset(theirs - mine)
     return None
 
 
@@ -66,8 +69,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
     if sum(r.buffered_peak for r in results) > opts.max_buffered:
         raise Unstitchable("the buffered bytes may have exceeded --max-buffered")
     n = len(results)
-    # per range: local id -> [lo, hi, root (range, lid), bytes skipped/gaps at lo, at hi]
-    own: list[dict[int, list]] = [{} for _ in range(n)]
+    own: list[dict[int, Own]] = [{} for _ in range(n)]
     # 4-tuple -> (range, lid) open at a range's end and not yet seen by a later range (one
     # never seen again is its range's to the end of input)
     live: dict[tuple, tuple[int, int]] = {}
@@ -95,104 +97,50 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
                 raise Unstitchable(f"no common quiescent packet across a range edge (ranges "
                                    f"{pr} and {r}, ports {e.key[1]}/{e.key[3]})")
             del live[e.key]
-            q, ps, pg, ns, ng = got
+            q, mine, theirs, stale = got
             prev = own[pr][plid]
-            prev[1], prev[5] = q, (ps, pg)
-            own[r][lid] = [q, INF, prev[2], (ns, ng), None, None]
+            prev.hi, prev.at_hi = q, (mine[2], mine[3])
+            own[r][lid] = Own(q, INF, prev.root, (theirs[2], theirs[3]), stale, theirs[4])
             claimed.add(lid)
             out.handovers += 1
+            out.stale += len(stale)
         for lid, e in res.conns.items():
             if e.opened > res.end_pkt or lid in claimed and lid not in own[r]:
                 continue
             if lid not in own[r]:
-                own[r][lid] = [0, INF, (r, lid), (0, 0), None, None]
+                own[r][lid] = Own(0, INF, (r, lid))
             if e.ignored:
                 raise Unstitchable("a flow that is not Kafka (one process writes the note)")
             open_at_end = e.closed is not None and e.closed > res.end_pkt  # FINAL too
             if open_at_end and r + 1 < n:
                 live[e.key] = (r, lid)
-    roots = sorted({tuple(v[2]) for d in own for v in d.values()},
+    _check_stale(results, own)
+    roots = sorted({o.root for d in own for o in d.values()},
                    key=lambda rl: (results[rl[0]].conns[rl[1]].opened, rl[0], rl[1]))
     gid = {rl: i for i, rl in enumerate(roots, 1)}
-    out.ids = [{lid: gid[tuple(v[2])] for lid, v in d.items()} for d in own]
+    out.ids = [{lid: gid[o.root] for lid, o in d.items()} for d in own]
     if not any(results[r].conns[lid].kafka for r, lid in roots):
         raise Unstitchable("no Kafka connection: one process says what the capture is")
     for r, d in enumerate(own):
-        for lid, (_lo, hi, _root, at_lo, _x, at_hi) in d.items():
+        for lid, o in d.items():
             e = results[r].conns[lid]
-            end = at_hi if hi != INF else (e.skipped, e.gaps)
-            out.skipped += end[0] - at_lo[0]
-            out.gaps += end[1] - at_lo[1]
-    out.sequence = _order(results, own, out.ids, opts)
+            end = o.at_hi if o.hi != INF and o.at_hi is not None else (e.skipped, e.gaps)
+            out.skipped += end[0] - o.at_lo[0]
+            out.gaps += end[1] - o.at_lo[1]
+    out.sequence = order(results, own, out.ids, opts)
     return out
 
 
-def _order(results: Sequence[RangeResult], own: list[dict[int, list]],
-           ids: list[dict[int, int]], opts: EngineOptions) -> list[tuple[int, int]]:
-    """The engine's release rule replayed over the exchanges and logs that stand."""
-    events: list[tuple[int, int, int, int, int, int]] = []  # (pkt, kind, gid, rank, range, i)
-    logs: dict[int, list[tuple[int, int | None, bool]]] = {}
-    for r, res in enumerate(results):
-        d = own[r]
-        for i, (pkt, rank, _ts, lid) in enumerate(res.done):
-            o = d.get(lid)
-            if o is not None and o[0] < pkt <= o[1]:
-                if r > 0 and i in res.orphans:
-                    raise Unstitchable("a response without its request after range 0 (its api "
-                                       "is inferred from evidence of the whole run)")
-                events.append((pkt, 0, ids[r][lid], rank, r, i))
-        for i, (pkt, lid, first, und) in enumerate(res.pending):
-            o = d.get(lid)
-            if o is not None and o[0] < pkt <= o[1]:
-                events.append((pkt, 1, ids[r][lid], 0, r, i))
-                logs.setdefault(ids[r][lid], []).append((pkt, first, und))
-    _check_window(results, logs, opts)
-    events.sort()
-    oldest: dict[int, int] = {}
-    done: list[tuple[int, int, int, int, int, int]] = []
-    seq: list[tuple[int, int]] = []
-    k, m = 0, len(events)
-    while k < m:
-        pkt = events[k][0]
-        while k < m and events[k][0] == pkt:
-            _p, kind, g, rank, r, i = events[k]
-            if kind == 0:
-                heapq.heappush(done, (results[r].done[i][2], pkt, g, rank, r, i))
-            else:
-                ts = results[r].pending[i][2]
-                if ts is None:
-                    oldest.pop(g, None)
-                else:
-                    oldest[g] = ts
-            k += 1
-        if pkt >= FINAL:
-            break
-        limit = min(oldest.values()) if oldest else None
-        while done and (limit is None or done[0][0] <= limit):
-            e = heapq.heappop(done)
-            seq.append((e[4], e[5]))
-    while done:
-        e = heapq.heappop(done)
-        seq.append((e[4], e[5]))
-    return seq
-
-
-def _check_window(results: Sequence[RangeResult], logs: dict[int, list],
-                  opts: EngineOptions) -> None:
-    """One process releases by the clock when a message waits longer than the order window;
-    refused here, judged with the latest time of the range the wait ends in (an upper bound)."""
-    window = opts.order_window_ns
-    ends = [r.end_pkt for r in results]
-    top, acc = [], 0
-    for r in results:
-        acc = max(acc, r.max_ts)
-        top.append(acc)
-    for entries in logs.values():
-        entries.sort()
-        for j, (_pkt, ts, und) in enumerate(entries):
-            if ts is None or und:
+def _check_stale(results: Sequence[RangeResult], own: list[dict[int, Own]]) -> None:
+    """A later run with stale requests must not resync after the handover (its search would
+    take the stale correlation ids into account)."""
+    for r, d in enumerate(own):
+        for lid, o in d.items():
+            if not o.stale:
                 continue
-            until = entries[j + 1][0] if j + 1 < len(entries) else FINAL
-            k = next((x for x, e in enumerate(ends) if until <= e), len(ends) - 1)
-            if top[k] - window > ts:
-                raise Unstitchable("a message awaited longer than the order window")
+            e = results[r].conns[lid]
+            marks = {m[0]: m for m in e.tail}
+            at_hi = marks[o.hi][4] if o.hi in marks else e.resyncs
+            if at_hi != o.resyncs_lo:
+                raise Unstitchable("a resync after a handover with stale requests")
+

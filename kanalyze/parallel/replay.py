@@ -1,0 +1,130 @@
+"""The engine's output orderer replayed over the exchanges the stitch keeps (`stitch.py`).
+
+One engine releases a completed exchange by start time once no message it waits for (a
+request, an orphan response held, a connection whose roles are not known yet) started
+earlier. Every range logged, per message, the packets it was waited for; each connection's
+part is taken from the run that owns the connection at that packet (`Own`: the interval
+(lo, hi] of packets), without the stale requests of a later run. The release is replayed
+after every packet where something happened, in packet order; within a packet, completions
+come in connection id order, then in the order of their run.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kanalyze.engine import EngineOptions
+from kanalyze.parallel.range_engine import FINAL
+from kanalyze.parallel.ranges import MsgKey, RangeResult
+
+INF = FINAL + 1
+
+
+class Unstitchable(Exception):
+    """The ranges cannot be proved equal to one process (the message says why)."""
+
+
+@dataclass(slots=True)
+class Own:
+    """A run's part of one connection: the exchanges completed in packets (lo, hi]."""
+
+    lo: int
+    hi: int
+    root: tuple[int, int]  # (range, local id) where the connection was first seen
+    at_lo: tuple[int, int] = (0, 0)  # bytes skipped, lost in gaps at lo (this run's count)
+    stale: frozenset[MsgKey] = frozenset()
+    resyncs_lo: int = 0
+    at_hi: tuple[int, int] | None = None  # ... at hi, when handed on
+
+
+def _exchanges(results: Sequence[RangeResult], own: list[dict[int, Own]],
+               ids: list[dict[int, int]]) -> list[tuple[int, int, int, int, int, int]]:
+    """(packet, 0, run connection id, rank, range, index) of every exchange that stands."""
+    events = []
+    for r, res in enumerate(results):
+        d = own[r]
+        for i, (pkt, rank, _ts, lid, first, last, corr, flags) in enumerate(res.done):
+            o = d.get(lid)
+            if o is None or not o.lo < pkt <= o.hi:
+                continue
+            if o.stale:
+                if (first, last, corr) in o.stale:
+                    if flags & 1:
+                        raise Unstitchable("a stale request answered after a handover")
+                    continue  # read mid-frame by a run that joined late: never sent
+                if flags & 2:
+                    raise Unstitchable("a correlation id reused after a handover")
+            if r > 0 and i in res.orphans:
+                raise Unstitchable("a response without its request after range 0 (its api "
+                                   "is inferred from evidence of the whole run)")
+            events.append((pkt, 0, ids[r][lid], rank, r, i))
+    return events
+
+
+def _waits(results: Sequence[RangeResult], own: list[dict[int, Own]],
+           opts: EngineOptions) -> list[tuple[int, int, int, int, int, int]]:
+    """(packet, 1, +1/-1, start time, 0, 0): when each message that stands began and ended
+    holding the output back; refuses a wait longer than the order window (one process then
+    releases by the clock), judged with the latest time of the range it ends in."""
+    window = opts.order_window_ns
+    ends = [r.end_pkt for r in results]
+    top, acc = [], 0
+    for res in results:
+        acc = max(acc, res.max_ts)
+        top.append(acc)
+    events = []
+    for r, res in enumerate(results):
+        d = own[r]
+        for lid, since, done, ts, first, last, corr, held in res.waits:
+            o = d.get(lid)
+            if o is None or (not held and (first, last, corr) in o.stale):
+                continue
+            a, b = max(since, o.lo + 1), min(done, o.hi + 1)
+            if a >= b:
+                continue
+            if not held:
+                k = next((x for x, e in enumerate(ends) if b - 1 <= e), len(ends) - 1)
+                if top[k] - window > ts:
+                    raise Unstitchable("a message awaited longer than the order window")
+            events.append((a, 1, 1, ts, 0, 0))
+            events.append((b, 1, -1, ts, 0, 0))
+    return events
+
+
+def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
+          ids: list[dict[int, int]], opts: EngineOptions) -> list[tuple[int, int]]:
+    """(range, index) of the exchanges that stand, in the order one engine releases them."""
+    events = _exchanges(results, own, ids) + _waits(results, own, opts)
+    events.sort()
+    waiting: Counter[int] = Counter()
+    heap: list[int] = []
+    done: list[tuple[int, int, int, int, int, int]] = []
+    seq: list[tuple[int, int]] = []
+    k, m = 0, len(events)
+    while k < m:
+        pkt = events[k][0]
+        while k < m and events[k][0] == pkt:
+            _p, kind, a, b, r, i = events[k]
+            if kind == 0:
+                heapq.heappush(done, (results[r].done[i][2], pkt, a, b, r, i))
+            elif a > 0:
+                waiting[b] += 1
+                heapq.heappush(heap, b)
+            else:
+                waiting[b] -= 1
+            k += 1
+        if pkt >= FINAL:
+            break
+        while heap and waiting[heap[0]] <= 0:
+            heapq.heappop(heap)
+        limit = heap[0] if heap else None
+        while done and (limit is None or done[0][0] <= limit):
+            e = heapq.heappop(done)
+            seq.append((e[4], e[5]))
+    while done:
+        e = heapq.heappop(done)
+        seq.append((e[4], e[5]))
+    return seq
