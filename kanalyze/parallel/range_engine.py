@@ -23,15 +23,25 @@ from kanalyze.connection import Connection, Undecided
 from kanalyze.correlation import Exchange, Message
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.flows import ACK, SYN, FlowStats, Segment, decode_segment
-from kanalyze.parallel.ranges import ConnEdge, MsgKey, Range, RangeResult, read_range
+from kanalyze.headers import plausible_request
+from kanalyze.parallel.ranges import (
+    MsgKey,
+    Range,
+    RangeResult,
+    Wanted,
+    read_overlap,
+    read_range,
+)
 from kanalyze.reassembly import MASK
 
+PSH = 0x08
+JOIN_SKIP = 1 << 40  # "skip everything" until a pushed segment (see RangeEngine._open)
 FINAL = 1 << 62  # the "packet number" of what happens at the end of input
 # handover candidates noted per connection (the stitch takes the first common): as found
 # mid-stream, and past the range's end (only where every awaited request is of the overlap,
 # as the next range's run has seen it too)
 MAX_HEAD = 256
-MAX_TAIL = 64
+MAX_TAIL = 32
 
 
 
@@ -79,16 +89,12 @@ def signature(conn: Connection) -> bytes | None:
     return hashlib.blake2b(repr(state).encode(), digest_size=16).digest()
 
 
-def _first_awaited(conn: Connection) -> int:
-    """Packet of the earliest request `conn` still awaits an answer to (FINAL: none)."""
-    corr = conn.corr
-    first = FINAL
-    for q in corr.pending.values():
-        for m, _h, _a in q:
-            first = min(first, m.pdu.first_pkt)
-    for m, _h, _a in corr.unanswered:
-        first = min(first, m.pdu.first_pkt)
-    return first
+def _eligible(awaits: tuple[MsgKey, ...], boundary: int, answered: int) -> bool:
+    """Whether a later run may await as much: every request awaited from before the boundary
+    is dead (a newer one was answered, and a broker answers in order), so it can only be one
+    this run read from a stream it joined mid-frame (the stitch drops those) or a request
+    never answered (then no later run matches, and the stitch refuses)."""
+    return all(first > boundary or first < answered for first, _l, _c in awaits)
 
 
 def _acc(conn: Connection) -> tuple[int, int]:
@@ -110,6 +116,9 @@ class RangeEngine(Engine):
         self.held: dict[int, tuple[int, int]] = {}  # undecided connection -> (packet, first ts)
         # per connection, what the output waits for: [message, packet it began waiting]
         self.out: dict[int, list[list]] = {}
+        self.answered: dict[int, int] = {}  # connection -> first packet of the newest answered
+        # found mid-stream: client bytes skipped until a push (-> whether --port forced it)
+        self.joining: dict[int, bool] = {}
 
     def _complete(self, ex: Exchange) -> None:
         super()._complete(ex)
@@ -125,6 +134,8 @@ class RangeEngine(Engine):
         else:
             first, last = req.pdu.first_pkt, req.pdu.last_pkt
             corr = -1 if ex.correlation_id is None else ex.correlation_id
+            if ex.response is not None and first > self.answered.get(cid, -1):
+                self.answered[cid] = first
         self.res.done_keys[id(ex)] = (self.cur, n, ex.start_ts, cid, first, last, corr, flags)
 
     def _pending(self, msg: Message) -> None:
@@ -171,16 +182,47 @@ class RangeEngine(Engine):
         if conn_id is None:  # a held connection was noted when it was first seen
             # a SYN opens a new connection; a SYN-ACK first is one met mid-handshake
             self.res.edge(conn.info.id, conn_key(key), self.cur, flags & (SYN | ACK) == SYN)
+        if self.res.index and not flags & SYN:
+            # joined mid-stream: a client writes a request in one go and the last segment of
+            # a write carries PSH, so framing the client side after the first pushed segment
+            # starts at a frame, where searching would take record bytes for a header (a
+            # wrong guess only means no handover: the stitch compares states)
+            conn.cf.synced, conn.cf.skip = True, JOIN_SKIP
+            self.joining[conn.info.id] = conn.forced
+            conn.forced = True  # the skipped bytes do not count against Kafka detection
+            if key == conn.client_key:
+                self._join_at(conn, seg)
         return conn
+
+    def _join_at(self, conn: Connection, seg: Segment) -> None:
+        """The first client segment of a connection joined mid-stream starts at a frame when
+        it holds whole frames, the first a plausible request: framed from its first byte."""
+        data = seg.payload
+        if conn.c2s.base is not None or not data:
+            return
+        pos, n = 0, len(data)
+        while pos + 4 <= n:
+            pos += 4 + int.from_bytes(data[pos : pos + 4], "big")
+        if pos == n and plausible_request(data, 0, conn.cf.max_frame) == 1:
+            self._joined(conn)
+
+    def _joined(self, conn: Connection) -> None:
+        conn.forced = self.joining.pop(conn.info.id)
+        conn.cf.skip = conn.cf.skipped = 0  # (only differences after a handover are counted)
 
     def _segment(self, seg: Segment, key, conn: Connection | None, pkt) -> None:  # noqa: ANN001
         if conn is not None:
             self.cid = conn.info.id
+            if self.joining and conn.info.id in self.joining and key == conn.client_key:
+                self._join_at(conn, seg)
         super()._segment(seg, key, conn, pkt)
         c = self.conns.get(key)
         if c is None or c.closed:
             return
         cid = c.info.id
+        if cid in self.joining and seg.flags & PSH and key == c.client_key and not c.c2s.heap \
+                and (seg.seq + len(seg.payload)) & MASK == _abs(c.c2s, c.c2s.next):
+            self._joined(c)
         edge = self.res.conns.get(cid)
         # found mid-stream: responses to requests of the previous range need not wait (that
         # range's run pairs them; these are dropped), so the connection can become quiescent
@@ -196,10 +238,11 @@ class RangeEngine(Engine):
             sig = signature(c)
             if sig is None:
                 return
-            mark = (self.cur, sig, *_acc(c), c.cf.resyncs + c.sf.resyncs, awaited(c))
+            awaits = awaited(c)
+            mark = (self.cur, sig, *_acc(c), c.cf.resyncs + c.sf.resyncs, awaits)
             if head:
                 edge.head.append(mark)
-            if tail and _first_awaited(c) > self.boundary:
+            if tail and _eligible(awaits, self.boundary, self.answered.get(cid, -1)):
                 edge.tail.append(mark)
 
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
@@ -225,6 +268,28 @@ def _duplicate(msg: Message | None) -> bool:
                                    for d in msg.diagnostics)
 
 
+def _overlap(rng: Range, eng: RangeEngine, res: RangeResult) -> None:
+    """Past the range: only the packets of the connections open at its end, until each of
+    them closed or has `MAX_TAIL` tail marks (or the input ends)."""
+    alive = [e for e in res.conns.values() if e.closed is None]
+    wanted = Wanted()
+    wanted.follow([e.key for e in alive])
+    keys = {e.key for e in alive}
+    flows = FlowStats()
+    fed = 0
+    for pkt in read_overlap(rng, wanted):
+        seg = decode_segment(pkt.linktype, pkt.data, flows)
+        if seg is None or conn_key((seg.src, seg.sport, seg.dst, seg.dport)) not in keys:
+            continue
+        res.overlap_end = pkt.no
+        eng.feed(pkt)
+        fed += 1
+        if fed & 31 == 0:
+            alive = [e for e in alive if e.closed is None and len(e.tail) < MAX_TAIL]
+            keys = {e.key for e in alive}
+            wanted.follow(keys)
+
+
 def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]) -> RangeResult:
     """`ranges.run_range`: the range, then the overlap (only the packets of the connections
     open at the range's end) until each of them closed or has `MAX_TAIL` tail marks."""
@@ -239,29 +304,14 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
         on_exchange(ex)
 
     eng = RangeEngine(emit, opts, res, res.end_pkt)
-    alive: list[ConnEdge] | None = None
-    wanted: set[tuple[bytes, int, bytes, int]] = set()
-    flows = FlowStats()
     latest = 0
-    cap = res.end_pkt + 2 * rng.count + 1024  # the overlap reads at most this far
     try:
         for pkt in read_range(rng):
-            if pkt.no > res.end_pkt:
-                if pkt.no > cap:
-                    break  # the stitch refuses if a connection still open is seen again
-                if alive is None or (pkt.no & 63) == 0:
-                    alive = [e for e in (res.conns.values() if alive is None else alive)
-                             if e.closed is None and len(e.tail) < MAX_TAIL]
-                    wanted = {e.key for e in alive}
-                    if not alive:
-                        break
-                seg = decode_segment(pkt.linktype, pkt.data, flows)
-                if seg is None or conn_key((seg.src, seg.sport, seg.dst, seg.dport)) not in wanted:
-                    continue
-                res.overlap_end = pkt.no
-            elif pkt.ts_ns > latest:
+            if pkt.ts_ns > latest:
                 latest = pkt.ts_ns
             eng.feed(pkt)
+        if not rng.last:
+            _overlap(rng, eng, res)
     except CaptureError as e:
         res.error = str(e)
     eng.cur = FINAL

@@ -122,7 +122,8 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
     else:
         futures = [pool.submit(export_range, t) for t in tasks[1:]]
         outs = [export_range(tasks[0])] + [f.result() for f in futures]
-    timings["shards"] = [o.result.cpu_s for o in outs]
+    timings["shards"] = shards = [o.result.cpu_s for o in outs]
+    timings["balance"] = max(shards) * len(shards) / (sum(shards) or 1.0)
     cpu = time.process_time()
     try:
         if any(o.bad_line for o in outs):

@@ -45,12 +45,13 @@ from __future__ import annotations
 import bisect
 import mmap
 import os
+import re
 import struct
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from kanalyze.capture.packets import MAX_RECORD, CaptureError
+from kanalyze.capture.packets import MAX_RECORD, CaptureError, Packet
 from kanalyze.capture.split import RangeResult as WalkResult
 from kanalyze.capture.split import iter_range, probe_layout, sync
 from kanalyze.correlation import Exchange
@@ -146,10 +147,11 @@ class RangeResult:
 
 # --------------------------------------------------------------------------- planning
 def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None,
-                bodies: bool = True) -> list[Range] | None:
+                bodies: bool = True, lead_us: float = 0.0) -> list[Range] | None:
     """See the module docstring (`bodies`: whether the ranges' work includes decoding the
-    bodies, which weighs bytes more than packets). Raises CaptureError when the file is not a
-    capture."""
+    bodies, which weighs bytes more than packets; `lead_us`: the estimated CPU the other
+    ranges' workers spend starting up, so range 0, run at once, gets that much more). Raises
+    CaptureError when the file is not a capture."""
     if len(paths) != 1 or paths[0] == "-" or not os.path.isfile(paths[0]):
         return None
     path = paths[0]
@@ -161,7 +163,7 @@ def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None,
         probe_layout(lay, f)
         n = max(1, min(n, (lay.size - lay.data_start) // MIN_RANGE))
         if lay.format == "pcap":
-            cuts = _pcap_cuts(path, lay, n, range_bytes, bodies)
+            cuts = _pcap_cuts(path, lay, n, range_bytes, bodies, lead_us)
         else:
             span = range_bytes or -(-(lay.size - lay.data_start) // n)
             cuts = _pcapng_cuts(f, lay, span)
@@ -190,8 +192,8 @@ def _record_cost(incl: int, bodies: bool) -> float:
     return cost
 
 
-def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None,
-               bodies: bool) -> list[tuple[int, int, int]] | None:
+def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None, bodies: bool,
+               lead: float = 0.0) -> list[tuple[int, int, int]] | None:
     """(start, packets, latest time) per range, every record header walked (exact cuts):
     `n` ranges of about equal estimated CPU, or ranges of `span` bytes."""
     unpack = struct.Struct(lay.endian + "IIII").unpack_from
@@ -219,10 +221,15 @@ def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None,
         m.close()
     if not offs:
         return None
-    step = total / n if span is None else float(span)
+    if span is None:  # range 0 takes `lead` more than each other range
+        lead = min(lead, total / n / 2)
+        first = (total + (n - 1) * lead) / n
+        targets = [first + k * (first - lead) for k in range(n - 1)]
+    else:
+        targets = [k * float(span) for k in range(1, int(total // span) + 1)]
     firsts = [0]
-    for k in range(1, n if span is None else int(total // step) + 1):
-        i = bisect.bisect_left(costs, k * step, firsts[-1] + 1)
+    for target in targets:
+        i = bisect.bisect_left(costs, target, firsts[-1] + 1)
         if i < len(offs) and i > firsts[-1]:
             firsts.append(i)
     ends = [*firsts[1:], len(offs)]
@@ -254,16 +261,68 @@ def _pcapng_cuts(f, lay: Layout, span: int) -> list[tuple[int, int, int]] | None
     return cuts
 
 
-def read_range(rng: Range, until: int | None = None):  # noqa: ANN201
-    """The packets of [start, until or stop), numbered as one process numbers them."""
+def read_range(rng: Range, until: int | None = None, start: int | None = None,
+               base: int | None = None) -> Iterator[Packet]:
+    """The packets of [start, until) (by default the range's own), numbered as one process
+    numbers them."""
     res = WalkResult()
     with open(rng.path, "rb") as f:
-        for pkt in iter_range(f, rng.layout, rng.start, until or rng.stop, res,
-                              rng.base):
+        for pkt in iter_range(f, rng.layout, rng.start if start is None else start,
+                              until or rng.end, res, rng.base if base is None else base):
             pkt.no = pkt.file_no
             yield pkt
     if res.error:
         raise CaptureError(res.error)
+
+
+class Wanted:
+    """The connections the overlap still follows, as a search for their TCP port pairs (a
+    pre-filter: a packet it finds is decoded and checked; one it misses is not theirs)."""
+
+    HEAD = 512  # bytes of a record searched: link, IP (with options) and TCP headers
+
+    def __init__(self) -> None:
+        self.pattern: re.Pattern[bytes] | None = None
+
+    def follow(self, keys: Collection[ConnKey]) -> None:
+        pairs = set()
+        for _a, pa, _b, pb in keys:
+            pairs.add(pa.to_bytes(2, "big") + pb.to_bytes(2, "big"))
+            pairs.add(pb.to_bytes(2, "big") + pa.to_bytes(2, "big"))
+        self.pattern = re.compile(b"|".join(map(re.escape, sorted(pairs)))) if pairs else None
+
+
+def read_overlap(rng: Range, wanted: Wanted) -> Iterator[Packet]:
+    """The packets after the range that `wanted` may want, numbered on from its last; stops
+    when it wants nothing more. A classic pcap is walked through mmap (the others skipped
+    without a copy); a pcapng through the split walker."""
+    if rng.layout.format != "pcap":
+        for pkt in read_range(rng, rng.stop, rng.end, rng.base + rng.count):
+            if wanted.pattern is None:
+                return
+            if wanted.pattern.search(pkt.data, 0, Wanted.HEAD):
+                yield pkt
+        return
+    lay = rng.layout
+    unpack = struct.Struct(lay.endian + "IIII").unpack_from
+    with open(rng.path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        pos, no, size = rng.end, rng.base + rng.count, len(m)
+        while pos < size and wanted.pattern is not None:
+            if size - pos < 16:
+                raise CaptureError(f"offset {pos}: truncated record")
+            sec, frac, incl, _o = unpack(m, pos)
+            end = pos + 16 + incl
+            if incl > MAX_RECORD or end > size:
+                raise CaptureError(f"offset {pos}: record claims {incl} bytes")
+            no += 1
+            if wanted.pattern.search(m, pos + 16, min(end, pos + 16 + Wanted.HEAD)):
+                ts = sec * 1_000_000_000 + frac * lay.ns_mult
+                yield Packet(no, ts, lay.linktype, m[pos + 16 : end], 0, no)
+            pos = end
+    finally:
+        m.close()
 
 
 # --------------------------------------------------------------------------- one range

@@ -62,7 +62,8 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
             )
             warm = [pool.submit(_warm) for _ in range(jobs - 1)]
         range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
-        ranges = plan_ranges(paths, jobs, range_bytes, bodies=not header_only)
+        lead = WORKER_START_US if pool is not None else 0.0
+        ranges = plan_ranges(paths, jobs, range_bytes, bodies=not header_only, lead_us=lead)
         if ranges is not None:
             last_timings.clear()
             last_timings["scan"] = time.process_time() - cpu

@@ -47,15 +47,18 @@ class Stitched:
     stale: int = 0  # requests of a later run dropped at a handover
 
 
-def _common(prev: ConnEdge, nxt: ConnEdge) -> tuple[int, tuple, tuple, frozenset] | None:
-    """(Q, the earlier run's mark there, the later run's, the later run's stale requests)."""
+def _common(prev: ConnEdge, nxt: ConnEdge, mine: Own) -> tuple[int, tuple, tuple, frozenset] | None:
+    """(Q, the earlier run's mark there, the later run's, the later run's stale requests);
+    `mine`: the earlier run's part (Q must lie in it; its stale requests are not awaited)."""
     later = {m[0]: m for m in nxt.head}
     for m in prev.tail:
+        if m[0] <= mine.lo:
+            continue
         got = later.get(m[0])
         if got is not None and got[1] == m[1]:
-            mine, theirs = set(m[5]), set(got[5])
-            if mine <= theirs:
-                return m[0], m, got, frozenset(theirs - mine)
+            ours, theirs = set(m[5]) - mine.stale, set(got[5])
+            if ours <= theirs:
+                return m[0], m, got, frozenset(theirs - ours)
     return None
 
 
@@ -92,7 +95,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
                 continue  # a new connection on the same 4-tuple
             if e.syn:
                 raise Unstitchable("a connection reopened before its handover")
-            got = _common(pe, e)
+            got = _common(pe, e, own[pr][plid])
             if got is None:
                 raise Unstitchable(f"no common quiescent packet across a range edge (ranges "
                                    f"{pr} and {r}, ports {e.key[1]}/{e.key[3]})")

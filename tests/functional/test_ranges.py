@@ -56,13 +56,13 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("in_process")
 @pytest.mark.parametrize(
-    ("size", "tail"), [(600, range_engine.MAX_TAIL), (1000, 6)], ids=["600B", "1000B-handover"]
+    ("size", "tail"), [(600, range_engine.MAX_TAIL), (1500, 8)], ids=["600B", "1500B-handover"]
 )
 @pytest.mark.parametrize("mode", [[], ["--header-only"]], ids=["full", "header-only"])
 @pytest.mark.parametrize("capture", CAPTURES)
 def test_tiny_ranges_same_output(capture: str, mode: list[str], size: int, tail: int,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Few tail marks (6) make the earlier run stop early, so connections are handed over
+    """Few tail marks (8) make the earlier run stop early, so connections are handed over
     rather than seen to their end by the earlier run."""
     monkeypatch.setattr(range_engine, "MAX_TAIL", tail)
     monkeypatch.setenv(RANGE_BYTES_ENV, str(size))
@@ -74,11 +74,16 @@ def test_tiny_ranges_same_output(capture: str, mode: list[str], size: int, tail:
         assert parallel_run.last_timings["ranges"] > 5
 
 
-@pytest.mark.parametrize("capture", [*STITCHED, "captures/lib_group_rebalance.pcap"])
-def test_handovers_happen(capture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("capture", "size", "tail"), [
+    ("captures/kp_codecs.pcap", 1500, 8),
+    ("captures/kp_v25.pcap", 1500, 8),
+    ("captures/lib_group_rebalance.pcap", 600, 32),
+])
+def test_handovers_happen(capture: str, size: int, tail: int,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The stitch really hands connections from range to range (not only whole ones)."""
-    monkeypatch.setattr(range_engine, "MAX_TAIL", 6)
-    ranges = plan_ranges([str(ROOT / capture)], 2, 1000)
+    monkeypatch.setattr(range_engine, "MAX_TAIL", tail)
+    ranges = plan_ranges([str(ROOT / capture)], 2, size)
     assert ranges is not None and len(ranges) > 5
     assert ranges[0].base == 0 and all(
         b.base == a.base + a.count and b.start == a.end for a, b in itertools.pairwise(ranges)
