@@ -12,10 +12,10 @@ On one capture (by default the cached 250 MB benchmark capture of `bench_export.
 and prints the ratios. The machine is shared (the load average is printed before and after):
 wall time says little on a busy machine, CPU time says how much work was done, and the
 speed-up is also given as a *critical path* from CPU times measured per phase in process:
-start-up, then the scan and shard 0 in the calling process while each spawned worker starts
-(interpreter, imports) and then runs its shard, then the merge: the wall time on idle cores.
-The same model, with the shards run one after the other in this process and each timed, gives
-the scaling up to 16 jobs.
+start-up, then the plan (the record walk that cuts the byte ranges) and range 0 in the calling
+process while each spawned worker starts (interpreter, imports) and then runs its range, then
+the stitch and the merge: the wall time on idle cores. The same model, with the ranges run one
+after the other in this process and each timed, gives the scaling up to 16 jobs.
 
 Usage::
 
@@ -58,7 +58,7 @@ def load() -> str:
 def start_up_cpu() -> float:
     """CPU of starting kanalyze and importing what an export needs (the part `--jobs` repeats
     in every spawned worker)."""
-    code = "import kanalyze.parallel.worker, kanalyze.cli"
+    code = "import kanalyze.parallel.range_export, kanalyze.cli"
     cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(REPO)!r}); {code}"]
     best = 1e9
     for _ in range(3):
@@ -91,11 +91,43 @@ def phases(pcap: Path, jobs: int, header_only: bool, processes: bool) -> dict:
     return dict(run.last_timings)
 
 
-def critical_path(t: dict, start: float, jobs: int) -> float:
-    """start-up, then shard 0 after the scan in this process, each other shard once both the
-    scan and its worker's own start-up (which runs meanwhile) are done; then the merge."""
+def fork_cpu() -> float:
+    """CPU of forking a worker and joining it (a forked worker starts with every module)."""
+    import multiprocessing as mp
+
+    best = 1e9
+    for _ in range(3):
+        t0, c0 = os.times(), time.process_time()
+        p = mp.get_context("fork").Process(target=int)
+        p.start()
+        p.join()
+        t1 = os.times()
+        best = min(best, time.process_time() - c0 + t1.children_user + t1.children_system
+                   - t0.children_user - t0.children_system)
+    return best
+
+
+def one_process(pcap: Path, header_only: bool) -> float:
+    """CPU seconds of the one-process export (`--jobs 1`) in this process, output discarded."""
+    from dissectors.context import DecodeContext
+    from kanalyze.engine import EngineOptions
+    from kanalyze.export import ExchangeEncoder
+    from kanalyze.session import Session
+
+    enc = ExchangeEncoder(DecodeContext(), decode=not header_only)
+    c0 = time.process_time()
+    with open(os.devnull, "wb") as out:
+        for ex in Session([str(pcap)], EngineOptions()).exchanges():
+            out.write(enc.line_bytes(ex))
+    return time.process_time() - c0
+
+
+def critical_path(t: dict, start: float, worker: float) -> float:
+    """start-up, then range 0 after the plan in this process, each other range once both the
+    plan and its worker's own start (`worker`: a fork, or a spawned interpreter's imports,
+    which run meanwhile) are done; then the stitch and the merge."""
     shards, scan = t["shards"], t["scan"]
-    ends = [scan + shards[0]] + [max(scan, start) + s for s in shards[1:]]
+    ends = [scan + shards[0]] + [max(scan, worker) + s for s in shards[1:]]
     return start + max(ends) + t["merge"]
 
 
@@ -107,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--repeat", type=int, default=1, help="best of N for each timed run")
     ap.add_argument("--tshark-full", action="store_true", help="also time tshark -V (slow)")
-    ap.add_argument("--scale", default="1,2,4,8,16", help="job counts for the scaling model")
+    ap.add_argument("--scale", default="2,4,8,16", help="job counts for the scaling model")
     args = ap.parse_args(argv)
     pcap = args.pcap
     port = args.port or json.loads(pcap.with_suffix(".json").read_text())["port"]
@@ -153,27 +185,33 @@ def main(argv: list[str] | None = None) -> int:
     start = start_up_cpu()
     print(f"\nstart-up (interpreter + imports): {start:.2f} s CPU")
     print(
-        "critical path = start-up + max(scan + shard 0, max(scan, worker start-up) + "
-        "shard i) + merge, from per-phase CPU seconds (the wall time on idle cores)"
+        "critical path = start-up + max(plan + range 0, max(plan, fork) + range i) + stitch "
+        "and merge, from per-phase CPU seconds (the wall time on idle cores); --jobs 1 = "
+        "start-up + the one-process export"
     )
+    fork = fork_cpu()
+    print(f"fork and join of a worker: {fork:.3f} s CPU")
     for mode, ho in (("full", False), ("header-only", True)):
-        one = phases(pcap, 1, ho, False)
-        t1 = critical_path(one, start, 1)
+        one_process(pcap, ho)  # warm the caches as the other runs are
+        t1 = start + min(one_process(pcap, ho) for _ in range(2))
         two = phases(pcap, 2, ho, True)
-        t2 = critical_path(two, start, 2)
+        t2 = critical_path(two, start, fork)
         print(
-            f"  {mode}: --jobs 1 {t1:.2f} s, --jobs 2 {t2:.2f} s (shards "
-            f"{', '.join(f'{s:.2f}' for s in two['shards'])}, scan {two['scan']:.2f}, merge "
-            f"{two['merge']:.2f}): speed-up {t1 / t2:.2f}x"
+            f"  {mode}: --jobs 1 {t1:.2f} s, --jobs 2 {t2:.2f} s (ranges "
+            f"{', '.join(f'{s:.2f}' for s in two['shards'])}, plan {two['scan']:.2f}, stitch "
+            f"{two.get('stitch', 0):.2f}, stitch + merge {two['merge']:.2f}): speed-up "
+            f"{t1 / t2:.2f}x"
         )
         print(f"  {mode}, scaling (shards timed one after the other in this process):")
         for jobs in (int(j) for j in args.scale.split(",")):
             t = phases(pcap, jobs, ho, False)
-            tn = critical_path(t, start, jobs)
+            tn = critical_path(t, start, fork)
             print(
                 f"    --jobs {jobs:2}: {tn:5.2f} s  speed-up {t1 / tn:5.2f}x  balance "
-                f"{t['balance']:.2f}  slowest shard {max(t['shards']):.2f} s, all shards "
-                f"{sum(t['shards']):.2f} s, scan {t['scan']:.2f} s, merge {t['merge']:.2f} s"
+                f"{t['balance']:.2f}  slowest range {max(t['shards']):.2f} s, all ranges "
+                f"{sum(t['shards']):.2f} s, plan {t['scan']:.2f} s, stitch "
+                f"{t.get('stitch', 0):.2f} s, stitch + merge {t['merge']:.2f} s, "
+                f"handovers {t.get('handovers', 0)}"
             )
     print(f"\nend: {load()}")
     return 0

@@ -10,7 +10,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import BinaryIO
 
@@ -24,6 +24,8 @@ from kanalyze.parallel.ranges import plan_ranges
 from kanalyze.parallel.scan import Scan, scan
 from kanalyze.parallel.worker import ShardResult, ShardTask, run_shard
 
+FORK = "fork"
+SPAWN_START_US = 100_000.0  # a spawned worker's interpreter and imports, in CPU µs
 last_fallback: str | None = None  # why the last run was not merged (tests read it)
 # CPU seconds of the last run's phases: scan, shards (one each), merge (benchmarks read it)
 last_timings: dict[str, object] = {}
@@ -53,6 +55,37 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
     global last_fallback
     last_fallback = None
     cpu = time.process_time()
+    range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
+    forked = processes and jobs > 1 and FORK in mp.get_all_start_methods()
+    # forked workers start at once; spawned ones spend ~0.1 s importing while range 0 runs
+    lead = 0.0 if forked or not processes else SPAWN_START_US
+    ranges = plan_ranges(paths, jobs, range_bytes, bodies=not header_only, lead_us=lead)
+    if ranges is not None:
+        last_timings.clear()
+        last_timings["scan"] = time.process_time() - cpu
+        last_timings["ranges"] = len(ranges)
+        last_timings["workers"] = FORK if forked else "spawn" if processes else "inline"
+        with contextlib.ExitStack() as stack:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="kanalyze-jobs-"))
+            workers: Executor | int | None = None
+            if forked:
+                workers = jobs - 1
+            elif processes and jobs > 1:
+                workers = stack.enter_context(
+                    ProcessPoolExecutor(jobs - 1, mp_context=mp.get_context("spawn")))
+            try:
+                got = export_ranges(ranges, opts, ctx, header_only, out, tmp, workers,
+                                    last_timings)
+            except (BrokenProcessPool, OSError) as e:
+                last_fallback = f"workers failed: {e}"
+                return None
+        if isinstance(got, str):
+            last_fallback = got
+            return None
+        capture = CaptureStats()
+        capture.files.append(paths[0])
+        capture.packets = sum(r.count for r in ranges)
+        return capture, got[0], got[1]
     with contextlib.ExitStack() as stack:
         pool = None
         if processes and jobs > 1:
@@ -61,29 +94,6 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
                 ProcessPoolExecutor(jobs - 1, mp_context=mp.get_context("spawn"))
             )
             warm = [pool.submit(_warm) for _ in range(jobs - 1)]
-        range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
-        lead = WORKER_START_US if pool is not None else 0.0
-        ranges = plan_ranges(paths, jobs, range_bytes, bodies=not header_only, lead_us=lead)
-        if ranges is not None:
-            last_timings.clear()
-            last_timings["scan"] = time.process_time() - cpu
-            last_timings["ranges"] = len(ranges)
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="kanalyze-jobs-"))
-            if pool is not None:
-                for w in warm:
-                    w.result()
-            try:
-                got = export_ranges(ranges, opts, ctx, header_only, out, tmp, pool, last_timings)
-            except (BrokenProcessPool, OSError) as e:
-                last_fallback = f"workers failed: {e}"
-                return None
-            if isinstance(got, str):
-                last_fallback = got
-                return None
-            capture = CaptureStats()
-            capture.files.append(paths[0])
-            capture.packets = sum(r.count for r in ranges)
-            return capture, got[0], got[1]
         sc = scan(paths)
         start = [0.0] + [WORKER_START_US] * (jobs - 1) if processes else []
         plan = make_plan(sc.loads, jobs, bodies=not header_only, start=start)
