@@ -41,7 +41,7 @@ FINAL = 1 << 62  # the "packet number" of what happens at the end of input
 # mid-stream, and past the range's end (only where every awaited request is of the overlap,
 # as the next range's run has seen it too)
 MAX_HEAD = 256
-MAX_TAIL = 32
+MAX_TAIL = 8
 
 
 
