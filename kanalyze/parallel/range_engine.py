@@ -24,7 +24,7 @@ from kanalyze.correlation import Exchange, Message
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.flows import ACK, SYN, FlowStats, Segment, decode_segment
 from kanalyze.headers import plausible_request
-from kanalyze.parallel.ranges import (
+from kanalyze.parallel.range_plan import (
     MsgKey,
     Range,
     RangeResult,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from kanalyze.engine import EngineOptions
 from kanalyze.parallel.range_engine import FINAL
-from kanalyze.parallel.ranges import MsgKey, RangeResult
+from kanalyze.parallel.range_plan import MsgKey, RangeResult
 
 INF = FINAL + 1
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from kanalyze.engine import EngineOptions
 from kanalyze.parallel.range_engine import FINAL
-from kanalyze.parallel.ranges import ConnEdge, RangeResult
+from kanalyze.parallel.range_plan import ConnEdge, RangeResult
 from kanalyze.parallel.replay import INF, Own, Unstitchable, order
 
 __all__ = ["Stitched", "Unstitchable", "stitch"]

@@ -1,0 +1,290 @@
+"""Byte ranges, the data and the reading: the plan (`plan_ranges`: where to cut), a range
+(`Range`), what a range's run reports (`RangeResult`, `ConnEdge` and its marks), and reading a
+range's packets and its overlap. The interface and the design: `kanalyze.parallel.ranges`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import re
+import struct
+from array import array
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from kanalyze.capture.packets import MAX_RECORD, CaptureError, Packet
+from kanalyze.capture.split import RangeResult as WalkResult
+from kanalyze.capture.split import iter_range, probe_layout, sync
+from kanalyze.parallel.plan import BODY_US_PER_BYTE, BODY_US_PER_DATA_PACKET, ENGINE_US_PER_PACKET
+
+ConnKey = tuple[bytes, int, bytes, int]
+MsgKey = tuple[int, int, int]  # a request: (first packet, last packet, correlation id)
+# (packet no, digest of the state, bytes skipped so far, bytes lost in gaps so far, resyncs so
+# far, the requests awaited)
+Mark = tuple[int, bytes, int, int, int, tuple[MsgKey, ...]]
+MIN_RANGE = 1 << 20  # a range smaller than this is not worth a worker (tests force smaller)
+
+
+@dataclass(slots=True)
+class Layout:
+    """What the split walker needs to know about the file (`kanalyze.capture.split.Layout`)."""
+
+    size: int = 0
+    format: str = ""
+    endian: str = "<"
+    ns_mult: int = 1000
+    linktype: int = -1
+    snaplen: int = 0
+    data_start: int = 0
+    first_ts_ns: int = 0
+    ifaces: list[list[int]] = field(default_factory=list)
+    rank: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """[start, end) of the file, packets numbered base+1..; the run may read on to `stop` for
+    the overlap. `last_ts`: the run's latest packet time (the end of
+    input is dated by it)."""
+
+    index: int
+    path: str
+    layout: Layout
+    start: int
+    end: int
+    stop: int
+    base: int
+    count: int  # packets in [start, end)
+    last_ts: int
+    last: bool
+
+
+@dataclass(slots=True)
+class ConnEdge:
+    """One connection as a range saw it (see the module docstring)."""
+
+    key: ConnKey
+    opened: int
+    syn: bool
+    head: list[Mark] = field(default_factory=list)
+    tail: list[Mark] = field(default_factory=list)
+    closed: int | None = None  # packet it was closed at (FINAL: end of this run)
+    skipped: int = 0  # at close
+    gaps: int = 0
+    resyncs: int = 0
+    kafka: bool = False
+    ignored: bool = False  # judged not Kafka (or TLS)
+
+
+@dataclass(slots=True)
+class RangeResult:
+    index: int
+    base: int
+    end_pkt: int  # last packet of the range proper
+    # per exchange: (completion packet, rank, start time, local connection, its request as
+    # first packet, last packet, correlation id (-1s: none), flags: 1 answered, 2 duplicate id)
+    done: list[tuple[int, int, int, int, int, int, int, int]] = field(default_factory=list)
+    # per message the output waited for: (local connection, packet it began waiting, packet it
+    # was done, start time, first packet, last packet, correlation id, 1 if a held connection)
+    waits: list[tuple[int, int, int, int, int, int, int, int]] = field(default_factory=list)
+    conns: dict[int, ConnEdge] = field(default_factory=dict)
+    coupled: list[str] = field(default_factory=list)  # engine-wide effects: no stitch
+    orphans: set[int] = field(default_factory=set)  # indices of responses without a request
+    max_ts: int = 0
+    open_peak: int = 0
+    buffered_peak: int = 0
+    error: str = ""
+    overlap_end: int = 0  # last packet fed after the range's end
+    cpu_s: float = 0.0
+    # id(exchange) -> done entry, while running (not shipped)
+    done_keys: dict[int, tuple[int, int, int, int, int, int, int, int]] = field(
+        default_factory=dict)
+
+    def edge(self, cid: int, key: ConnKey, pkt: int, syn: bool) -> None:
+        self.conns[cid] = ConnEdge(key, pkt, syn)
+
+
+# --------------------------------------------------------------------------- planning
+def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None,
+                bodies: bool = True, lead_us: float = 0.0) -> list[Range] | None:
+    """See the module docstring (`bodies`: whether the ranges' work includes decoding the
+    bodies, which weighs bytes more than packets; `lead_us`: the estimated CPU the other
+    ranges' workers spend starting up, so range 0, run at once, gets that much more). Raises
+    CaptureError when the file is not a capture."""
+    if len(paths) != 1 or paths[0] == "-" or not os.path.isfile(paths[0]):
+        return None
+    path = paths[0]
+    lay = Layout(size=os.path.getsize(path))
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            return None
+        f.seek(0)
+        probe_layout(lay, f)
+        n = max(1, min(n, (lay.size - lay.data_start) // MIN_RANGE))
+        if lay.format == "pcap":
+            cuts = _pcap_cuts(path, lay, n, range_bytes, bodies, lead_us)
+        else:
+            span = range_bytes or -(-(lay.size - lay.data_start) // n)
+            cuts = _pcapng_cuts(f, lay, span)
+    if cuts is None or len(cuts) < 2:
+        return None
+    last_ts = max(ts for _s, _c, ts in cuts)
+    out: list[Range] = []
+    base = 0
+    for i, (start, count, _ts) in enumerate(cuts):
+        end = cuts[i + 1][0] if i + 1 < len(cuts) else lay.size
+        stop = lay.size  # the overlap may go on to the end (a connection idle for long)
+        out.append(Range(i, path, lay, start, end, stop, base, count, last_ts, i == len(cuts) - 1))
+        base += count
+    return out
+
+
+# the CPU cost model of a record (µs), to cut ranges of equal work: the engine per packet, and
+# for bodies per packet carrying payload and per byte (kanalyze.parallel.plan's measurements)
+HEADERS_ONLY = 66  # a record this long or shorter carries no TCP payload (Ethernet, IP, TCP)
+
+
+def _record_cost(incl: int, bodies: bool) -> float:
+    cost = ENGINE_US_PER_PACKET
+    if incl > HEADERS_ONLY:
+        cost += (BODY_US_PER_DATA_PACKET + BODY_US_PER_BYTE * incl) if bodies else 0.002 * incl
+    return cost
+
+
+def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None, bodies: bool,
+               lead: float = 0.0) -> list[tuple[int, int, int]] | None:
+    """(start, packets, latest time) per range, every record header walked (exact cuts):
+    `n` ranges of about equal estimated CPU, or ranges of `span` bytes."""
+    unpack = struct.Struct(lay.endian + "IIII").unpack_from
+    mult = lay.ns_mult
+    with open(path, "rb") as f:
+        if lay.size <= lay.data_start:
+            return None
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    offs, costs, times = array("q"), array("d"), array("q")
+    total = 0.0
+    try:
+        pos, size = lay.data_start, lay.size
+        while pos < size:
+            if size - pos < 16:
+                return None  # damaged: one process reports it
+            sec, frac, incl, _o = unpack(m, pos)
+            if incl > MAX_RECORD or pos + 16 + incl > size:
+                return None
+            offs.append(pos)
+            total += _record_cost(incl, bodies) if span is None else 16 + incl
+            costs.append(total)
+            times.append(sec * 1_000_000_000 + frac * mult)
+            pos += 16 + incl
+    finally:
+        m.close()
+    if not offs:
+        return None
+    if span is None:  # range 0 takes `lead` more than each other range
+        lead = min(lead, total / n / 2)
+        first = (total + (n - 1) * lead) / n
+        targets = [first + k * (first - lead) for k in range(n - 1)]
+    else:
+        targets = [k * float(span) for k in range(1, int(total // span) + 1)]
+    firsts = [0]
+    for target in targets:
+        i = bisect.bisect_left(costs, target, firsts[-1] + 1)
+        if i < len(offs) and i > firsts[-1]:
+            firsts.append(i)
+    ends = [*firsts[1:], len(offs)]
+    return [(offs[a], b - a, max(times[a:b])) for a, b in zip(firsts, ends, strict=True)]
+
+
+def _pcapng_cuts(f, lay: Layout, span: int) -> list[tuple[int, int, int]] | None:  # noqa: ANN001
+    """Sync points every `span` bytes, each range walked to count its packets and to check
+    that it ends exactly where the next begins."""
+    starts = [lay.data_start]
+    x = lay.data_start + span
+    while x < lay.size:
+        s = sync(f, lay, x)
+        if s >= lay.size:
+            break
+        if s > starts[-1]:
+            starts.append(s)
+        x = max(x + span, s + 1)
+    ends = [*starts[1:], lay.size]
+    cuts = []
+    for s, e in zip(starts, ends, strict=True):
+        res = WalkResult()
+        latest = 0
+        for pkt in iter_range(f, lay, s, e, res):
+            latest = max(latest, pkt.ts_ns)
+        if res.error or res.whole_file_needed or res.stop != e:
+            return None
+        cuts.append((s, res.count, latest))
+    return cuts
+
+
+def read_range(rng: Range, until: int | None = None, start: int | None = None,
+               base: int | None = None) -> Iterator[Packet]:
+    """The packets of [start, until) (by default the range's own), numbered as one process
+    numbers them."""
+    res = WalkResult()
+    with open(rng.path, "rb") as f:
+        for pkt in iter_range(f, rng.layout, rng.start if start is None else start,
+                              until or rng.end, res, rng.base if base is None else base):
+            pkt.no = pkt.file_no
+            yield pkt
+    if res.error:
+        raise CaptureError(res.error)
+
+
+class Wanted:
+    """The connections the overlap still follows, as a search for their TCP port pairs (a
+    pre-filter: a packet it finds is decoded and checked; one it misses is not theirs)."""
+
+    HEAD = 512  # bytes of a record searched: link, IP (with options) and TCP headers
+
+    def __init__(self) -> None:
+        self.pattern: re.Pattern[bytes] | None = None
+
+    def follow(self, keys: Collection[ConnKey]) -> None:
+        pairs = set()
+        for _a, pa, _b, pb in keys:
+            pairs.add(pa.to_bytes(2, "big") + pb.to_bytes(2, "big"))
+            pairs.add(pb.to_bytes(2, "big") + pa.to_bytes(2, "big"))
+        self.pattern = re.compile(b"|".join(map(re.escape, sorted(pairs)))) if pairs else None
+
+
+def read_overlap(rng: Range, wanted: Wanted) -> Iterator[Packet]:
+    """The packets after the range that `wanted` may want, numbered on from its last; stops
+    when it wants nothing more. A classic pcap is walked through mmap (the others skipped
+    without a copy); a pcapng through the split walker."""
+    if rng.layout.format != "pcap":
+        for pkt in read_range(rng, rng.stop, rng.end, rng.base + rng.count):
+            if wanted.pattern is None:
+                return
+            if wanted.pattern.search(pkt.data, 0, Wanted.HEAD):
+                yield pkt
+        return
+    lay = rng.layout
+    unpack = struct.Struct(lay.endian + "IIII").unpack_from
+    with open(rng.path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        pos, no, size = rng.end, rng.base + rng.count, len(m)
+        while pos < size and wanted.pattern is not None:
+            if size - pos < 16:
+                raise CaptureError(f"offset {pos}: truncated record")
+            sec, frac, incl, _o = unpack(m, pos)
+            end = pos + 16 + incl
+            if incl > MAX_RECORD or end > size:
+                raise CaptureError(f"offset {pos}: record claims {incl} bytes")
+            no += 1
+            if wanted.pattern.search(m, pos + 16, min(end, pos + 16 + Wanted.HEAD)):
+                ts = sec * 1_000_000_000 + frac * lay.ns_mult
+                yield Packet(no, ts, lay.linktype, m[pos + 16 : end], 0, no)
+            pos = end
+    finally:
+        m.close()
+
+
+__all__ = ["ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult", "Wanted",
+           "plan_ranges", "read_overlap", "read_range"]
