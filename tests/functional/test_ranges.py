@@ -134,3 +134,42 @@ def test_real_workers_same_output() -> None:
                          check=True)
     assert one.stdout and two.stdout == one.stdout
     assert two.stderr == one.stderr
+
+
+def _pcapng_copy(src: Path, dst: Path) -> None:
+    """`src` (a classic little-endian µs pcap) rewritten as pcapng: SHB, one IDB, EPBs."""
+    data = src.read_bytes()
+    linktype = int.from_bytes(data[20:24], "little") & 0x0FFFFFFF
+
+    def block(btype: int, body: bytes) -> bytes:
+        body += b"\0" * (-len(body) % 4)
+        size = (12 + len(body)).to_bytes(4, "little")
+        return btype.to_bytes(4, "little") + size + body + size
+
+    out = [block(0x0A0D0D0A, bytes.fromhex("4d3c2b1a") + b"\1\0\0\0" + b"\xff" * 8),
+           block(1, linktype.to_bytes(2, "little") + b"\0\0" + (262144).to_bytes(4, "little"))]
+    pos = 24
+    while pos + 16 <= len(data):
+        sec, usec, incl, orig = (int.from_bytes(data[pos + i : pos + i + 4], "little")
+                                 for i in (0, 4, 8, 12))
+        ts = sec * 1_000_000 + usec
+        head = (b"\0\0\0\0" + (ts >> 32).to_bytes(4, "little") + (ts & 0xFFFFFFFF).to_bytes(
+            4, "little") + incl.to_bytes(4, "little") + orig.to_bytes(4, "little"))
+        out.append(block(6, head + data[pos + 16 : pos + 16 + incl]))
+        pos += 16 + incl
+    dst.write_bytes(b"".join(out))
+
+
+@pytest.mark.usefixtures("in_process")
+def test_pcapng_ranges_same_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pcapng is cut at verified sync points (`kanalyze.capture.split`)."""
+    ng = tmp_path / "kp_codecs.pcapng"
+    _pcapng_copy(ROOT / "captures/kp_codecs.pcap", ng)
+    ranges = plan_ranges([str(ng)], 2, 2000)
+    assert ranges is not None and len(ranges) > 5 and ranges[0].layout.format == "pcapng"
+    monkeypatch.setenv(RANGE_BYTES_ENV, "2000")
+    want = cli(["export", str(ng), "--jobs", "1"])
+    got = cli(["export", str(ng), "--jobs", "2"])
+    assert parallel_run.last_fallback is None
+    assert got == want
+    assert want == cli(["export", "captures/kp_codecs.pcap", "--jobs", "1"])
