@@ -215,6 +215,12 @@ class RangeEngine(Engine):
             self.cid = conn.info.id
             if self.joining and conn.info.id in self.joining and key == conn.client_key:
                 self._join_at(conn, seg)
+            if seg.flags & (SYN | ACK) == SYN:
+                # a SYN on a connection found mid-stream: one process compares it with the
+                # ISN this run never saw (port reuse or a late copy): the stitch refuses it
+                edge = self.res.conns.get(conn.info.id)
+                if edge is not None and not edge.syn and edge.syn_seen is None:
+                    edge.syn_seen = self.cur
         super()._segment(seg, key, conn, pkt)
         c = self.conns.get(key)
         if c is None or c.closed:

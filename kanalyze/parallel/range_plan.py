@@ -76,6 +76,7 @@ class ConnEdge:
     resyncs: int = 0
     kafka: bool = False
     ignored: bool = False  # judged not Kafka (or TLS)
+    syn_seen: int | None = None  # packet of a SYN on it when it was found mid-stream
 
 
 @dataclass(slots=True)

@@ -14,12 +14,13 @@ Each connection then has its owners, each owning the exchanges completed in a pa
 interval (lo, hi]; `replay.order` replays the engine's output orderer over them.
 
 Whatever one process would do differently is refused (`Unstitchable`, and the caller runs one
-process): no common quiescent packet; a connection reopened before its handover; a stale
-request answered, or a resync after the handover on a connection with stale requests; a
-response without its request outside range 0 (its api is inferred from evidence of the whole
-run); a bound shared by all connections that the ranges together may have reached; a
-message awaited longer than the order window; a flow that is not Kafka (one process's
-closing note judges the whole capture).
+process): no common quiescent packet; a connection reopened before its handover; a SYN on a
+connection after its handover (one process compares it with an ISN the later run never
+saw); a stale request answered, or a resync after the handover on a connection with stale
+requests; a response without its request outside range 0 (its api is inferred from evidence
+of the whole run); a bound shared by all connections that the ranges together may have
+reached; a message awaited longer than the order window; a flow that is not Kafka (one
+process's closing note judges the whole capture).
 """
 
 from __future__ import annotations
@@ -114,6 +115,9 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
                 own[r][lid] = Own(0, INF, (r, lid))
             if e.ignored:
                 raise Unstitchable("a flow that is not Kafka (one process writes the note)")
+            o = own[r][lid]
+            if o.lo and e.syn_seen is not None and e.syn_seen > o.lo:
+                raise Unstitchable("a SYN on a connection handed over")
             open_at_end = e.closed is not None and e.closed > res.end_pkt  # FINAL too
             if open_at_end and r + 1 < n:
                 live[e.key] = (r, lid)
