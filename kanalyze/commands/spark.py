@@ -128,6 +128,15 @@ def run(args: argparse.Namespace) -> int:
     except SparkUnavailable as e:
         sys.stderr.write(f"kanalyze: error: {e}\n")
         return 2
+    from kanalyze.spark.inputs import InputError, is_uri, resolve_inputs
+
+    local = [p for p in args.files if not is_uri(p)]
+    try:  # local inputs are checked before the JVM starts: a typo costs no Spark start-up
+        if local:
+            resolve_inputs(local)
+    except InputError as e:
+        sys.stderr.write(f"kanalyze: error: {e}\n")
+        return 2
     from pyspark.sql import SparkSession
 
     from kanalyze.spark.session import get_session
@@ -153,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
             max_frame=args.max_frame,
             topic_ids=args.topic_ids,
         )
+    except InputError as e:  # a remote input that is missing or unreadable
+        sys.stderr.write(f"kanalyze: error: {e}\n")
+        return 2
     except Exception as e:  # noqa: BLE001 - a Spark job failure: report it without a JVM stack
         sys.stderr.write(f"kanalyze: error: the Spark job failed: {_first_line(e)}\n")
         return 1

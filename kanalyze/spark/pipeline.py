@@ -29,6 +29,7 @@ from kanalyze.spark.tables import (
     partitions_table,
     write_parquet,
 )
+from kanalyze.spark.inputs import qualify_output, use_hadoop
 from kanalyze.spark.units import (
     SPLIT_BYTES,
     Plan,
@@ -46,6 +47,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
 DRIVER_WALK_BYTES = 2 << 30  # below this, local split files are counted on the driver
+# stage 2's input order: one connection's packets together, in capture order
+SHUFFLE_ORDER = ("capture_id", "conn_key", "ts_ns", "file_rank", "file_no")
 
 
 @dataclass(slots=True)
@@ -70,6 +73,7 @@ def make_plan(
     Counting walks every record header of the files being split: on the driver when they are
     local and small enough (a Spark job costs more below a few GB), else as a Spark job.
     """
+    use_hadoop(spark)
     files = rank_files(list_inputs(list(inputs)), capture_id)
     ranges = {f.rank: candidate_ranges(f, split_bytes) for f in files}
     todo = [(r, i, s, e) for r, rs in ranges.items() if len(rs) > 1 for i, (s, e) in enumerate(rs)]
@@ -159,6 +163,7 @@ def decode_segments(
     """Shuffle by connection, sort into capture order, run the engine per connection (stage 2);
     `topic_ids` (--topic-ids) preloads every capture group's topic-name registry."""
     files = [f.path for f in plan.files]
+    file_ids = [f.file_id for f in plan.files]
     opts = opts or EngineOptions()
     if shuffle_partitions is None:
         total = sum(f.size for f in plan.files)
@@ -168,10 +173,10 @@ def decode_segments(
         from kanalyze.spark.decode import decode
         from kanalyze.spark.rows import row_context
 
-        yield from decode(batches, files, opts, decode_bodies, row_context(topic_ids))
+        yield from decode(batches, files, opts, decode_bodies, row_context(topic_ids), file_ids)
 
     ordered = seg.repartition(shuffle_partitions, "capture_id", "conn_key").sortWithinPartitions(
-        "capture_id", "conn_key", "ts_ns", "file_rank", "file_no"
+        *SHUFFLE_ORDER
     )
     return ordered.mapInArrow(stage2, R.spark_ddl(R.DECODED_SCHEMA))
 
@@ -197,7 +202,7 @@ def run_pipeline(
 
     register(spark)
     t0 = time.perf_counter()
-    out = out_dir.rstrip("/")
+    out = qualify_output(out_dir)
     plan = make_plan(spark, inputs, split_bytes, capture_id)
     res = PipelineResult(out, plan)
     res.seconds["plan"] = time.perf_counter() - t0

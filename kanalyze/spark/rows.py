@@ -20,6 +20,14 @@ def _split_endpoint(ep: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def stable_conn_id(file_id: str, frame: int, client: str, broker: str) -> str:
+    """The id of one connection incarnation from where it starts: the content identity of the
+    file holding its first packet, that packet's frame number, and its endpoints. The same
+    capture gives the same ids however its path was spelled (relative, absolute, URI, a copy),
+    and a reused 4-tuple gets a new id per incarnation."""
+    return hashlib.sha1(f"{file_id}|{frame}|{client}|{broker}".encode()).hexdigest()[:16]
+
+
 def row_context(topic_ids: dict[str, str] | None = None) -> DecodeContext:
     """The rows' decode context: values cut to 64 bytes (rows stay small), topic ids named by
     the user's --topic-ids mapping."""
@@ -47,6 +55,7 @@ class RowBuilder:
     def conn_id(
         self, engine_key: int, conn_no: int, client: str, broker: str, incarnation: int
     ) -> str:
+        """A connection id from the capture group's name (`export -T parquet`, one process)."""
         k = (engine_key, conn_no)
         cid = self.incarnations.get(k)
         if cid is None:

@@ -15,10 +15,11 @@ TABLES = ("exchanges", "partitions", "connections", "files")
 AGGREGATES = ("api_latency", "partition_hw", "client_topic_usage", "errors")
 
 CONNECTION_DDL = (
-    "capture_id STRING, conn_id STRING, client STRING, broker STRING, incarnations INT, "
-    "kafka BOOLEAN, first_ns BIGINT, last_ns BIGINT, packets BIGINT, syn_seen BOOLEAN, "
+    "capture_id STRING, conn_id STRING, client STRING, broker STRING, incarnation INT, "
+    "first_ns BIGINT, last_ns BIGINT, packets BIGINT, exchanges BIGINT, first_file STRING, "
+    "first_frame BIGINT, incarnations INT, kafka BOOLEAN, syn_seen BOOLEAN, "
     "fin_seen BOOLEAN, rst_seen BOOLEAN, "
-    "files_spanned INT, first_file STRING, first_frame BIGINT, client_stream_bytes BIGINT, "
+    "files_spanned INT, client_stream_bytes BIGINT, "
     "broker_stream_bytes BIGINT, client_frame_bytes BIGINT, broker_frame_bytes BIGINT, "
     "skipped_bytes BIGINT, "
     "gap_bytes BIGINT, gaps BIGINT, retransmitted_bytes BIGINT, requests BIGINT, responses BIGINT, "

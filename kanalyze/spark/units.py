@@ -31,6 +31,7 @@ from dissectors import Code, Diagnostic
 from kanalyze.capture import GZIP_MAGIC, CaptureError, CaptureStats, Packet, read_capture
 from kanalyze.capture.split import RangeResult, iter_range, probe_layout, sync
 from kanalyze.spark.inputs import (
+    content_id,
     default_capture_id,
     file_size,
     is_uri,
@@ -64,6 +65,7 @@ class FileInfo:
     ifaces: list[list[int]] = field(default_factory=list)  # pcapng: [linktype, num, den, offset]
     error: str = ""
     rank: int = 0
+    file_id: str = ""  # content identity (size + hash of both ends): stable connection ids
 
     @classmethod
     def from_dict(cls, d: dict) -> FileInfo:
@@ -81,6 +83,8 @@ def probe(path: str, capture_id: str | None = None) -> FileInfo:
     try:
         info.size = file_size(path)
         with open_input(path) as f:
+            info.file_id = content_id(f, info.size)
+            f.seek(0)
             head = f.read(2)
             f.seek(0)
             if head == GZIP_MAGIC:
