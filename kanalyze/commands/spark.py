@@ -82,6 +82,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="do not decode bodies (no topics, partitions, error codes; fastest)",
     )
     p.add_argument(
+        "--with-bodies",
+        action="store_true",
+        help="add request_body/response_body: each body as JSON text (credentials redacted)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("overwrite", "append"),
+        default="overwrite",
+        help="overwrite the tables (default), or append to them: inputs already in the files "
+        "table (same content) are skipped, so re-running the same input adds nothing",
+    )
+    p.add_argument(
         "--capture-id",
         default=None,
         metavar="ID",
@@ -157,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
             ports=args.port,
             split_bytes=args.split_mb * 1024 * 1024,
             decode_bodies=not args.header_only,
+            with_bodies=args.with_bodies,
+            mode=args.mode,
             capture_id=args.capture_id,
             shuffle_partitions=args.shuffle_partitions,
             max_frame=args.max_frame,
@@ -173,10 +187,14 @@ def run(args: argparse.Namespace) -> int:
             spark.stop()
     for problem in res.problems:
         sys.stderr.write(f"kanalyze: {problem}\n")
+    if res.skipped:
+        n = len(res.skipped)
+        sys.stderr.write(f"kanalyze: {n} input(s) already in {res.out_dir}: skipped\n")
     summary = {
         "out": res.out_dir,
         "files": len(res.plan.files),
         "units": len(res.plan.units),
+        "skipped": len(res.skipped),
         "rows": res.counts,
         "seconds": {k: round(v, 2) for k, v in res.seconds.items()},
     }

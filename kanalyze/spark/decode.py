@@ -80,11 +80,12 @@ class Decoder:
         decode: bool = True,
         ctx: DecodeContext | None = None,
         file_ids: list[str] | None = None,
+        with_bodies: bool = False,
     ) -> None:
         self.files = files
         self.file_ids = file_ids or files
         self.opts = opts or EngineOptions()
-        self.builder = RowBuilder(files, decode=decode, ctx=ctx)
+        self.builder = RowBuilder(files, decode=decode, ctx=ctx, with_bodies=with_bodies)
         self.rows: list[dict] = []
         self.cur: _ConnRun | None = None
         self.cur_key: tuple[str, bytes] | None = None
@@ -227,9 +228,10 @@ def decode(
     decode_bodies: bool = True,
     ctx: DecodeContext | None = None,
     file_ids: list[str] | None = None,
+    with_bodies: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Stage 2 as a generator over Arrow batches (the body of `mapInArrow`)."""
-    dec = Decoder(files, opts, decode_bodies, ctx, file_ids)
+    dec = Decoder(files, opts, decode_bodies, ctx, file_ids, with_bodies)
     for b in batches:
         yield from dec.feed_batch(b)
     yield from dec.finish()

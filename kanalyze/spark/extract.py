@@ -34,7 +34,7 @@ def _flush(cols: dict[str, list], schema: pa.Schema) -> pa.RecordBatch:
 def extract(plan: Plan, unit_indices: Iterable[int]) -> Iterator[pa.RecordBatch]:
     """Stage 1: segment rows and one unit row per unit (statistics as JSON in `data`)."""
     cols: dict[str, list] = {f.name: [] for f in SEGMENT_SCHEMA}
-    kind, cap, key, ts, rank, fno, lt, flg, data = (cols[f.name] for f in SEGMENT_SCHEMA)
+    kind, cap, key, ts, order, rank, fno, lt, flg, data = (cols[f.name] for f in SEGMENT_SCHEMA)
     for ui in unit_indices:
         unit = plan.units[ui]
         info = plan.files[unit.rank]
@@ -42,6 +42,7 @@ def extract(plan: Plan, unit_indices: Iterable[int]) -> Iterator[pa.RecordBatch]
         flows = FlowStats()
         tcp = other = 0
         first = last = None
+        top = 0  # the latest time so far in this unit: a packet stamped earlier keeps its place
         error = info.error
         try:
             for pkt in iter_unit(plan, unit, stats):
@@ -57,6 +58,9 @@ def extract(plan: Plan, unit_indices: Iterable[int]) -> Iterator[pa.RecordBatch]
                 cap.append(info.capture_id)
                 key.append(conn_key(seg))
                 ts.append(pkt.ts_ns)
+                if pkt.ts_ns > top:
+                    top = pkt.ts_ns
+                order.append(top)
                 rank.append(unit.rank)
                 fno.append(pkt.file_no)
                 lt.append(pkt.linktype)
@@ -86,6 +90,7 @@ def extract(plan: Plan, unit_indices: Iterable[int]) -> Iterator[pa.RecordBatch]
         cap.append(info.capture_id)
         key.append(b"")
         ts.append(first or 0)
+        order.append(first or 0)
         rank.append(unit.rank)
         fno.append(unit.index)
         lt.append(info.linktype)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from dissectors import DecodeContext, Limits
 from kanalyze.bodies import Bodies, BodyDecoder
 from kanalyze.correlation import Exchange
+from kanalyze.jsontext import dumps
 from kanalyze.spark.schemas import PARTITION_FIELDS, pointer
 
 
@@ -42,6 +43,7 @@ class RowBuilder:
     capture_id: str = ""
     decode: bool = True
     ctx: DecodeContext | None = None  # default: values cut to 64 bytes (rows stay small)
+    with_bodies: bool = False  # request_body/response_body as JSON text (redacted)
     bodies: BodyDecoder = field(init=False)  # with the capture group's topic-name registry
     incarnations: dict[tuple[int, int], str] = field(
         default_factory=dict
@@ -138,6 +140,14 @@ class RowBuilder:
             ):
                 r[k] = None
         r["diagnostics"] = diags
+        for side, msg, is_req in (("request", req, True), ("response", resp, False)):
+            body = None
+            if self.with_bodies and self.decode and msg is not None:
+                value = self.bodies.json(ex, msg, is_req)
+                body = None if value is None else dumps(value)
+            r[f"{side}_body"] = body
         start = req or resp
-        r["dt"] = datetime.fromtimestamp(start.pdu.last_ts / 1e9, UTC).date() if start else None
+        when = datetime.fromtimestamp(start.pdu.last_ts / 1e9, UTC) if start else None
+        r["dt"] = when.date() if when else None
+        r["hour"] = when.hour if when else None
         return r

@@ -30,6 +30,7 @@ SEGMENT_SCHEMA = pa.schema(
         ("capture_id", pa.string()),
         ("conn_key", pa.binary()),
         ("ts_ns", pa.int64()),
+        ("order_ns", pa.int64()),  # running max of ts_ns in the unit: file order within a file
         ("file_rank", pa.int32()),
         ("file_no", pa.int64()),
         ("linktype", pa.int32()),
@@ -103,7 +104,10 @@ EXCHANGE_FIELDS: list[tuple[str, pa.DataType]] = [
     ("topics", pa.list_(pa.string())),
     ("partitions", pa.list_(PARTITION_TYPE)),
     ("diagnostics", pa.list_(pa.string())),
-    ("dt", pa.date32()),
+    ("request_body", pa.string()),  # JSON, redacted, only with --with-bodies
+    ("response_body", pa.string()),
+    ("dt", pa.date32()),  # UTC date and hour of the exchange's first message: the partitions
+    ("hour", pa.int8()),
 ]
 EXCHANGE_SCHEMA = pa.schema(EXCHANGE_FIELDS)
 EXCHANGE_COLUMNS = [n for n, _ in EXCHANGE_FIELDS]

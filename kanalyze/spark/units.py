@@ -133,12 +133,14 @@ class Plan:
     files: list[FileInfo]
     units: list[Unit]
     partitions: list[list[int]]  # unit indices per stage-1 task
+    skipped: list[str] = field(default_factory=list)  # inputs left out (already written)
 
     def to_dict(self) -> dict:
         return {
             "files": [f.to_dict() for f in self.files],
             "units": [u.to_list() for u in self.units],
             "partitions": self.partitions,
+            "skipped": self.skipped,
         }
 
     @classmethod
@@ -147,6 +149,7 @@ class Plan:
             [FileInfo.from_dict(x) for x in d["files"]],
             [Unit.from_list(x) for x in d["units"]],
             [list(p) for p in d["partitions"]],
+            list(d.get("skipped", [])),
         )
 
 
