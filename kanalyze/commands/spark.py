@@ -195,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         "files": len(res.plan.files),
         "units": len(res.plan.units),
         "skipped": len(res.skipped),
+        "balance": res.balance,
         "rows": res.counts,
         "seconds": {k: round(v, 2) for k, v in res.seconds.items()},
     }

@@ -21,6 +21,7 @@ from kanalyze.correlation import Exchange
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.flows import FIN, RST, SYN, FlowStats, decode_segment, format_endpoint
 from kanalyze.spark.extract import conn_key
+from kanalyze.spark.payload import RAW_LINKTYPE, rebuild
 from kanalyze.spark.rows import RowBuilder, stable_conn_id
 from kanalyze.spark.schemas import (
     BATCH_ROWS,
@@ -94,9 +95,9 @@ class Decoder:
 
     def feed_batch(self, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         d = batch.to_pydict()
-        for kind, cap, key, ts, rank, fno, lt, flg, data in zip(
+        for kind, cap, key, ts, rank, fno, flg, sq, ak, cut, data in zip(
             d["kind"], d["capture_id"], d["conn_key"], d["ts_ns"], d["file_rank"], d["file_no"],
-            d["linktype"], d["flags"], d["data"], strict=True,
+            d["flags"], d["seq"], d["ack"], d["cut"], d["data"], strict=True,
         ):  # fmt: skip
             if kind == KIND_UNIT:
                 self.rows.append({"kind": "unit", "capture_id": cap, "extra": data.decode()})
@@ -117,7 +118,7 @@ class Decoder:
             run.files.add(rank)
             eng = run.engine
             before = eng.next_id
-            eng.feed(Packet(no, ts, lt, data, rank, fno))
+            eng.feed(Packet(no, ts, RAW_LINKTYPE, rebuild(key, flg, sq, ak, cut, data), rank, fno))
             if eng.next_id != before:  # this packet started a new incarnation (or held flow)
                 run.firsts[before] = (no, ts)
                 run.current = before

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 from kanalyze.engine import EngineOptions
 from kanalyze.spark import schemas as R
+from kanalyze.spark.balance import bucket_values, max_share, place
 from kanalyze.spark.inputs import qualify_output, use_hadoop
+from kanalyze.spark.schemas import KIND_PACKET
 from kanalyze.spark.tables import (
     CONNECTION_DDL,
     aggregates,
@@ -34,12 +36,14 @@ from kanalyze.spark.units import (
     SPLIT_BYTES,
     Plan,
     RangeResult,
+    balanced_split,
     candidate_ranges,
     finish_units,
     is_uri,
     list_inputs,
     pack,
     rank_files,
+    unit_bytes,
     walk_range,
 )
 
@@ -61,6 +65,7 @@ class PipelineResult:
     seconds: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # inputs an earlier run already wrote
+    balance: dict[str, float] = field(default_factory=dict)  # task byte shares, flows kept
 
 
 # --------------------------------------------------------------------------- planning
@@ -84,7 +89,9 @@ def make_plan(
         files = [f for f in files if f.path not in set(skipped)]
         for r, f in enumerate(files):
             f.rank = r
-    ranges = {f.rank: candidate_ranges(f, split_bytes) for f in files}
+    parallelism = spark.sparkContext.defaultParallelism
+    split = balanced_split(sum(f.size for f in files), split_bytes, parallelism)
+    ranges = {f.rank: candidate_ranges(f, split) for f in files}
     todo = [(r, i, s, e) for r, rs in ranges.items() if len(rs) > 1 for i, (s, e) in enumerate(rs)]
     results: dict[tuple[int, int], RangeResult] = {}
     walk_bytes = sum(e - s for _r, _i, s, e in todo)
@@ -101,7 +108,6 @@ def make_plan(
                 f, rs, [results[(f.rank, i)] for i in range(len(rs))] if len(rs) > 1 else []
             )
         )
-    parallelism = spark.sparkContext.defaultParallelism
     return Plan(files, units, pack(units, files, parallelism), skipped)
 
 
@@ -146,18 +152,76 @@ def _count_ranges_on_spark(
 
 
 # --------------------------------------------------------------------------- stages
-def segments(spark: SparkSession, plan: Plan) -> DataFrame:
+def segments(spark: SparkSession, plan: Plan, opts: EngineOptions | None = None) -> DataFrame:
     """Stage 1: one task per packed group of units, opening the files by path (the rows of the
-    Data Source's `segments` table)."""
+    Data Source's `segments` table): TCP numbers and payload, no link or IP headers."""
+    opts = opts or EngineOptions()
+    ports, max_frame = frozenset(opts.ports), opts.max_frame
 
     def stage1(batches: Iterator) -> Iterator:
         from kanalyze.spark.extract import extract
 
         for b in batches:
             for i in b.column("id").to_pylist():
-                yield from extract(plan, plan.partitions[i])
+                yield from extract(plan, plan.partitions[i], ports, max_frame)
 
     return _by_index(spark, len(plan.partitions), stage1, R.spark_ddl(R.SEGMENT_SCHEMA))
+
+
+# the columns stage 2 reads: what crosses the shuffle (`hint` stays behind)
+SHUFFLED = (
+    "kind", "capture_id", "conn_key", "ts_ns", "order_ns", "file_rank", "file_no", "flags",
+    "seq", "ack", "cut", "data",
+)  # fmt: skip
+ROW_OVERHEAD = 48  # bytes a shuffled segment row costs besides its payload (for balancing)
+
+
+@dataclass(slots=True)
+class Placement:
+    """Which stage-2 task decodes which connection, and the bytes each task got."""
+
+    flows: int = 0
+    loads: list[int] = field(default_factory=list)
+    dropped_flows: int = 0  # TCP flows never showing a Kafka request: not shuffled
+    dropped_bytes: int = 0
+
+    @property
+    def max_share(self) -> float:
+        return max_share(self.loads)
+
+
+def place_flows(
+    spark: SparkSession, seg: DataFrame, partitions: int
+) -> tuple[DataFrame, Placement]:
+    """Decide before the shuffle which flows are Kafka (a payload starting with a plausible
+    request header anywhere in the run, `payload.kafka_hint`) and place them on `partitions`
+    stage-2 tasks by bytes (LPT). Returns (capture_id, conn_key, part) rows to join on, with
+    `part` values that Spark's hash partitioner sends to the intended task."""
+    from pyspark.sql import functions as F
+
+    flows = (
+        seg.where(F.col("kind") == KIND_PACKET)
+        .groupBy("capture_id", "conn_key")
+        .agg(
+            F.max("hint").alias("kafka"),
+            F.sum(F.length("data") + ROW_OVERHEAD).alias("bytes"),
+        )
+        .collect()
+    )
+    kafka = {(r["capture_id"], r["conn_key"]): r["bytes"] for r in flows if r["kafka"]}
+    where, loads = place(kafka, partitions)  # type: ignore[arg-type]
+    hashed = (
+        spark.range(0, 64 * partitions)
+        .select("id", F.expr(f"pmod(hash(id), {partitions})").alias("b"))
+        .collect()
+    )
+    values = bucket_values([(r["id"], r["b"]) for r in hashed], partitions)
+    rows = [(cap, bytes(key), values[b]) for (cap, key), b in where.items()]
+    placed = spark.createDataFrame(rows, "capture_id STRING, conn_key BINARY, part BIGINT")
+    res = Placement(len(kafka), loads)
+    res.dropped_flows = len(flows) - len(kafka)
+    res.dropped_bytes = sum(r["bytes"] for r in flows if not r["kafka"])
+    return placed, res
 
 
 def decode_segments(
@@ -169,9 +233,13 @@ def decode_segments(
     shuffle_partitions: int | None = None,
     topic_ids: dict[str, str] | None = None,
     with_bodies: bool = False,
-) -> DataFrame:
-    """Shuffle by connection, sort into capture order, run the engine per connection (stage 2);
-    `topic_ids` (--topic-ids) preloads every capture group's topic-name registry."""
+) -> tuple[DataFrame, Placement]:
+    """Keep the Kafka flows, shuffle them to tasks balanced by bytes, sort each connection into
+    capture order, run the engine per connection (stage 2); `topic_ids` (--topic-ids)
+    preloads every capture group's topic-name registry. `seg` should be persisted: it is read
+    twice (the flow census, then the shuffle)."""
+    from pyspark.sql import functions as F
+
     files = [f.path for f in plan.files]
     file_ids = [f.file_id for f in plan.files]
     opts = opts or EngineOptions()
@@ -187,10 +255,18 @@ def decode_segments(
             batches, files, opts, decode_bodies, row_context(topic_ids), file_ids, with_bodies
         )
 
-    ordered = seg.repartition(shuffle_partitions, "capture_id", "conn_key").sortWithinPartitions(
-        *SHUFFLE_ORDER
+    placed, placement = place_flows(spark, seg, shuffle_partitions)
+    packets = seg.where(F.col("kind") == KIND_PACKET).join(
+        F.broadcast(placed), ["capture_id", "conn_key"], "inner"
     )
-    return ordered.mapInArrow(stage2, R.spark_ddl(R.DECODED_SCHEMA))
+    units = seg.where(F.col("kind") != KIND_PACKET).withColumn("part", F.lit(0).cast("long"))
+    ordered = (
+        packets.select(*SHUFFLED, "part")
+        .unionByName(units.select(*SHUFFLED, "part"))
+        .repartition(shuffle_partitions, "part")
+        .sortWithinPartitions(*SHUFFLE_ORDER)
+    )
+    return ordered.mapInArrow(stage2, R.spark_ddl(R.DECODED_SCHEMA)), placement
 
 
 @dataclass(slots=True)
@@ -208,12 +284,15 @@ class Tables:
     connections: DataFrame
     files: DataFrame
     topics: DataFrame
+    segments: DataFrame  # stage 1's rows (persisted: read by the flow census and the shuffle)
+    placement: Placement  # which flows were shuffled, and each stage-2 task's bytes
 
     def aggregates(self) -> dict[str, DataFrame]:
         return aggregates(self.exchanges, self.partitions)
 
     def unpersist(self) -> None:
         self.decoded.unpersist()
+        self.segments.unpersist()
 
 
 def build(
@@ -241,10 +320,10 @@ def build(
     register(spark)
     plan = make_plan(spark, inputs, split_bytes, capture_id, skip_file_ids=skip_file_ids)
     opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
-    decoded = decode_segments(
-        spark, segments(spark, plan), plan, opts, decode_bodies, shuffle_partitions, topic_ids,
-        with_bodies,
-    )  # fmt: skip
+    seg = segments(spark, plan, opts).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded, placement = decode_segments(
+        spark, seg, plan, opts, decode_bodies, shuffle_partitions, topic_ids, with_bodies
+    )
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     exchanges = decoded.where(F.col("kind") == "exchange").select(*R.EXCHANGE_COLUMNS)
     topics = (
@@ -262,8 +341,25 @@ def build(
     )
     return Tables(
         plan, decoded, exchanges, partitions_table(exchanges, topics), conns,
-        files_table(spark, decoded, plan), topics,
+        files_table(spark, decoded, plan), topics, seg, placement,
     )  # fmt: skip
+
+
+def balance_report(plan: Plan, placement: Placement) -> dict[str, float]:
+    """How evenly the bytes were spread: the largest stage-1 and stage-2 task's share (1/N is
+    perfect), and how many flows and bytes stayed out of the shuffle."""
+    sizes = unit_bytes(plan.units, plan.files)
+    stage1 = [sum(sizes[i] for i in p) for p in plan.partitions]
+    return {
+        "stage1_tasks": len(stage1),
+        "stage1_max_share": round(max_share(stage1), 3),
+        "stage2_tasks": len(placement.loads),
+        "stage2_max_share": round(placement.max_share, 3),
+        "flows_shuffled": placement.flows,
+        "flows_dropped": placement.dropped_flows,
+        "bytes_shuffled_est": sum(placement.loads),
+        "bytes_dropped_est": placement.dropped_bytes,
+    }
 
 
 def _sorted(df: DataFrame, ns: list[str]) -> DataFrame:
@@ -324,6 +420,7 @@ def run_pipeline(
     plan = t.plan
     res = PipelineResult(out, plan)
     res.skipped = list(plan.skipped)
+    res.balance = balance_report(plan, t.placement)
     res.seconds["plan"] = time.perf_counter() - t0
     res.problems.extend(f"{f.path}: {f.error}" for f in plan.files if f.error)
     if not plan.files:  # everything was written by an earlier run

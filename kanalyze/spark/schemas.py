@@ -33,9 +33,12 @@ SEGMENT_SCHEMA = pa.schema(
         ("order_ns", pa.int64()),  # running max of ts_ns in the unit: file order within a file
         ("file_rank", pa.int32()),
         ("file_no", pa.int64()),
-        ("linktype", pa.int32()),
-        ("flags", pa.int16()),
-        ("data", pa.binary()),
+        ("flags", pa.int16()),  # TCP flags | payload.FROM_FIRST (direction within conn_key)
+        ("seq", pa.int64()),
+        ("ack", pa.int64()),
+        ("cut", pa.int32()),  # payload bytes the snaplen cut off
+        ("hint", pa.bool_()),  # the payload starts like a Kafka request (payload.kafka_hint)
+        ("data", pa.binary()),  # the TCP payload (a unit row: its statistics as JSON)
     ]
 )
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from dissectors import Code, Diagnostic
 from kanalyze.capture import GZIP_MAGIC, CaptureError, CaptureStats, Packet, read_capture
 from kanalyze.capture.split import RangeResult, iter_range, probe_layout, sync
+from kanalyze.spark.balance import lpt
 from kanalyze.spark.inputs import (
     content_id,
     default_capture_id,
@@ -202,25 +203,33 @@ def finish_units(
     return units
 
 
+def unit_bytes(units: list[Unit], files: list[FileInfo]) -> list[int]:
+    return [(u.end - u.start) if not u.whole else files[u.rank].size for u in units]
+
+
 def pack(
     units: list[Unit], files: list[FileInfo], parallelism: int, target_bytes: int = 128 << 20
 ) -> list[list[int]]:
-    """Group units into stage-1 tasks: about 3 tasks per core, never one task per tiny file."""
-    sizes = [(u.end - u.start) if not u.whole else files[u.rank].size for u in units]
+    """Group units into stage-1 tasks by bytes: about 3 tasks per core (never one task per
+    tiny file), each unit placed largest first on the lightest task, units of a task in plan
+    order."""
+    sizes = unit_bytes(units, files)
     total = sum(sizes)
+    if not units:
+        return []
     target = max(1 << 20, min(target_bytes, total // max(1, 3 * parallelism) + 1))
-    parts: list[list[int]] = []
-    cur: list[int] = []
-    acc = 0
-    for i, sz in enumerate(sizes):
-        if cur and acc + sz > target:
-            parts.append(cur)
-            cur, acc = [], 0
-        cur.append(i)
-        acc += sz
-    if cur:
-        parts.append(cur)
-    return parts
+    tasks = min(len(units), max(1, -(-total // target)))
+    placed = lpt(sizes, tasks)
+    parts: list[list[int]] = [[] for _ in range(tasks)]
+    for i, b in enumerate(placed):
+        parts[b].append(i)
+    return [p for p in parts if p]
+
+
+def balanced_split(total: int, split_bytes: int, parallelism: int) -> int:
+    """The range size that gives every core about 3 stage-1 tasks of equal bytes (never more
+    than `split_bytes`, never below 1 MiB)."""
+    return min(split_bytes, max(1 << 20, -(-total // max(1, 3 * parallelism))))
 
 
 def plan_local(

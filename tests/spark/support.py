@@ -102,7 +102,10 @@ def local_pipeline(paths: list[str], split_bytes: int = 1 << 30) -> list[dict]:
 
     plan = plan_local(paths, split_bytes=split_bytes)
     seg = pa.Table.from_batches(list(extract(plan, range(len(plan.units)))))
-    seg = seg.sort_by([(c, "ascending") for c in SHUFFLE_ORDER])
+    rows = seg.to_pylist()
+    kafka = {(r["capture_id"], r["conn_key"]) for r in rows if r["hint"]}  # as Spark's semi-join
+    keep = [r["kind"] != 0 or (r["capture_id"], r["conn_key"]) in kafka for r in rows]
+    seg = seg.filter(pa.array(keep)).sort_by([(c, "ascending") for c in SHUFFLE_ORDER])
     files = [f.path for f in plan.files]
     out = decode(seg.to_batches(), files, file_ids=[f.file_id for f in plan.files])
     return [r for b in out for r in b.to_pylist()]
