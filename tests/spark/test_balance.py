@@ -33,9 +33,9 @@ def test_hash_placement_of_the_same_sizes_is_worse():
     hashed = [0, 0]
     for i, s in enumerate(sizes):
         hashed[zlib.crc32(f"conn{i}".encode()) % 2] += s
-    where, loads = place({i: s for i, s in enumerate(sizes)}, 2)
+    where, loads = place(dict(enumerate(sizes)), 2)
     assert max_share(loads) <= max_share(hashed)
-    assert where == place({i: s for i, s in enumerate(sizes)}, 2)[0]  # deterministic
+    assert where == place(dict(enumerate(sizes)), 2)[0]  # deterministic
 
 
 def test_pack_balances_stage1_tasks_by_bytes():
