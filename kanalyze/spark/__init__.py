@@ -5,9 +5,9 @@ written); `kanalyze.spark.pipeline.run_pipeline` (the CLI's Parquet writer); and
 `spark.read.format("kafka-pcap")` (`kanalyze.spark.datasource`). Importing this package
 imports nothing heavy; `units` and `rows` need only pyarrow.
 
-    from kanalyze.spark import exchanges, tables
+    from kanalyze.spark import build_tables, exchanges
     df = exchanges(spark, ["captures/"])                 # one row per exchange
-    t = tables(spark, ["s3a://bucket/caps/"], with_bodies=True)
+    t = build_tables(spark, ["s3a://bucket/caps/"], with_bodies=True)
     t.connections.show(); t.partitions.groupBy("topic").count().show(); t.unpersist()
 """
 
@@ -21,16 +21,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from kanalyze.spark.pipeline import Tables
 
-__all__ = ["connections", "exchanges", "files", "partitions", "tables"]
+__all__ = ["build_tables", "connections", "exchanges", "files", "partitions"]
 
 
-def tables(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> Tables:
+def build_tables(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> Tables:
     """Every table of a run as DataFrames over one cached decode: `.exchanges`, `.partitions`,
     `.connections`, `.files`, `.topics`, `.aggregates()`; `.unpersist()` frees the cache.
 
     Options: ports, split_bytes, decode_bodies (False: header-only), with_bodies (JSON body
     columns), capture_id, shuffle_partitions, max_frame, topic_ids. A missing or unreadable
-    input raises `kanalyze.spark.inputs.InputError` before any job runs."""
+    input raises `kanalyze.spark.inputs.InputError` before any job runs. (Not named `tables`:
+    that is the submodule `kanalyze.spark.tables`.)"""
     from kanalyze.spark.pipeline import build
 
     return build(spark, [paths] if isinstance(paths, str) else list(paths), **options)
@@ -38,19 +39,19 @@ def tables(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> T
 
 def exchanges(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:
     """One row per exchange (the `exchanges` table; schema in docs/spark.md)."""
-    return tables(spark, paths, **options).exchanges
+    return build_tables(spark, paths, **options).exchanges
 
 
 def partitions(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:
     """The HW/LEO timeline: one row per (exchange, topic partition) with an offset fact."""
-    return tables(spark, paths, **options).partitions
+    return build_tables(spark, paths, **options).partitions
 
 
 def connections(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:
     """One row per connection incarnation."""
-    return tables(spark, paths, **options).connections
+    return build_tables(spark, paths, **options).connections
 
 
 def files(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:
     """Capture quality per input file."""
-    return tables(spark, paths, **options).files
+    return build_tables(spark, paths, **options).files

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -90,14 +89,3 @@ def test_port_reuse_every_exchange_has_its_connection_row():
 def test_datasource_missing_path_raises(spark, tmp_path):
     with pytest.raises(Exception, match="no such file"):
         spark.read.format("kafka-pcap").load(str(tmp_path / "gone.pcap")).collect()
-
-
-def test_pipeline_relative_path(spark, tmp_path, monkeypatch):
-    from kanalyze.spark.pipeline import run_pipeline
-
-    shutil.copy(LONG_CAPTURE, tmp_path / "r.pcap")
-    monkeypatch.chdir(tmp_path)
-    res = run_pipeline(spark, ["r.pcap"], "out")
-    assert res.counts["exchanges"] == 93
-    assert res.plan.files[0].path == str(tmp_path / "r.pcap")
-    assert Path(tmp_path / "out" / "exchanges").is_dir()
