@@ -133,6 +133,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow  # a new Python process and JVM: ~25 s on an idle 2-core machine
 def test_datasource_in_a_fresh_session_after_editable_install(tmp_path):
     """The README's editable install (`--config-settings editable_mode=compat`): a new Python
     process, a new session, no `register()` call, run outside the repository. When pip cannot
