@@ -206,9 +206,12 @@ def place_flows(
             F.max("hint").alias("kafka"),
             F.sum(F.length("data") + ROW_OVERHEAD).alias("bytes"),
         )
-        .collect()
-    )
-    kafka = {(r["capture_id"], r["conn_key"]): r["bytes"] for r in flows if r["kafka"]}
+        .cache()
+    )  # only the Kafka flows come to the driver; the others are counted
+    kafka = {(r["capture_id"], r["conn_key"]): r["bytes"] for r in flows.where("kafka").collect()}
+    other = flows.where("NOT kafka").agg(F.count("*").alias("n"), F.sum("bytes").alias("b"))
+    dropped = other.first()
+    flows.unpersist()
     where, loads = place(kafka, partitions)  # type: ignore[arg-type]
     hashed = (
         spark.range(0, 64 * partitions)
@@ -219,8 +222,8 @@ def place_flows(
     rows = [(cap, bytes(key), values[b]) for (cap, key), b in where.items()]
     placed = spark.createDataFrame(rows, "capture_id STRING, conn_key BINARY, part BIGINT")
     res = Placement(len(kafka), loads)
-    res.dropped_flows = len(flows) - len(kafka)
-    res.dropped_bytes = sum(r["bytes"] for r in flows if not r["kafka"])
+    res.dropped_flows = int(dropped["n"] or 0) if dropped else 0
+    res.dropped_bytes = int(dropped["b"] or 0) if dropped else 0
     return placed, res
 
 

@@ -89,3 +89,47 @@ def test_port_reuse_every_exchange_has_its_connection_row():
 def test_datasource_missing_path_raises(spark, tmp_path):
     with pytest.raises(Exception, match="no such file"):
         spark.read.format("kafka-pcap").load(str(tmp_path / "gone.pcap")).collect()
+
+
+def _eth_tcp(src: bytes, sport: int, dst: bytes, dport: int, seq: int, flags: int, data: bytes):
+    import struct
+
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq, 0, 5 << 4, flags, 65535, 0, 0)
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40 + len(data), 0, 0, 64, 6, 0, src, dst)
+    return b"\x00" * 12 + b"\x08\x00" + ip + tcp + data
+
+
+def test_non_kafka_flows_stay_out_of_the_shuffle(tmp_path):
+    """An HTTP-like flow next to Kafka: its packets never reach stage 2, the exchanges are the
+    offline ones."""
+    from kanalyze.capture import read_capture
+    from kanalyze.capture.writer import PcapWriter
+    from kanalyze.spark.extract import extract
+    from kanalyze.spark.units import plan_local
+    from tests.spark.support import offline_keys, spark_keys
+
+    packets = list(read_capture(str(LONG_CAPTURE)))
+    path = tmp_path / "mixed.pcap"
+    w = PcapWriter(str(path), packets[0].linktype)
+    a, b = bytes([10, 9, 9, 1]), bytes([10, 9, 9, 2])
+    for i, p in enumerate(packets):
+        w.write(p.ts_ns, bytes(p.data))
+        if i % 10 == 0:  # interleave a plain-text conversation on port 8080
+            line = f"GET /item/{i} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            w.write(p.ts_ns, _eth_tcp(a, 40000, b, 8080, 1000 + 100 * i, 0x18, line))
+    w.close()
+    plan = plan_local([str(path)])
+    hints: dict[bytes, bool] = {}
+    for batch in extract(plan, range(len(plan.units))):
+        d = batch.to_pydict()
+        for kind, key, hint in zip(d["kind"], d["conn_key"], d["hint"], strict=True):
+            if kind == 0:
+                hints[key] = hints.get(key, False) or hint
+    http = a + (40000).to_bytes(2, "big") + b + (8080).to_bytes(2, "big")
+    assert hints[http] is False and sum(hints.values()) == len(hints) - 1
+    rows = local_pipeline([str(path)])
+    assert spark_keys([r for r in rows if r["kind"] == "exchange"]) == offline_keys(path)
+    import json
+
+    clients = {json.loads(r["extra"])["client"] for r in rows if r["kind"] == "connection"}
+    assert not any(c.startswith("10.9.9.") for c in clients)
