@@ -24,15 +24,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.epilog = (
         "examples:\n  kanalyze spark captures/*.pcap --out /tmp/tables\n"
-        "  kanalyze spark s3://bucket/caps/ --out s3://bucket/tables --master spark://host:7077\n"
+        "  kanalyze spark s3a://bucket/caps/ --out s3a://bucket/tables --master spark://host:7077\n"
+        "  kanalyze spark new-captures/ --out /tmp/tables --mode append\n"
     )
     p.add_argument(
         "files",
         nargs="+",
         metavar="PATH",
         help=(
-            "capture files, directories or globs (local, or URIs such as s3://, hdfs:// "
-            "through pyarrow)"
+            "capture files, directories or globs: local (relative or absolute) or URIs "
+            "(hdfs://, s3a://, gs://, file://) listed through Spark's Hadoop filesystem"
         ),
     )
     p.add_argument(
