@@ -406,7 +406,8 @@ def run_pipeline(
 
     `mode="append"` adds to the tables already there and skips every input whose content
     identity the `files` table already lists, so re-running the same input is a no-op; the
-    `files` table is written last (a run that failed before it is re-done in full)."""
+    `files` table is written last (a run that failed before it is re-done in full by the next,
+    and the rows it had appended stay: rebuild with overwrite after a failed append)."""
     if mode not in ("overwrite", "append"):
         raise ValueError(f"mode must be 'overwrite' or 'append', not {mode!r}")
     from pyspark.sql import functions as F
