@@ -24,15 +24,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.epilog = (
         "examples:\n  kanalyze spark captures/*.pcap --out /tmp/tables\n"
-        "  kanalyze spark s3://bucket/caps/ --out s3://bucket/tables --master spark://host:7077\n"
+        "  kanalyze spark s3a://bucket/caps/ --out s3a://bucket/tables --master spark://host:7077\n"
+        "  kanalyze spark new-captures/ --out /tmp/tables --mode append\n"
     )
     p.add_argument(
         "files",
         nargs="+",
         metavar="PATH",
         help=(
-            "capture files, directories or globs (local, or URIs such as s3://, hdfs:// "
-            "through pyarrow)"
+            "capture files, directories or globs: local (relative or absolute) or URIs "
+            "(hdfs://, s3a://, gs://, file://) listed through Spark's Hadoop filesystem"
         ),
     )
     p.add_argument(
@@ -82,6 +83,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="do not decode bodies (no topics, partitions, error codes; fastest)",
     )
     p.add_argument(
+        "--with-bodies",
+        action="store_true",
+        help="add request_body/response_body: each body as JSON text (credentials redacted)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("overwrite", "append"),
+        default="overwrite",
+        help="overwrite the tables (default), or append to them: inputs already in the files "
+        "table (same content) are skipped, so re-running the same input adds nothing",
+    )
+    p.add_argument(
         "--capture-id",
         default=None,
         metavar="ID",
@@ -128,6 +141,15 @@ def run(args: argparse.Namespace) -> int:
     except SparkUnavailable as e:
         sys.stderr.write(f"kanalyze: error: {e}\n")
         return 2
+    from kanalyze.spark.inputs import InputError, is_uri, resolve_inputs
+
+    local = [p for p in args.files if not is_uri(p)]
+    try:  # local inputs are checked before the JVM starts: a typo costs no Spark start-up
+        if local:
+            resolve_inputs(local)
+    except InputError as e:
+        sys.stderr.write(f"kanalyze: error: {e}\n")
+        return 2
     from pyspark.sql import SparkSession
 
     from kanalyze.spark.session import get_session
@@ -148,11 +170,16 @@ def run(args: argparse.Namespace) -> int:
             ports=args.port,
             split_bytes=args.split_mb * 1024 * 1024,
             decode_bodies=not args.header_only,
+            with_bodies=args.with_bodies,
+            mode=args.mode,
             capture_id=args.capture_id,
             shuffle_partitions=args.shuffle_partitions,
             max_frame=args.max_frame,
             topic_ids=args.topic_ids,
         )
+    except InputError as e:  # a remote input that is missing or unreadable
+        sys.stderr.write(f"kanalyze: error: {e}\n")
+        return 2
     except Exception as e:  # noqa: BLE001 - a Spark job failure: report it without a JVM stack
         sys.stderr.write(f"kanalyze: error: the Spark job failed: {_first_line(e)}\n")
         return 1
@@ -161,10 +188,15 @@ def run(args: argparse.Namespace) -> int:
             spark.stop()
     for problem in res.problems:
         sys.stderr.write(f"kanalyze: {problem}\n")
+    if res.skipped:
+        n = len(res.skipped)
+        sys.stderr.write(f"kanalyze: {n} input(s) already in {res.out_dir}: skipped\n")
     summary = {
         "out": res.out_dir,
         "files": len(res.plan.files),
         "units": len(res.plan.units),
+        "skipped": len(res.skipped),
+        "balance": res.balance,
         "rows": res.counts,
         "seconds": {k: round(v, 2) for k, v in res.seconds.items()},
     }

@@ -1,6 +1,57 @@
 """The Spark pipeline (optional extra `kanalyze[spark]`): the only package that imports pyspark.
 
-Entry points: `kanalyze spark PATH... --out DIR`, `kanalyze.spark.pipeline.run_pipeline`,
-and `spark.read.format("kafka-pcap")` (`kanalyze.spark.datasource`). Importing this package
-itself imports nothing heavy; `units` and `rows` need only pyarrow.
+Entry points: `kanalyze spark PATH... --out DIR`; the Python API below (DataFrames, nothing
+written); `kanalyze.spark.pipeline.run_pipeline` (the CLI's Parquet writer); and
+`spark.read.format("kafka-pcap")` (`kanalyze.spark.datasource`). Importing this package
+imports nothing heavy; `units` and `rows` need only pyarrow.
+
+    from kanalyze.spark import build_tables, exchanges
+    df = exchanges(spark, ["captures/"])                 # one row per exchange
+    t = build_tables(spark, ["s3a://bucket/caps/"], with_bodies=True)
+    t.connections.show(); t.partitions.groupBy("topic").count().show(); t.unpersist()
 """
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import DataFrame, SparkSession
+
+    from kanalyze.spark.pipeline import Tables
+
+__all__ = ["build_tables", "connections", "exchanges", "files", "partitions"]
+
+
+def build_tables(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> Tables:
+    """Every table of a run as DataFrames over one cached decode: `.exchanges`, `.partitions`,
+    `.connections`, `.files`, `.topics`, `.aggregates()`; `.unpersist()` frees the cache.
+
+    Options: ports, split_bytes, decode_bodies (False: header-only), with_bodies (JSON body
+    columns), capture_id, shuffle_partitions, max_frame, topic_ids. A missing or unreadable
+    input raises `kanalyze.spark.inputs.InputError` before any job runs. (Not named `tables`:
+    that is the submodule `kanalyze.spark.tables`.)"""
+    from kanalyze.spark.pipeline import build
+
+    return build(spark, [paths] if isinstance(paths, str) else list(paths), **options)
+
+
+def exchanges(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:
+    """One row per exchange (the `exchanges` table; schema in docs/spark.md)."""
+    return build_tables(spark, paths, **options).exchanges
+
+
+def partitions(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:
+    """The HW/LEO timeline: one row per (exchange, topic partition) with an offset fact."""
+    return build_tables(spark, paths, **options).partitions
+
+
+def connections(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:
+    """One row per connection incarnation."""
+    return build_tables(spark, paths, **options).connections
+
+
+def files(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:
+    """Capture quality per input file."""
+    return build_tables(spark, paths, **options).files

@@ -11,8 +11,9 @@ Tables (option ``table``):
   connections with ``crc32(key) % K == k``. Correct across rotated files and
   byte ranges; each input is read K times (option ``slices``, default the
   driver's CPU count). For big inputs use `kanalyze spark` / `run_pipeline`.
-* ``segments``: stage-1 rows (TCP packets with their connection key, file
-  rank and frame number), one task per packed group of work units.
+* ``segments``: stage-1 rows (each TCP segment's numbers and payload, without link or IP
+  headers, with its connection key, file rank and frame number), one task per packed
+  group of work units.
 * ``units``: internal; counts the records of candidate byte ranges.
 
 Other options: ``paths`` (several inputs, comma-separated or a JSON list),
@@ -144,7 +145,7 @@ class KafkaPcapReader(DataSourceReader):
             return
         if self.table == "segments":
             plan_d, unit_ids = value
-            yield from extract(Plan.from_dict(plan_d), unit_ids)
+            yield from extract(Plan.from_dict(plan_d), unit_ids, self.ports)
             return
         plan_d, k, slices = value
         opts = EngineOptions(ports=self.ports)

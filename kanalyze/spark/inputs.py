@@ -1,36 +1,149 @@
-"""Where Spark's inputs come from: local paths, globs, directories, or URIs (s3://, hdfs://,
-gs://, ...) read through pyarrow.fs."""
+"""Where Spark's inputs come from, and what identifies them.
+
+* **Resolving** (`resolve_inputs`, on the driver): paths, globs, directories and URIs become a
+  sorted list of absolute file names. With a SparkSession the listing goes through Spark's own
+  Hadoop filesystem layer (`FileSystem.globStatus`/`listFiles` over py4j), the same layer and
+  the same configuration Spark uses to write the tables, so `hdfs://`, `s3a://`, `gs://`,
+  `file://` and plain (even relative) paths are handled alike. A path that does not exist, a
+  glob or directory with no file, or an unreadable file raises `InputError` at once: a run over
+  a mistyped path must fail, not write empty tables.
+* **Reading** (`open_input`): local files directly. Remote files through the driver's Hadoop
+  stream when one is registered (planning: probes, sync points, range walks), else through
+  `pyarrow.fs` in the Python workers (`s3a://` is read as `s3://`, `hdfs://` needs libhdfs).
+* **Identity** (`content_id`): the file's size and a hash of its first and last KiB, so a
+  relative, an absolute or a copied spelling of the same capture gives the same connection ids.
+"""
 
 from __future__ import annotations
 
 import glob
+import hashlib
+import io
 import os
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from kanalyze.capture import CaptureError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+
+ID_PROBE = 1024  # bytes hashed at each end of a file for its content identity
+_HADOOP: dict[str, Any] = {}  # the driver's Hadoop FS handles ("jvm", "conf"), when registered
+
+
+class InputError(ValueError):
+    """An input that cannot be read: missing, unreadable, or a pattern matching nothing. The
+    message is one line naming the path."""
+
 
 def is_uri(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+    return "://" in path and not path.startswith("file:")
 
 
 def local_path(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
+    """A plain local path from `file:///x`, `file:/x` or `x`."""
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    if path.startswith("file:"):
+        return path[len("file:") :]
+    return path
+
+
+# --------------------------------------------------------------------------- the driver's FS
+def use_hadoop(spark: SparkSession | None) -> bool:
+    """Route remote listing and reading on this (driver) process through Spark's Hadoop FS;
+    False on Spark Connect (no JVM here) or without a session."""
+    if spark is None:
+        return False
+    try:
+        jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+        conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - Spark Connect and stopped sessions raise varied types
+        return False
+    if jvm is None:
+        return False
+    _HADOOP["jvm"], _HADOOP["conf"] = jvm, conf
+    return True
+
+
+def _hpath(path: str) -> tuple[Any, Any]:
+    jvm = _HADOOP["jvm"]
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    return p, p.getFileSystem(_HADOOP["conf"])
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    for line in text:
+        line = line.strip()
+        if line and not line.startswith(("py4j", "An error occurred")):
+            return line.split(": ", 1)[-1] if "Exception: " in line else line
+    return type(e).__name__
+
+
+class _HadoopStream(io.RawIOBase):
+    """A seekable read-only stream over a Hadoop `FSDataInputStream` (driver only: py4j)."""
+
+    def __init__(self, path: str) -> None:
+        p, fs = _hpath(path)
+        self._size = int(fs.getFileStatus(p).getLen())
+        self._in = fs.open(p)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b) -> int:  # noqa: ANN001 - a writable buffer
+        n = min(len(b), self._size - self._pos)
+        if n <= 0:
+            return 0
+        jvm = _HADOOP["jvm"]
+        buf = jvm.java.nio.ByteBuffer.allocate(n).array()
+        self._in.readFully(self._pos, buf)
+        data = bytes(buf)
+        b[:n] = data
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._in.close()
+        super().close()
+
+
+def _pyarrow_fs(path: str) -> tuple[Any, str]:
+    try:
+        from pyarrow import fs as pafs
+    except ImportError:  # pragma: no cover - pyarrow comes with the spark extra
+        raise CaptureError(f"{path}: reading URIs needs pyarrow") from None
+    uri = "s3://" + path[len("s3a://") :] if path.startswith("s3a://") else path
+    return pafs.FileSystem.from_uri(uri)
 
 
 def open_input(path: str) -> BinaryIO:
-    """A seekable binary stream: local paths directly, URIs (s3://, hdfs://, gs://, ...)
-    through pyarrow.fs."""
+    """A seekable binary stream: local paths directly, URIs through the driver's Hadoop FS when
+    registered (`use_hadoop`), else through pyarrow.fs."""
     if is_uri(path):
         try:
-            from pyarrow import fs as pafs
-        except ImportError:  # pragma: no cover - pyarrow comes with the spark extra
-            raise CaptureError(f"{path}: reading URIs needs pyarrow") from None
-        try:
-            filesystem, inner = pafs.FileSystem.from_uri(path)
+            if _HADOOP:
+                return io.BufferedReader(_HadoopStream(path), 1 << 20)  # type: ignore[return-value]
+            filesystem, inner = _pyarrow_fs(path)
             return filesystem.open_input_file(inner)  # type: ignore[return-value]
         except (OSError, ValueError) as e:
             raise CaptureError(f"{path}: cannot open: {e}") from None
+        except Exception as e:  # noqa: BLE001 - py4j errors
+            raise CaptureError(f"{path}: cannot open: {_first_line(e)}") from None
     try:
         return open(local_path(path), "rb", buffering=0)  # noqa: SIM115 - caller closes
     except OSError as e:
@@ -39,43 +152,133 @@ def open_input(path: str) -> BinaryIO:
 
 def file_size(path: str) -> int:
     if is_uri(path):
-        from pyarrow import fs as pafs
-
-        filesystem, inner = pafs.FileSystem.from_uri(path)
+        if _HADOOP:
+            p, fs = _hpath(path)
+            return int(fs.getFileStatus(p).getLen())
+        filesystem, inner = _pyarrow_fs(path)
         return int(filesystem.get_file_info(inner).size or 0)
     return os.path.getsize(local_path(path))
 
 
-def list_inputs(paths: list[str] | tuple[str, ...]) -> list[str]:
-    """Expand directories (recursively) and globs; URIs go through pyarrow.fs. Sorted,
-    deduplicated."""
+def content_id(f: BinaryIO, size: int) -> str:
+    """The file's identity whatever its name: size + SHA-1 of its first and last KiB."""
+    h = hashlib.sha1(str(size).encode())
+    f.seek(0)
+    h.update(f.read(ID_PROBE))
+    if size > ID_PROBE:
+        f.seek(max(ID_PROBE, size - ID_PROBE))
+        h.update(f.read(ID_PROBE))
+    return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- listing
+def _is_glob(p: str) -> bool:
+    return any(c in p for c in "*?[")
+
+
+def _list_local(p: str) -> list[str]:
+    p = os.path.abspath(local_path(p))
+    if os.path.isdir(p):
+        if not os.access(p, os.R_OK | os.X_OK):
+            raise InputError(f"{p}: cannot read the directory (permission denied)")
+        found = [
+            os.path.join(root, f)
+            for root, _dirs, files in os.walk(p)
+            for f in files
+            if not f.startswith(".")
+        ]
+        if not found:
+            raise InputError(f"{p}: no files in this directory")
+        return found
+    if _is_glob(p):
+        found = [x for x in glob.glob(p, recursive=True) if os.path.isfile(x)]
+        if not found:
+            raise InputError(f"{p}: no file matches")
+        return found
+    if not os.path.exists(p):
+        raise InputError(f"{p}: no such file or directory")
+    if not os.access(p, os.R_OK):
+        raise InputError(f"{p}: cannot read the file (permission denied)")
+    return [p]
+
+
+def _list_hadoop(p: str) -> list[str]:
+    path, fs = _hpath(p)
+    try:
+        statuses = fs.globStatus(path) if _is_glob(p) else None
+        if statuses is None:
+            if not fs.exists(path):
+                raise InputError(f"{p}: no such file or directory")
+            statuses = [fs.getFileStatus(path)]
+        out: list[str] = []
+        for st in statuses:
+            if st.isDirectory():
+                it = fs.listFiles(st.getPath(), True)
+                while it.hasNext():
+                    f = it.next()
+                    if not f.getPath().getName().startswith("."):
+                        out.append(f.getPath().toString())
+            else:
+                out.append(st.getPath().toString())
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - py4j wraps the JVM's IOExceptions
+        raise InputError(f"{p}: cannot list: {_first_line(e)}") from None
+    if not out:
+        raise InputError(f"{p}: no file matches" if _is_glob(p) else f"{p}: no files")
+    return out
+
+
+def _list_pyarrow(p: str) -> list[str]:
+    from pyarrow import fs as pafs
+
+    try:
+        filesystem, inner = _pyarrow_fs(p)
+        info = filesystem.get_file_info(inner)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{p}: cannot list: {e}") from None
+    scheme = p.split("://", 1)[0]
+    if info.type == pafs.FileType.Directory:
+        sel = pafs.FileSelector(inner, recursive=True)
+        out = [
+            f"{scheme}://{i.path}"
+            for i in filesystem.get_file_info(sel)
+            if i.type == pafs.FileType.File
+        ]
+        if not out:
+            raise InputError(f"{p}: no files")
+        return out
+    if info.type == pafs.FileType.NotFound:
+        raise InputError(f"{p}: no such file or directory")
+    return [p]
+
+
+def resolve_inputs(paths: list[str] | tuple[str, ...]) -> list[str]:
+    """Expand directories (recursively) and globs into absolute file names (local) or qualified
+    URIs; raise InputError for anything missing or unreadable. Sorted, deduplicated."""
+    if not paths:
+        raise InputError("no input given")
     out: list[str] = []
     for p in paths:
-        if is_uri(p):
-            from pyarrow import fs as pafs
-
-            filesystem, inner = pafs.FileSystem.from_uri(p)
-            info = filesystem.get_file_info(inner)
-            if info.type == pafs.FileType.Directory:
-                scheme = p.split("://", 1)[0]
-                sel = pafs.FileSelector(inner, recursive=True)
-                out.extend(
-                    f"{scheme}://{i.path}"
-                    for i in filesystem.get_file_info(sel)
-                    if i.type == pafs.FileType.File
-                )
-            else:
-                out.append(p)
-            continue
-        p = local_path(p)
-        if os.path.isdir(p):
-            for root, _dirs, files in os.walk(p):
-                out.extend(os.path.join(root, f) for f in files if not f.startswith("."))
-        elif any(c in p for c in "*?["):
-            out.extend(x for x in glob.glob(p, recursive=True) if os.path.isfile(x))
+        if not is_uri(p):
+            out.extend(_list_local(p))
+        elif _HADOOP:
+            out.extend(_list_hadoop(p))
         else:
-            out.append(p)
+            out.extend(_list_pyarrow(p))
     return sorted(dict.fromkeys(out))
+
+
+def list_inputs(paths: list[str] | tuple[str, ...]) -> list[str]:
+    """`resolve_inputs` (kept under its old name for the planner and the Data Source)."""
+    return resolve_inputs(paths)
+
+
+def qualify_output(path: str) -> str:
+    """An output directory as Spark must see it: a relative local path is taken from this
+    process's working directory (the JVM's may differ: notebooks, tests, `os.chdir`)."""
+    path = path.rstrip("/") or "/"
+    return path if is_uri(path) else os.path.abspath(local_path(path))
 
 
 def default_capture_id(path: str) -> str:

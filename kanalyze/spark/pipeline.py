@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING
 
 from kanalyze.engine import EngineOptions
 from kanalyze.spark import schemas as R
+from kanalyze.spark.balance import bucket_values, max_share, place
+from kanalyze.spark.inputs import qualify_output, use_hadoop
+from kanalyze.spark.schemas import KIND_PACKET
 from kanalyze.spark.tables import (
     CONNECTION_DDL,
     aggregates,
@@ -33,12 +36,14 @@ from kanalyze.spark.units import (
     SPLIT_BYTES,
     Plan,
     RangeResult,
+    balanced_split,
     candidate_ranges,
     finish_units,
     is_uri,
     list_inputs,
     pack,
     rank_files,
+    unit_bytes,
     walk_range,
 )
 
@@ -46,6 +51,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
 DRIVER_WALK_BYTES = 2 << 30  # below this, local split files are counted on the driver
+# stage 2's input order: one connection's packets together, in capture order
+# (order_ns, not ts_ns: a packet stamped before its predecessor in the same file stays after it,
+# as offline, which reads each file in file order and merges files by time)
+SHUFFLE_ORDER = ("capture_id", "conn_key", "order_ns", "file_rank", "file_no")
 
 
 @dataclass(slots=True)
@@ -55,6 +64,8 @@ class PipelineResult:
     counts: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # inputs an earlier run already wrote
+    balance: dict[str, float] = field(default_factory=dict)  # task byte shares, flows kept
 
 
 # --------------------------------------------------------------------------- planning
@@ -64,14 +75,23 @@ def make_plan(
     split_bytes: int = SPLIT_BYTES,
     capture_id: str | None = None,
     driver_walk_bytes: int = DRIVER_WALK_BYTES,
+    skip_file_ids: frozenset[str] = frozenset(),
 ) -> Plan:
     """Rank the files, cut big ones, verify and count the cuts, pack the units.
 
     Counting walks every record header of the files being split: on the driver when they are
     local and small enough (a Spark job costs more below a few GB), else as a Spark job.
     """
+    use_hadoop(spark)
     files = rank_files(list_inputs(list(inputs)), capture_id)
-    ranges = {f.rank: candidate_ranges(f, split_bytes) for f in files}
+    skipped = [f.path for f in files if f.file_id and f.file_id in skip_file_ids and not f.error]
+    if skipped:
+        files = [f for f in files if f.path not in set(skipped)]
+        for r, f in enumerate(files):
+            f.rank = r
+    parallelism = spark.sparkContext.defaultParallelism
+    split = balanced_split(sum(f.size for f in files), split_bytes, parallelism)
+    ranges = {f.rank: candidate_ranges(f, split) for f in files}
     todo = [(r, i, s, e) for r, rs in ranges.items() if len(rs) > 1 for i, (s, e) in enumerate(rs)]
     results: dict[tuple[int, int], RangeResult] = {}
     walk_bytes = sum(e - s for _r, _i, s, e in todo)
@@ -88,8 +108,7 @@ def make_plan(
                 f, rs, [results[(f.rank, i)] for i in range(len(rs))] if len(rs) > 1 else []
             )
         )
-    parallelism = spark.sparkContext.defaultParallelism
-    return Plan(files, units, pack(units, files, parallelism))
+    return Plan(files, units, pack(units, files, parallelism), skipped)
 
 
 def _by_index(spark: SparkSession, n: int, fn, ddl: str) -> DataFrame:  # noqa: ANN001
@@ -133,18 +152,79 @@ def _count_ranges_on_spark(
 
 
 # --------------------------------------------------------------------------- stages
-def segments(spark: SparkSession, plan: Plan) -> DataFrame:
+def segments(spark: SparkSession, plan: Plan, opts: EngineOptions | None = None) -> DataFrame:
     """Stage 1: one task per packed group of units, opening the files by path (the rows of the
-    Data Source's `segments` table)."""
+    Data Source's `segments` table): TCP numbers and payload, no link or IP headers."""
+    opts = opts or EngineOptions()
+    ports, max_frame = frozenset(opts.ports), opts.max_frame
 
     def stage1(batches: Iterator) -> Iterator:
         from kanalyze.spark.extract import extract
 
         for b in batches:
             for i in b.column("id").to_pylist():
-                yield from extract(plan, plan.partitions[i])
+                yield from extract(plan, plan.partitions[i], ports, max_frame)
 
     return _by_index(spark, len(plan.partitions), stage1, R.spark_ddl(R.SEGMENT_SCHEMA))
+
+
+# the columns stage 2 reads: what crosses the shuffle (`hint` stays behind)
+SHUFFLED = (
+    "kind", "capture_id", "conn_key", "ts_ns", "order_ns", "file_rank", "file_no", "flags",
+    "seq", "ack", "cut", "data",
+)  # fmt: skip
+ROW_OVERHEAD = 48  # bytes a shuffled segment row costs besides its payload (for balancing)
+
+
+@dataclass(slots=True)
+class Placement:
+    """Which stage-2 task decodes which connection, and the bytes each task got."""
+
+    flows: int = 0
+    loads: list[int] = field(default_factory=list)
+    dropped_flows: int = 0  # TCP flows never showing a Kafka request: not shuffled
+    dropped_bytes: int = 0
+
+    @property
+    def max_share(self) -> float:
+        return max_share(self.loads)
+
+
+def place_flows(
+    spark: SparkSession, seg: DataFrame, partitions: int
+) -> tuple[DataFrame, Placement]:
+    """Decide before the shuffle which flows are Kafka (a payload starting with a plausible
+    request header anywhere in the run, `payload.kafka_hint`) and place them on `partitions`
+    stage-2 tasks by bytes (LPT). Returns (capture_id, conn_key, part) rows to join on, with
+    `part` values that Spark's hash partitioner sends to the intended task."""
+    from pyspark.sql import functions as F
+
+    flows = (
+        seg.where(F.col("kind") == KIND_PACKET)
+        .groupBy("capture_id", "conn_key")
+        .agg(
+            F.max("hint").alias("kafka"),
+            F.sum(F.length("data") + ROW_OVERHEAD).alias("bytes"),
+        )
+        .cache()
+    )  # only the Kafka flows come to the driver; the others are counted
+    kafka = {(r["capture_id"], r["conn_key"]): r["bytes"] for r in flows.where("kafka").collect()}
+    other = flows.where("NOT kafka").agg(F.count("*").alias("n"), F.sum("bytes").alias("b"))
+    dropped = other.first()
+    flows.unpersist()
+    where, loads = place(kafka, partitions)  # type: ignore[arg-type]
+    hashed = (
+        spark.range(0, 64 * partitions)
+        .select("id", F.expr(f"pmod(hash(id), {partitions})").alias("b"))
+        .collect()
+    )
+    values = bucket_values([(r["id"], r["b"]) for r in hashed], partitions)
+    rows = [(cap, bytes(key), values[b]) for (cap, key), b in where.items()]
+    placed = spark.createDataFrame(rows, "capture_id STRING, conn_key BINARY, part BIGINT")
+    res = Placement(len(kafka), loads)
+    res.dropped_flows = int(dropped["n"] or 0) if dropped else 0
+    res.dropped_bytes = int(dropped["b"] or 0) if dropped else 0
+    return placed, res
 
 
 def decode_segments(
@@ -155,10 +235,16 @@ def decode_segments(
     decode_bodies: bool = True,
     shuffle_partitions: int | None = None,
     topic_ids: dict[str, str] | None = None,
-) -> DataFrame:
-    """Shuffle by connection, sort into capture order, run the engine per connection (stage 2);
-    `topic_ids` (--topic-ids) preloads every capture group's topic-name registry."""
+    with_bodies: bool = False,
+) -> tuple[DataFrame, Placement]:
+    """Keep the Kafka flows, shuffle them to tasks balanced by bytes, sort each connection into
+    capture order, run the engine per connection (stage 2); `topic_ids` (--topic-ids)
+    preloads every capture group's topic-name registry. `seg` should be persisted: it is read
+    twice (the flow census, then the shuffle)."""
+    from pyspark.sql import functions as F
+
     files = [f.path for f in plan.files]
+    file_ids = [f.file_id for f in plan.files]
     opts = opts or EngineOptions()
     if shuffle_partitions is None:
         total = sum(f.size for f in plan.files)
@@ -168,12 +254,137 @@ def decode_segments(
         from kanalyze.spark.decode import decode
         from kanalyze.spark.rows import row_context
 
-        yield from decode(batches, files, opts, decode_bodies, row_context(topic_ids))
+        yield from decode(
+            batches, files, opts, decode_bodies, row_context(topic_ids), file_ids, with_bodies
+        )
 
-    ordered = seg.repartition(shuffle_partitions, "capture_id", "conn_key").sortWithinPartitions(
-        "capture_id", "conn_key", "ts_ns", "file_rank", "file_no"
+    placed, placement = place_flows(spark, seg, shuffle_partitions)
+    packets = seg.where(F.col("kind") == KIND_PACKET).join(
+        F.broadcast(placed), ["capture_id", "conn_key"], "inner"
     )
-    return ordered.mapInArrow(stage2, R.spark_ddl(R.DECODED_SCHEMA))
+    units = seg.where(F.col("kind") != KIND_PACKET).withColumn("part", F.lit(0).cast("long"))
+    ordered = (
+        packets.select(*SHUFFLED, "part")
+        .unionByName(units.select(*SHUFFLED, "part"))
+        .repartition(shuffle_partitions, "part")
+        .sortWithinPartitions(*SHUFFLE_ORDER)
+    )
+    return ordered.mapInArrow(stage2, R.spark_ddl(R.DECODED_SCHEMA)), placement
+
+
+@dataclass(slots=True)
+class Tables:
+    """The pipeline's tables as DataFrames over one persisted stage-2 result (nothing written).
+
+    `exchanges`, `partitions`, `connections`, `files` and `topics` (topic id -> name learned
+    from Metadata responses); `aggregates()` derives the summary tables. Call `unpersist()`
+    when done with them."""
+
+    plan: Plan
+    decoded: DataFrame
+    exchanges: DataFrame
+    partitions: DataFrame
+    connections: DataFrame
+    files: DataFrame
+    topics: DataFrame
+    segments: DataFrame  # stage 1's rows (persisted: read by the flow census and the shuffle)
+    placement: Placement  # which flows were shuffled, and each stage-2 task's bytes
+
+    def aggregates(self) -> dict[str, DataFrame]:
+        return aggregates(self.exchanges, self.partitions)
+
+    def unpersist(self) -> None:
+        self.decoded.unpersist()
+        self.segments.unpersist()
+
+
+def build(
+    spark: SparkSession,
+    inputs: Sequence[str],
+    *,
+    ports: Sequence[int] = (),
+    split_bytes: int = SPLIT_BYTES,
+    decode_bodies: bool = True,
+    with_bodies: bool = False,
+    capture_id: str | None = None,
+    shuffle_partitions: int | None = None,
+    max_frame: int = 256 * 1024 * 1024,
+    topic_ids: dict[str, str] | None = None,
+    skip_file_ids: frozenset[str] = frozenset(),
+) -> Tables:
+    """Plan, run both stages and return every table as a DataFrame (the public API's core).
+
+    Raises `kanalyze.spark.inputs.InputError` at once for a missing or unreadable input."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from kanalyze.spark.session import register
+
+    register(spark)
+    plan = make_plan(spark, inputs, split_bytes, capture_id, skip_file_ids=skip_file_ids)
+    opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
+    seg = segments(spark, plan, opts).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded, placement = decode_segments(
+        spark, seg, plan, opts, decode_bodies, shuffle_partitions, topic_ids, with_bodies
+    )
+    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+    exchanges = decoded.where(F.col("kind") == "exchange").select(*R.EXCHANGE_COLUMNS)
+    topics = (
+        decoded.where(F.col("kind") == "topic")
+        .select(F.from_json("extra", "ARRAY<STRING>").alias("t"))
+        .select(F.col("t")[0].alias("topic_id"), F.col("t")[1].alias("topic_name"))
+        .dropDuplicates(["topic_id"])
+    )
+    conns = (
+        decoded.where(F.col("kind") == "connection")
+        .select(F.from_json("extra", CONNECTION_DDL).alias("c"))
+        .select("c.*")
+        .withColumn("first_ts", F.timestamp_micros(F.floor(F.col("first_ns") / 1000).cast("long")))
+        .withColumn("last_ts", F.timestamp_micros(F.floor(F.col("last_ns") / 1000).cast("long")))
+    )
+    return Tables(
+        plan, decoded, exchanges, partitions_table(exchanges, topics), conns,
+        files_table(spark, decoded, plan), topics, seg, placement,
+    )  # fmt: skip
+
+
+def balance_report(plan: Plan, placement: Placement) -> dict[str, float]:
+    """How evenly the bytes were spread: the largest stage-1 and stage-2 task's share (1/N is
+    perfect), and how many flows and bytes stayed out of the shuffle."""
+    sizes = unit_bytes(plan.units, plan.files)
+    stage1 = [sum(sizes[i] for i in p) for p in plan.partitions]
+    return {
+        "stage1_tasks": len(stage1),
+        "stage1_max_share": round(max_share(stage1), 3),
+        "stage2_tasks": len(placement.loads),
+        "stage2_max_share": round(placement.max_share, 3),
+        "flows_shuffled": placement.flows,
+        "flows_dropped": placement.dropped_flows,
+        "bytes_shuffled_est": sum(placement.loads),
+        "bytes_dropped_est": placement.dropped_bytes,
+    }
+
+
+def _sorted(df: DataFrame, ns: list[str]) -> DataFrame:
+    """Rows in time order within each (dt, hour) file: partition columns first, so Spark's
+    writer keeps this order."""
+    from pyspark.sql import functions as F
+
+    return df.sortWithinPartitions("dt", "hour", F.coalesce(*ns))
+
+
+def _written_file_ids(spark: SparkSession, out: str) -> frozenset[str]:
+    """Content ids of the inputs an earlier run already wrote to `out` (append mode)."""
+    from pyspark.sql import functions as F
+
+    try:
+        files = spark.read.parquet(f"{out}/files")
+    except Exception:  # noqa: BLE001 - no table yet (AnalysisException: path does not exist)
+        return frozenset()
+    if "file_id" not in files.columns:
+        return frozenset()
+    rows = files.where(F.col("error") == "").select("file_id").distinct().collect()
+    return frozenset(r["file_id"] for r in rows)
 
 
 def run_pipeline(
@@ -184,72 +395,72 @@ def run_pipeline(
     ports: Sequence[int] = (),
     split_bytes: int = SPLIT_BYTES,
     decode_bodies: bool = True,
+    with_bodies: bool = False,
     capture_id: str | None = None,
     shuffle_partitions: int | None = None,
     max_frame: int = 256 * 1024 * 1024,
     topic_ids: dict[str, str] | None = None,
+    mode: str = "overwrite",
 ) -> PipelineResult:
-    """Run both stages over `inputs` and write every table under `out_dir` (Parquet)."""
-    from pyspark import StorageLevel
+    """Run both stages over `inputs` and write every table under `out_dir` (Parquet).
+
+    `mode="append"` adds to the tables already there and skips every input whose content
+    identity the `files` table already lists, so re-running the same input is a no-op; the
+    `files` table is written last (a run that failed before it is re-done in full by the next,
+    and the rows it had appended stay: rebuild with overwrite after a failed append)."""
+    if mode not in ("overwrite", "append"):
+        raise ValueError(f"mode must be 'overwrite' or 'append', not {mode!r}")
     from pyspark.sql import functions as F
 
-    from kanalyze.spark.session import register
-
-    register(spark)
     t0 = time.perf_counter()
-    out = out_dir.rstrip("/")
-    plan = make_plan(spark, inputs, split_bytes, capture_id)
+    out = qualify_output(out_dir)
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    skip = _written_file_ids(spark, out) if mode == "append" else frozenset()
+    t = build(
+        spark, inputs, ports=ports, split_bytes=split_bytes, decode_bodies=decode_bodies,
+        with_bodies=with_bodies, capture_id=capture_id, shuffle_partitions=shuffle_partitions,
+        max_frame=max_frame, topic_ids=topic_ids, skip_file_ids=skip,
+    )  # fmt: skip
+    plan = t.plan
     res = PipelineResult(out, plan)
+    res.skipped = list(plan.skipped)
+    res.balance = balance_report(plan, t.placement)
     res.seconds["plan"] = time.perf_counter() - t0
     res.problems.extend(f"{f.path}: {f.error}" for f in plan.files if f.error)
-    opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
-    decoded = decode_segments(
-        spark, segments(spark, plan), plan, opts, decode_bodies, shuffle_partitions, topic_ids
-    )
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+    if not plan.files:  # everything was written by an earlier run
+        t.unpersist()
+        res.counts = dict.fromkeys(("exchanges", "partitions", "connections", "files"), 0)
+        res.seconds["total"] = time.perf_counter() - t0
+        return res
     try:
-        t = time.perf_counter()
-        ex = decoded.where(F.col("kind") == "exchange").select(*R.EXCHANGE_COLUMNS)
-        write_parquet(ex, f"{out}/exchanges", "dt")
-        res.seconds["exchanges"] = time.perf_counter() - t
-        t = time.perf_counter()
-        # read back with the declared schema: an empty run still has a readable, typed table
+        tm = time.perf_counter()
+        ex_ns = ["request_last_ns", "response_last_ns"]
+        write_parquet(_sorted(t.exchanges, ex_ns), f"{out}/exchanges", ("dt", "hour"), mode)
+        res.seconds["exchanges"] = time.perf_counter() - tm
+        tm = time.perf_counter()
+        write_parquet(_sorted(t.partitions, ["ts_ns"]), f"{out}/partitions", ("dt", "hour"), mode)
+        write_parquet(t.connections.orderBy("first_ns"), f"{out}/connections", None, mode)
+        files = t.files.cache()
+        res.seconds["tables"] = time.perf_counter() - tm
+        tm = time.perf_counter()
+        # aggregates cover everything in the tables (all runs), so they are rewritten each time
         exchanges = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
-        topics = (
-            decoded.where(F.col("kind") == "topic")
-            .select(F.from_json("extra", "ARRAY<STRING>").alias("t"))
-            .select(F.col("t")[0].alias("topic_id"), F.col("t")[1].alias("topic_name"))
-            .dropDuplicates(["topic_id"])
-        )
-        parts = partitions_table(exchanges, topics)
-        write_parquet(parts, f"{out}/partitions", "dt")
-        parts_schema = parts.schema
-        conns = (
-            decoded.where(F.col("kind") == "connection")
-            .select(F.from_json("extra", CONNECTION_DDL).alias("c"))
-            .select("c.*")
-        )
-        write_parquet(conns, f"{out}/connections")
-        write_parquet(files_table(spark, decoded, plan), f"{out}/files")
-        res.seconds["tables"] = time.perf_counter() - t
-        t = time.perf_counter()
-        parts = spark.read.schema(parts_schema).parquet(f"{out}/partitions")
+        parts = spark.read.schema(t.partitions.schema).parquet(f"{out}/partitions")
         for name, df in aggregates(exchanges, parts).items():
             write_parquet(df.coalesce(1), f"{out}/aggregates/{name}")
-        res.seconds["aggregates"] = time.perf_counter() - t
-        res.counts["exchanges"] = exchanges.count()
-        res.counts["partitions"] = parts.count()
-        res.counts["connections"] = (
-            spark.read.schema(CONNECTION_DDL).parquet(f"{out}/connections").count()
-        )
-        files = spark.read.parquet(f"{out}/files")
+        res.seconds["aggregates"] = time.perf_counter() - tm
+        res.counts["exchanges"] = t.exchanges.count()
+        res.counts["partitions"] = t.partitions.count()
+        res.counts["connections"] = t.connections.count()
         res.counts["files"] = files.count()
         res.problems.extend(
             f"{r['path']}: {r['error']}"
             for r in files.where(F.col("error") != "").collect()
             if r["path"] and not any(r["path"] in p for p in res.problems)
         )  # fmt: skip
+        write_parquet(files, f"{out}/files", None, mode)  # last: marks the inputs as done
+        files.unpersist()
     finally:
-        decoded.unpersist()
+        t.unpersist()
     res.seconds["total"] = time.perf_counter() - t0
     return res

@@ -12,12 +12,21 @@ from datetime import UTC, datetime
 from dissectors import DecodeContext, Limits
 from kanalyze.bodies import Bodies, BodyDecoder
 from kanalyze.correlation import Exchange
+from kanalyze.jsontext import dumps
 from kanalyze.spark.schemas import PARTITION_FIELDS, pointer
 
 
 def _split_endpoint(ep: str) -> tuple[str, int]:
     host, _, port = ep.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def stable_conn_id(file_id: str, frame: int, client: str, broker: str) -> str:
+    """The id of one connection incarnation from where it starts: the content identity of the
+    file holding its first packet, that packet's frame number, and its endpoints. The same
+    capture gives the same ids however its path was spelled (relative, absolute, URI, a copy),
+    and a reused 4-tuple gets a new id per incarnation."""
+    return hashlib.sha1(f"{file_id}|{frame}|{client}|{broker}".encode()).hexdigest()[:16]
 
 
 def row_context(topic_ids: dict[str, str] | None = None) -> DecodeContext:
@@ -34,6 +43,7 @@ class RowBuilder:
     capture_id: str = ""
     decode: bool = True
     ctx: DecodeContext | None = None  # default: values cut to 64 bytes (rows stay small)
+    with_bodies: bool = False  # request_body/response_body as JSON text (redacted)
     bodies: BodyDecoder = field(init=False)  # with the capture group's topic-name registry
     incarnations: dict[tuple[int, int], str] = field(
         default_factory=dict
@@ -47,6 +57,7 @@ class RowBuilder:
     def conn_id(
         self, engine_key: int, conn_no: int, client: str, broker: str, incarnation: int
     ) -> str:
+        """A connection id from the capture group's name (`export -T parquet`, one process)."""
         k = (engine_key, conn_no)
         cid = self.incarnations.get(k)
         if cid is None:
@@ -129,6 +140,14 @@ class RowBuilder:
             ):
                 r[k] = None
         r["diagnostics"] = diags
+        for side, msg, is_req in (("request", req, True), ("response", resp, False)):
+            body = None
+            if self.with_bodies and self.decode and msg is not None:
+                value = self.bodies.json(ex, msg, is_req)
+                body = None if value is None else dumps(value)
+            r[f"{side}_body"] = body
         start = req or resp
-        r["dt"] = datetime.fromtimestamp(start.pdu.last_ts / 1e9, UTC).date() if start else None
+        when = datetime.fromtimestamp(start.pdu.last_ts / 1e9, UTC) if start else None
+        r["dt"] = when.date() if when else None
+        r["hour"] = when.hour if when else None
         return r

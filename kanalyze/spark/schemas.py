@@ -30,11 +30,15 @@ SEGMENT_SCHEMA = pa.schema(
         ("capture_id", pa.string()),
         ("conn_key", pa.binary()),
         ("ts_ns", pa.int64()),
+        ("order_ns", pa.int64()),  # running max of ts_ns in the unit: file order within a file
         ("file_rank", pa.int32()),
         ("file_no", pa.int64()),
-        ("linktype", pa.int32()),
-        ("flags", pa.int16()),
-        ("data", pa.binary()),
+        ("flags", pa.int16()),  # TCP flags | payload.FROM_FIRST (direction within conn_key)
+        ("seq", pa.int64()),
+        ("ack", pa.int64()),
+        ("cut", pa.int32()),  # payload bytes the snaplen cut off
+        ("hint", pa.bool_()),  # the payload starts like a Kafka request (payload.kafka_hint)
+        ("data", pa.binary()),  # the TCP payload (a unit row: its statistics as JSON)
     ]
 )
 
@@ -103,7 +107,10 @@ EXCHANGE_FIELDS: list[tuple[str, pa.DataType]] = [
     ("topics", pa.list_(pa.string())),
     ("partitions", pa.list_(PARTITION_TYPE)),
     ("diagnostics", pa.list_(pa.string())),
-    ("dt", pa.date32()),
+    ("request_body", pa.string()),  # JSON, redacted, only with --with-bodies
+    ("response_body", pa.string()),
+    ("dt", pa.date32()),  # UTC date and hour of the exchange's first message: the partitions
+    ("hour", pa.int8()),
 ]
 EXCHANGE_SCHEMA = pa.schema(EXCHANGE_FIELDS)
 EXCHANGE_COLUMNS = [n for n, _ in EXCHANGE_FIELDS]

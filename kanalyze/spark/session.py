@@ -106,6 +106,7 @@ def get_session(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.compression.codec": "zstd",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",  # not INT96
         "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
     }
     if master and master.startswith("local"):

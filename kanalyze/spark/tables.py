@@ -15,10 +15,11 @@ TABLES = ("exchanges", "partitions", "connections", "files")
 AGGREGATES = ("api_latency", "partition_hw", "client_topic_usage", "errors")
 
 CONNECTION_DDL = (
-    "capture_id STRING, conn_id STRING, client STRING, broker STRING, incarnations INT, "
-    "kafka BOOLEAN, first_ns BIGINT, last_ns BIGINT, packets BIGINT, syn_seen BOOLEAN, "
+    "capture_id STRING, conn_id STRING, client STRING, broker STRING, incarnation INT, "
+    "first_ns BIGINT, last_ns BIGINT, packets BIGINT, exchanges BIGINT, first_file STRING, "
+    "first_frame BIGINT, incarnations INT, kafka BOOLEAN, syn_seen BOOLEAN, "
     "fin_seen BOOLEAN, rst_seen BOOLEAN, "
-    "files_spanned INT, first_file STRING, first_frame BIGINT, client_stream_bytes BIGINT, "
+    "files_spanned INT, client_stream_bytes BIGINT, "
     "broker_stream_bytes BIGINT, client_frame_bytes BIGINT, broker_frame_bytes BIGINT, "
     "skipped_bytes BIGINT, "
     "gap_bytes BIGINT, gaps BIGINT, retransmitted_bytes BIGINT, requests BIGINT, responses BIGINT, "
@@ -31,10 +32,15 @@ UNIT_DDL = (
 )
 
 
-def write_parquet(df: DataFrame, path: str, partition_by: str | None = None) -> None:
-    w = df.write.mode("overwrite").format("parquet")
+def write_parquet(
+    df: DataFrame,
+    path: str,
+    partition_by: tuple[str, ...] | None = None,
+    mode: str = "overwrite",
+) -> None:
+    w = df.write.mode(mode).format("parquet")
     if partition_by:
-        w = w.partitionBy(partition_by)
+        w = w.partitionBy(*partition_by)
     w.save(path)
 
 
@@ -51,8 +57,8 @@ def partitions_table(exchanges: DataFrame, topics: DataFrame) -> DataFrame:
     p = exchanges.select(
         F.coalesce("response_ts", "request_ts").alias("ts"),
         F.coalesce("response_last_ns", "request_last_ns").alias("ts_ns"),
-        "dt", "capture_id", "conn_id", "client", "broker", "client_id", "api", "api_version",
-        "correlation_id", "status", "request_file", "request_frame", "response_file",
+        "dt", "hour", "capture_id", "conn_id", "client", "broker", "client_id", "api",
+        "api_version", "correlation_id", "status", "request_file", "request_frame", "response_file",
         "response_frame", "acks", "replica_id", F.explode("partitions").alias("p"),
     )  # fmt: skip
     p = p.select("*", "p.*").drop("p")
@@ -183,6 +189,7 @@ def files_table(spark: SparkSession, decoded: DataFrame, plan: Plan) -> DataFram
         (
             f.rank,
             f.path,
+            f.file_id,
             f.capture_id,
             f.format,
             f.compressed,
@@ -195,8 +202,8 @@ def files_table(spark: SparkSession, decoded: DataFrame, plan: Plan) -> DataFram
     ]
     info = spark.createDataFrame(
         info_rows,
-        "rank INT, path STRING, capture_id STRING, format STRING, compressed BOOLEAN, size BIGINT, "
-        "linktype INT, snaplen BIGINT, probe_error STRING",
+        "rank INT, path STRING, file_id STRING, capture_id STRING, format STRING, "
+        "compressed BOOLEAN, size BIGINT, linktype INT, snaplen BIGINT, probe_error STRING",
     )
     split = {f.rank for f in plan.files} - {u.rank for u in plan.units if u.whole}
     return (

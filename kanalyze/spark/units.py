@@ -30,7 +30,9 @@ from dataclasses import asdict, dataclass, field
 from dissectors import Code, Diagnostic
 from kanalyze.capture import GZIP_MAGIC, CaptureError, CaptureStats, Packet, read_capture
 from kanalyze.capture.split import RangeResult, iter_range, probe_layout, sync
+from kanalyze.spark.balance import lpt
 from kanalyze.spark.inputs import (
+    content_id,
     default_capture_id,
     file_size,
     is_uri,
@@ -64,6 +66,7 @@ class FileInfo:
     ifaces: list[list[int]] = field(default_factory=list)  # pcapng: [linktype, num, den, offset]
     error: str = ""
     rank: int = 0
+    file_id: str = ""  # content identity (size + hash of both ends): stable connection ids
 
     @classmethod
     def from_dict(cls, d: dict) -> FileInfo:
@@ -81,6 +84,8 @@ def probe(path: str, capture_id: str | None = None) -> FileInfo:
     try:
         info.size = file_size(path)
         with open_input(path) as f:
+            info.file_id = content_id(f, info.size)
+            f.seek(0)
             head = f.read(2)
             f.seek(0)
             if head == GZIP_MAGIC:
@@ -129,12 +134,14 @@ class Plan:
     files: list[FileInfo]
     units: list[Unit]
     partitions: list[list[int]]  # unit indices per stage-1 task
+    skipped: list[str] = field(default_factory=list)  # inputs left out (already written)
 
     def to_dict(self) -> dict:
         return {
             "files": [f.to_dict() for f in self.files],
             "units": [u.to_list() for u in self.units],
             "partitions": self.partitions,
+            "skipped": self.skipped,
         }
 
     @classmethod
@@ -143,6 +150,7 @@ class Plan:
             [FileInfo.from_dict(x) for x in d["files"]],
             [Unit.from_list(x) for x in d["units"]],
             [list(p) for p in d["partitions"]],
+            list(d.get("skipped", [])),
         )
 
 
@@ -195,25 +203,33 @@ def finish_units(
     return units
 
 
+def unit_bytes(units: list[Unit], files: list[FileInfo]) -> list[int]:
+    return [(u.end - u.start) if not u.whole else files[u.rank].size for u in units]
+
+
 def pack(
     units: list[Unit], files: list[FileInfo], parallelism: int, target_bytes: int = 128 << 20
 ) -> list[list[int]]:
-    """Group units into stage-1 tasks: about 3 tasks per core, never one task per tiny file."""
-    sizes = [(u.end - u.start) if not u.whole else files[u.rank].size for u in units]
+    """Group units into stage-1 tasks by bytes: about 3 tasks per core (never one task per
+    tiny file), each unit placed largest first on the lightest task, units of a task in plan
+    order."""
+    sizes = unit_bytes(units, files)
     total = sum(sizes)
+    if not units:
+        return []
     target = max(1 << 20, min(target_bytes, total // max(1, 3 * parallelism) + 1))
-    parts: list[list[int]] = []
-    cur: list[int] = []
-    acc = 0
-    for i, sz in enumerate(sizes):
-        if cur and acc + sz > target:
-            parts.append(cur)
-            cur, acc = [], 0
-        cur.append(i)
-        acc += sz
-    if cur:
-        parts.append(cur)
-    return parts
+    tasks = min(len(units), max(1, -(-total // target)))
+    placed = lpt(sizes, tasks)
+    parts: list[list[int]] = [[] for _ in range(tasks)]
+    for i, b in enumerate(placed):
+        parts[b].append(i)
+    return [p for p in parts if p]
+
+
+def balanced_split(total: int, split_bytes: int, parallelism: int) -> int:
+    """The range size that gives every core about 3 stage-1 tasks of equal bytes (never more
+    than `split_bytes`, never below 1 MiB)."""
+    return min(split_bytes, max(1 << 20, -(-total // max(1, 3 * parallelism))))
 
 
 def plan_local(

@@ -88,3 +88,24 @@ def to_pcapng(src: Path, dst: Path) -> Path:
     dst.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([_editcap(), "-F", "pcapng", str(src), str(dst)], check=True)
     return dst
+
+
+def local_pipeline(paths: list[str], split_bytes: int = 1 << 30) -> list[dict]:
+    """The Spark pipeline's stages run in this process (no JVM): plan, stage 1 over every unit,
+    the shuffle's sort, stage 2; returns stage 2's rows (exchanges, connections, ...)."""
+    import pyarrow as pa
+
+    from kanalyze.spark.decode import decode
+    from kanalyze.spark.extract import extract
+    from kanalyze.spark.pipeline import SHUFFLE_ORDER
+    from kanalyze.spark.units import plan_local
+
+    plan = plan_local(paths, split_bytes=split_bytes)
+    seg = pa.Table.from_batches(list(extract(plan, range(len(plan.units)))))
+    rows = seg.to_pylist()
+    kafka = {(r["capture_id"], r["conn_key"]) for r in rows if r["hint"]}  # as Spark's semi-join
+    keep = [r["kind"] != 0 or (r["capture_id"], r["conn_key"]) in kafka for r in rows]
+    seg = seg.filter(pa.array(keep)).sort_by([(c, "ascending") for c in SHUFFLE_ORDER])
+    files = [f.path for f in plan.files]
+    out = decode(seg.to_batches(), files, file_ids=[f.file_id for f in plan.files])
+    return [r for b in out for r in b.to_pylist()]
