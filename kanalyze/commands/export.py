@@ -23,7 +23,6 @@ from kanalyze.export.outputs import (
     needs_learning,
     run_output,
 )
-from kanalyze.parallel.run import default_jobs, run_export
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
@@ -67,7 +66,12 @@ def run(args: argparse.Namespace) -> int:
     binary = args.output != "-" or stdout is not None
     out = (stdout or sys.stdout) if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
     try:
-        jobs = default_jobs(args.files, args.jobs) if session is base else 1  # filters: one process
+        jobs = 1
+        if session is base and args.jobs not in (None, 1):  # filters: one process
+            # the pool's modules are imported only when they are used
+            from kanalyze.parallel.run import default_jobs, run_export
+
+            jobs = default_jobs(args.files, args.jobs)
         if jobs > 1 and binary:
             done = run_export(args.files, jobs, opts, ctx, args.header_only, out)
             if done is not None:
