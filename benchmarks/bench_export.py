@@ -393,7 +393,11 @@ def timed(
 def _timed_once(cmd: list[str], out: Path | None) -> tuple[float, float, float]:
     with tempfile.TemporaryFile() as err, open(out or os.devnull, "wb") as sink:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=err, env=KANALYZE_ENV)
+        # a preexec_fn makes Popen fork rather than vfork: a vforked child's peak RSS (wait4)
+        # starts from this process's peak, a forked one's from its current size (small)
+        proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=err, env=KANALYZE_ENV, preexec_fn=_no_vfork
+        )
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -404,6 +408,10 @@ def _timed_once(cmd: list[str], out: Path | None) -> tuple[float, float, float]:
             f"{cmd[0]} failed ({proc.returncode}): {msg[-2000:].decode(errors='replace')}"
         )
     return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+
+
+def _no_vfork() -> None:
+    """Runs in the forked child before exec; its presence is what matters (see _timed_once)."""
 
 
 def count_in_file(path: Path, needle: bytes) -> int:
@@ -495,6 +503,35 @@ def bench(
     if quick:
         return quick_runs(kan, pcap, port, size, packets, exchanges, tshark_full_mb, scratch)
     runs.append(Run("kanalyze summary --json", wall, cpu, rss, size, packets, exchanges, None))
+    # every run once per round, REPEAT rounds, the least CPU time of each: kanalyze and tshark
+    # alternate, so a drifting load on a shared machine weighs on both alike
+    global REPEAT
+    rounds, REPEAT = REPEAT, 1
+    best: dict[str, Run] = {}
+    try:
+        for i in range(rounds):
+            say(f"round {i + 1}/{rounds}")
+            args = (kan, pcap, port, size, packets, exchanges, tshark_full_mb, scratch)
+            for r in bench_round(*args):
+                if r.name not in best or r.cpu_s < best[r.name].cpu_s:
+                    best[r.name] = r
+    finally:
+        REPEAT = rounds
+    return runs + list(best.values())
+
+
+def bench_round(
+    kan: list[str],
+    pcap: Path,
+    port: int,
+    size: float,
+    packets: int,
+    exchanges: int,
+    tshark_full_mb: float,
+    scratch: Path,
+) -> list[Run]:
+    """One round: kanalyze's exports, the header-only floor sketch, then tshark's runs."""
+    runs: list[Run] = []
 
     say("kanalyze export --header-only ...")
     out = scratch / "header.ndjson"
@@ -525,10 +562,19 @@ def bench(
     )
     out.unlink()
 
+    say("header sketch (the floor) ...")
+    wall, rss, cpu = timed([sys.executable, str(HERE / "header_sketch.py"), str(pcap)])
+    runs.append(
+        Run("header sketch (floor)", wall, cpu, rss, size, packets, exchanges, None, SKETCH_NOTE)
+    )
+
     base = tshark_base(pcap, port)
     runs += tshark_fields_runs(base, size, packets, exchanges, scratch)
     runs.append(tshark_full_run(base, tshark_full_mb, size, packets, exchanges, records))
     return runs
+
+
+SKETCH_NOTE = "plain Python, in-order bytes, frame headers only, no output (header_sketch.py)"
 
 
 def quick_runs(
@@ -635,7 +681,10 @@ def tshark_fields_runs(
         ],
         out,
     )
-    t_records = sum(len(line.split(b",")) for line in out.read_bytes().splitlines() if line)
+    # streamed: the benchmark process stays small (its size at a spawn counts in the next
+    # child's peak RSS)
+    with open(out, "rb") as f:
+        t_records = sum(line.count(b",") + 1 for line in f if line.strip())
     out.unlink()
     runs.append(
         Run("tshark -T fields (records)", wall, cpu, rss, size, packets, exchanges, t_records)
@@ -686,7 +735,7 @@ def table(runs: list[Run]) -> str:
     rows = [head, "-" * len(head)]
     for r in runs:
         ratio = ""
-        if r.name.startswith("kanalyze"):
+        if r.name.startswith(("kanalyze", "header sketch")):
             parts = [f"{speed(r) / speed(fields):.1f}x fields"] if fields else []
             if r.records is not None:
                 if recs:
@@ -771,10 +820,12 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     scratch = Path(tempfile.mkdtemp(prefix="kanalyze-bench-", dir=DATA if DATA.exists() else None))
+    load_before = os.getloadavg()
     try:
         runs = bench(pcap, meta, args.tshark_full_mb, scratch, args.quick)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    load_after = os.getloadavg()
     size = pcap.stat().st_size / MB
     by = {r.name: r for r in runs}
     tshark_records = (
@@ -789,6 +840,10 @@ def main(argv: list[str] | None = None) -> int:
         f"codecs={meta.get('codecs', '?')}"
     )
     print(table(runs))
+    print(
+        f"load average (1, 5, 15 min): before {' '.join(f'{x:.2f}' for x in load_before)}, "
+        f"after {' '.join(f'{x:.2f}' for x in load_after)}; {os.cpu_count()} cores"
+    )
     return 0
 
 

@@ -9,6 +9,8 @@ Headless: nothing here imports textual, pyspark or scapy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dissectors.apis import (
     API_NAMES,
     REQUEST_FLEXIBLE_FROM,
@@ -18,18 +20,8 @@ from dissectors.apis import (
     ApiKey,
 )
 from dissectors.context import DecodeContext, Limits
-from dissectors.decoder import (
-    body_reader,
-    decode_body,
-    decode_message,
-    message_reader,
-    schema_module,
-)
 from dissectors.diagnostics import Code, Diagnostic
-from dissectors.embedded import decode_raw_sasl
 from dissectors.errors import ERROR_NAMES, ErrorCode, error_name
-from dissectors.fastjson import FALLBACK, decode_body_json
-from dissectors.jsonify import JsonWalk, node_to_json, node_to_json_collect
 from dissectors.node import ARRAY, PRIM, RAW, RECORDS, STRUCT, Node
 from dissectors.primitives import DecodeError, read_uvarint, read_varint
 from dissectors.quirks import (
@@ -38,8 +30,50 @@ from dissectors.quirks import (
     request_header_version,
     response_header_version,
 )
-from dissectors.records import decode_records
 from dissectors.secrets import is_secret, redacted
+
+if TYPE_CHECKING:
+    from dissectors.decoder import (
+        body_reader,
+        decode_body,
+        decode_message,
+        message_reader,
+        schema_module,
+    )
+    from dissectors.embedded import decode_raw_sasl
+    from dissectors.fastjson import FALLBACK, decode_body_json
+    from dissectors.jsonify import JsonWalk, node_to_json, node_to_json_collect
+    from dissectors.records import decode_records
+
+# The body decoders (and the CRC and codec libraries they bring) are imported on first use: a
+# header-only run never needs them, and importing them costs more than its engine work on a
+# small capture. name -> the submodule that defines it.
+_LAZY = {
+    "body_reader": "decoder",
+    "decode_body": "decoder",
+    "decode_message": "decoder",
+    "message_reader": "decoder",
+    "schema_module": "decoder",
+    "decode_raw_sasl": "embedded",
+    "FALLBACK": "fastjson",
+    "decode_body_json": "fastjson",
+    "JsonWalk": "jsonify",
+    "node_to_json": "jsonify",
+    "node_to_json_collect": "jsonify",
+    "decode_records": "records",
+}
+
+
+def __getattr__(name: str) -> object:
+    sub = _LAZY.get(name)
+    if sub is None:
+        raise AttributeError(f"module 'dissectors' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"dissectors.{sub}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "API_NAMES",

@@ -20,9 +20,8 @@ batch's JSON object has one shape.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
-
-import crc32c
 
 from dissectors.compression import CODEC_NAMES
 from dissectors.context import Limits
@@ -126,7 +125,21 @@ def read_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
 
 def crc_matches(buf: bytes | memoryview, pos: int, batch_end: int, crc: int) -> bool:
     """Whether the CRC32C of the complete batch at `pos` is the stored `crc`."""
-    return crc32c.crc32c(buf[pos + CRC_START : batch_end]) == crc
+    return _crc32c()(buf[pos + CRC_START : batch_end]) == crc
+
+
+def _crc32c() -> Callable[[bytes | memoryview], int]:
+    """The CRC32C function, its library imported on first use (its import costs more than a
+    header-only run of a small capture)."""
+    global _CRC
+    if _CRC is None:
+        import crc32c
+
+        _CRC = crc32c.crc32c
+    return _CRC
+
+
+_CRC: Callable[[bytes | memoryview], int] | None = None
 
 
 def bad_length(pos: int, batch_length: int) -> Diagnostic:

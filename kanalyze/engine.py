@@ -28,7 +28,9 @@ from kanalyze.correlation import ConnInfo, Exchange, Message
 from kanalyze.engine_types import DirectionTotals, EngineOptions, EngineStats
 from kanalyze.flows import ACK, FIN, RST, SYN, Segment, decode_segment, format_endpoint
 from kanalyze.framing import StreamEvent
+from kanalyze.reassembly import HALF as SEQ_HALF
 from kanalyze.reassembly import MASK as SEQ_MASK
+from kanalyze.reassembly import TAIL_KEPT
 
 # Connection, Undecided, looks_like_tls and the role bounds moved to kanalyze.connection
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "looks_like_tls",
 ]
 
+SLOW_FLAGS = SYN | FIN | RST  # a segment with one of these takes the general path
 WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})
 # client bytes searched for a first request before a flow is judged not Kafka
 DETECTION_BUDGET = 64 * 1024
@@ -85,6 +88,7 @@ class Engine:
         self.peers: dict[
             str | None, dict[tuple[int, int], None]
         ] = {}  # client id -> (api, version)s sent
+        self.fast = self.opts.fast_path
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:
@@ -99,6 +103,15 @@ class Engine:
 
     def _release(self, final: bool = False) -> None:
         waiting, done = self.waiting, self.done
+        if waiting and not final:
+            first = waiting[0]
+            if (
+                not first[2].done
+                and done
+                and done[0][0] > first[0]
+                and done[0][0] > self.now - self.opts.order_window_ns
+            ):
+                return  # the usual case while a request is pending: nothing can go out yet
         while waiting and waiting[0][2].done:
             heapq.heappop(waiting)
         if final or not waiting:
@@ -135,6 +148,16 @@ class Engine:
                 self._decide(und)  # a new connection on the same 4-tuple: settle the old one
         conn = self.conns.get(key)
         if (
+            conn is not None
+            and conn.kafka
+            and not flags & SLOW_FLAGS
+            and not seg.cut
+            and self.fast
+            and not conn.ignored
+            and self._fast(conn, key, seg.seq, seg.ack, flags, seg.payload, pkt)
+        ):
+            return
+        if (
             conn is None
             and not flags & SYN
             and (seg.payload or seg.cut)
@@ -146,6 +169,74 @@ class Engine:
             und.add(seg, key, pkt.no, pkt.ts_ns)
             return
         self._segment(seg, key, conn, pkt)
+
+    def _fast(
+        self,
+        conn: Connection,
+        key: FlowKey,
+        seq: int,
+        ack: int,
+        flags: int,
+        payload: bytes,
+        pkt,  # noqa: ANN001 - a Packet
+    ) -> bool:
+        """The common case, fused: the next in-order bytes (or a pure ACK) of a confirmed Kafka
+        connection with nothing waiting out of order and not closing. Does what `_segment`,
+        `HalfStream.segment` and `_deliver` do for such a segment, without their general
+        checks, and returns True; returns False, having changed nothing, when the segment is
+        anything else (the general path takes it). The framer is called as usual."""
+        if key == conn.client_key:
+            half, other = conn.c2s, conn.s2c
+        else:
+            half, other = conn.s2c, conn.c2s
+        base = half.base
+        if (
+            base is None
+            or half.heap
+            or other.heap
+            or (seq - base - half.next) & SEQ_MASK
+            or (half.fin_at is not None and other.fin_at is not None)
+        ):
+            return False
+        ts = pkt.ts_ns
+        clock = conn.clock = conn.clock + 1
+        conn.last_seen = ts
+        held = conn.held
+        if flags & ACK:
+            obase = other.base
+            if obase is not None:  # HalfStream.peer_ack
+                onxt = other.next
+                d = (ack - obase - onxt) & SEQ_MASK
+                rel = onxt + (d - (SEQ_MASK + 1) if d >= SEQ_HALF else d)
+                if rel > other.acked:
+                    other.acked = rel
+        half.clock = clock
+        n = len(payload)
+        if n:  # HalfStream._deliver
+            nxt = half.next
+            end = half.next = nxt + n
+            half.delivered += n
+            if n > TAIL_KEPT:
+                half.last_chunk = bytes(payload[-TAIL_KEPT:])
+                half.last_chunk_at = end - TAIL_KEPT
+            else:
+                half.last_chunk = bytes(payload)
+                half.last_chunk_at = nxt
+            half.sink.data(payload, pkt.no, ts)
+            now_held = (
+                len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
+            )
+            if now_held != held:
+                conn.held = now_held
+                st = self.stats
+                st.buffered += now_held - held
+                if st.buffered > st.buffered_peak:
+                    if st.buffered > self.opts.max_buffered:
+                        self._evict_buffers(pkt)
+                    st.buffered_peak = max(st.buffered_peak, st.buffered)
+        if self.done:
+            self._release()
+        return True
 
     def _port_decides(self, seg: Segment) -> bool:
         """`--port` names exactly one side of this segment's connection."""

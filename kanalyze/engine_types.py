@@ -3,6 +3,7 @@ engine itself (`kanalyze.engine` re-exports them)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from kanalyze.flows import FlowStats
@@ -23,6 +24,10 @@ class EngineOptions:
     max_buffered: int = 1024 * 1024 * 1024
     # connections open at once; over it the least recently active 1/8 are closed
     max_connections: int = 100_000
+    # the engine's fused path for in-order segments of an established Kafka connection
+    # (`Engine._fast`); False runs every packet through the general stages, with the same
+    # output: the tests compare both, KANALYZE_GENERAL_PATH=1 turns it off from outside
+    fast_path: bool = field(default_factory=lambda: not os.environ.get("KANALYZE_GENERAL_PATH"))
 
 
 @dataclass(slots=True)

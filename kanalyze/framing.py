@@ -137,7 +137,16 @@ class Framer:
             chunk = chunk[k:]
             start += k
             self.buf_offset = start
-        if not self.buf and self.synced:
+        buf = self.buf
+        if buf and self.synced and len(buf) >= 4:
+            # a frame in progress that this chunk does not complete: buffer it and wait (what
+            # `_process` would conclude, without its general checks)
+            size = UINT32.unpack_from(buf, 0)[0]
+            if MIN_RESPONSE <= size <= self.max_frame and len(buf) + len(chunk) < 4 + size:
+                buf += chunk
+                self.marks.append((start, pkt_no, ts_ns))
+                return
+        if not buf and self.synced:
             pos = self._frames_in(chunk, pkt_no, ts_ns, start)
             if pos == len(chunk):
                 return

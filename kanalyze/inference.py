@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from dissectors.apis import API_NAMES, RESPONSE_VERSIONS
 from dissectors.context import DecodeContext
-from dissectors.decoder import decode_body
 from kanalyze.headers import read_response_header
 
 MAX_CANDIDATES = 8
@@ -53,6 +52,8 @@ def _clean(data: bytes, api: int, version: int) -> tuple[int, dict[str, object]]
         return None
     header, body_at = h.fields, h.body_offset
     ctx = DecodeContext(decode_records=False)
+    from dissectors.decoder import decode_body  # orphans only: not imported with the engine
+
     node = decode_body(api, version, False, data, body_at, len(data), ctx)
     if any(n.diagnostics for n in node.walk()):
         return None

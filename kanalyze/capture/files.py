@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import gzip
 import heapq
+import io
+import mmap
+import os
+import stat
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from kanalyze.capture.packets import CaptureError, CaptureStats, Packet
-from kanalyze.capture.pcap import PCAP_MAGICS, read_pcap
+from kanalyze.capture.pcap import PCAP_MAGICS, read_pcap, read_pcap_mapped
 from kanalyze.capture.pcapng import SHB, read_pcapng
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -64,7 +68,10 @@ def read_capture(
             raise CaptureError(f"{name}: cannot read: {e}") from None
         if len(magic) < 4:
             raise CaptureError(f"{name}: empty or too short to be a capture ({len(magic)} bytes)")
-        if magic in PCAP_MAGICS:
+        m = _mapped(f) if magic in PCAP_MAGICS else None
+        if m is not None:
+            gen = read_pcap_mapped(m, name, stats, file_index, views)
+        elif magic in PCAP_MAGICS:
             gen = read_pcap(f, magic, name, stats, file_index, views)
         elif magic == SHB:
             gen = read_pcapng(f, magic, name, stats, file_index)
@@ -80,6 +87,20 @@ def read_capture(
     finally:
         for g in owned:
             g.close()
+
+
+def _mapped(f: BinaryIO) -> mmap.mmap | None:
+    """The whole of `f` mapped read-only when it is a plain regular file (not stdin, a pipe or
+    a gzip stream), else None: a mapped pcap is cut into packets without copying it."""
+    if type(f) is not io.BufferedReader or os.environ.get("KANALYZE_NO_MMAP"):
+        return None
+    try:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size < 4:
+            return None
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
 
 
 def read_captures(

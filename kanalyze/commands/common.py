@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from dissectors.context import DecodeContext, Limits
-from kanalyze.bodies.names import TopicIdsError, load_topic_ids
 from kanalyze.capture import CaptureStats
 from kanalyze.engine import EngineOptions, EngineStats
 from kanalyze.flows import SUPPORTED_LINKTYPES
@@ -66,6 +65,8 @@ def add_topic_ids_argument(p: argparse.ArgumentParser) -> None:
 
 def topic_ids_file(path: str) -> dict[str, str]:
     """--topic-ids FILE read into an id → name mapping (a bad file is one argparse error)."""
+    from kanalyze.bodies.names import TopicIdsError, load_topic_ids  # only with --topic-ids
+
     try:
         return load_topic_ids(path).mapping
     except TopicIdsError as exc:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from typing import Any
 
+from kanalyze.capture import CaptureStats
 from kanalyze.commands.common import (
     add_decode_arguments,
     add_input_arguments,
@@ -23,7 +26,6 @@ from kanalyze.export.outputs import (
     needs_learning,
     run_output,
 )
-from kanalyze.parallel.run import default_jobs, run_export
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
@@ -85,3 +87,22 @@ def run(args: argparse.Namespace) -> int:
             out.flush()
     report_capture_problems(session)
     return explain_nothing(base)
+
+
+# The pool's modules (multiprocessing, the planner, the merge) are imported when --jobs asks for
+# more than one process, not with the command: a one-process export does not pay for them.
+def default_jobs(paths: Sequence[str], jobs: int | None) -> int:
+    """`kanalyze.parallel.run.default_jobs`; 1 without importing the pool when `jobs` is unset
+    or 1 (keep in step with its default)."""
+    if jobs is None or jobs == 1:
+        return 1
+    from kanalyze.parallel.run import default_jobs as decide
+
+    return decide(paths, jobs)
+
+
+def run_export(*args: Any, **kwargs: Any) -> tuple[CaptureStats, int, int] | None:
+    """`kanalyze.parallel.run.run_export`, imported on first use."""
+    from kanalyze.parallel.run import run_export as run
+
+    return run(*args, **kwargs)

@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, BinaryIO
 
 from dissectors.errors import error_name
-from kanalyze.bodies import Bodies, BodyDecoder, ExchangeFacts, Records, exchange_facts
 from kanalyze.correlation import OK, Exchange, Message
 from kanalyze.jsontext import dumps
 
@@ -159,6 +158,11 @@ class EventEncoder:
         with_bodies: bool = False,
         max_line: int = DEFAULT_MAX_LINE,
     ) -> None:
+        # the body service is imported here, not with the module: `export` imports this module
+        # for its option defaults, and a plain NDJSON export must not pay for the decoders
+        from kanalyze.bodies import Bodies, BodyDecoder, ExchangeFacts, Records, exchange_facts
+
+        self._bodies, self._facts, self._no_facts = Bodies, exchange_facts, ExchangeFacts
         self.decoder = BodyDecoder(ctx, Records.DATA) if decode else None
         self.with_bodies = with_bodies and decode
         self.max_line = max_line
@@ -170,8 +174,8 @@ class EventEncoder:
         lat = ex.latency_ns
         cip, cport = split_address(ex.conn.client)
         sip, sport = split_address(ex.conn.broker)
-        bodies = Bodies(ex, self.decoder) if self.decoder is not None else None
-        facts = exchange_facts(bodies) if bodies is not None else ExchangeFacts()
+        bodies = self._bodies(ex, self.decoder) if self.decoder is not None else None
+        facts = self._facts(bodies) if bodies is not None else self._no_facts()
         req = bodies.request if bodies is not None else None
         rsp = bodies.response if bodies is not None else None
         errors = [error_name(c) for c in facts.error_codes]

@@ -7,13 +7,17 @@ demand, with the user's decode context and the run's topic-name registry.
 from __future__ import annotations
 
 import gc
+from typing import TYPE_CHECKING
 
 import orjson
 
-from dissectors import DecodeContext, JsonWalk
-from kanalyze.bodies import BodyDecoder
+from dissectors import DecodeContext
 from kanalyze.correlation import Exchange, Message
 from kanalyze.jsontext import dumps, ts_seconds
+
+if TYPE_CHECKING:
+    from dissectors import JsonWalk
+    from kanalyze.bodies import BodyDecoder
 
 SCHEMA_VERSION = "kanalyze.exchange/1"
 
@@ -66,10 +70,25 @@ class ExchangeEncoder:
         decode: bool = True,
         bodies: BodyDecoder | None = None,
     ) -> None:
-        self.bodies = bodies if bodies is not None else BodyDecoder(ctx)
+        self._bodies = bodies
+        self._ctx = ctx
         self.decode = decode
         self._conn_json: dict[int, str] = {}
         self._str_json: dict[str | None, str] = {}
+
+    @property
+    def bodies(self) -> BodyDecoder:
+        """The body service, made on first use (a header-only run never imports the
+        decoders)."""
+        if self._bodies is None:
+            from kanalyze.bodies import BodyDecoder
+
+            self._bodies = BodyDecoder(self._ctx)
+        return self._bodies
+
+    @bodies.setter
+    def bodies(self, value: BodyDecoder) -> None:
+        self._bodies = value
 
     def message(
         self, ex: Exchange, msg: Message | None, is_request: bool
@@ -84,7 +103,7 @@ class ExchangeEncoder:
         diags = [d.to_json() for d in msg.diagnostics]
         body: object = None
         if self.decode:  # the value and the body's diagnostics in one pass
-            w = JsonWalk() if walk is None else walk
+            w = _walk() if walk is None else walk
             mark = len(w.diagnostics)
             body = self.bodies.json(ex, msg, is_request, w)
             diags.extend(w.diagnostics[mark:])
@@ -147,7 +166,7 @@ class ExchangeEncoder:
 
     def _decoded_line(self, ex: Exchange) -> bytes | str:
         """orjson's bytes, or json's text when orjson would spell something differently."""
-        walk = JsonWalk()
+        walk = _walk()
         # decoding builds thousands of acyclic containers per big exchange: the cyclic
         # collector would only traverse them again and again, so it pauses until they are
         # freed again (resumed while they live, it would sweep them all at the next tuple)
@@ -215,6 +234,12 @@ class ExchangeEncoder:
             f'{{"frame":{pdu.last_pkt},"first_frame":{pdu.first_pkt},"ts":{ts_seconds(pdu.last_ts)!r},'
             f'"size":{pdu.size + 4},"header":{header},"body":null,"diagnostics":{diags}}}'
         )
+
+
+def _walk() -> JsonWalk:
+    from dissectors import JsonWalk
+
+    return JsonWalk()
 
 
 def _num(value: int | None) -> str:

@@ -105,3 +105,41 @@ def test_every_prefix_never_raises_unexpectedly(tmp_path):
             assert n < 28  # only a missing/short section header is fatal
             continue
         assert len(got) <= 2
+
+
+def _read_all(path, monkeypatch, mapped: bool, views: bool):
+    if mapped:
+        monkeypatch.delenv("KANALYZE_NO_MMAP", raising=False)
+    else:
+        monkeypatch.setenv("KANALYZE_NO_MMAP", "1")
+    stats = CaptureStats()
+    got = [
+        (p.no, p.ts_ns, p.linktype, bytes(p.data), p.file_no)
+        for p in read_capture(str(path), stats, views=views)
+    ]
+    return got, stats.packets, stats.bytes, [(n, d.offset, d.message) for n, d in stats.diagnostics]
+
+
+@pytest.mark.parametrize("views", [False, True])
+@pytest.mark.parametrize("cut", [None, 24 + 16 + 20, 24 + 10, 24 + 16 + 40 + 16 + 3, 30])
+def test_mapped_pcap_reads_as_streamed(tmp_path, monkeypatch, views, cut):
+    """A regular pcap file is mapped rather than read in blocks: the same packets, counts and
+    damage diagnostics (truncated record header, truncated record) either way."""
+    whole = P.pcap(PKTS, linktype=101)
+    f = tmp_path / "x.pcap"
+    f.write_bytes(whole if cut is None else whole[:cut])
+    mapped = _read_all(f, monkeypatch, True, views)
+    assert mapped == _read_all(f, monkeypatch, False, views)
+    # records end at byte 80 and 156 of the file
+    assert len(mapped[0]) == (2 if cut is None else sum(1 for c in (80, 156) if c <= cut))
+    assert bool(mapped[3]) == (cut is not None)
+
+
+def test_mapped_pcap_absurd_record(tmp_path, monkeypatch):
+    whole = bytearray(P.pcap(PKTS, linktype=101))
+    whole[24 + 8 : 24 + 12] = (300 * 1024 * 1024).to_bytes(4, "little")
+    f = tmp_path / "x.pcap"
+    f.write_bytes(bytes(whole))
+    mapped = _read_all(f, monkeypatch, True, True)
+    assert mapped == _read_all(f, monkeypatch, False, True)
+    assert "claims" in mapped[3][0][2]
