@@ -90,9 +90,11 @@ def read_capture(
 
 
 def _mapped(f: BinaryIO) -> mmap.mmap | None:
-    """The whole of `f` mapped read-only when it is a plain regular file (not stdin, a pipe or
-    a gzip stream), else None: a mapped pcap is cut into packets without copying it."""
-    if type(f) is not io.BufferedReader or os.environ.get("KANALYZE_NO_MMAP"):
+    """The whole of `f` mapped read-only when asked for (`KANALYZE_MMAP=1`) and it is a plain
+    regular file (not stdin, a pipe or a gzip stream), else None: a mapped pcap is cut into
+    packets without copying it. Opt-in, because a file truncated while mapped (a `tcpdump -W`
+    ring reusing it) kills the process with SIGBUS instead of giving a damage diagnostic."""
+    if type(f) is not io.BufferedReader or not os.environ.get("KANALYZE_MMAP"):
         return None
     try:
         st = os.fstat(f.fileno())

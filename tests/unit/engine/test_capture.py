@@ -109,9 +109,9 @@ def test_every_prefix_never_raises_unexpectedly(tmp_path):
 
 def _read_all(path, monkeypatch, mapped: bool, views: bool):
     if mapped:
-        monkeypatch.delenv("KANALYZE_NO_MMAP", raising=False)
+        monkeypatch.setenv("KANALYZE_MMAP", "1")
     else:
-        monkeypatch.setenv("KANALYZE_NO_MMAP", "1")
+        monkeypatch.delenv("KANALYZE_MMAP", raising=False)
     stats = CaptureStats()
     got = [
         (p.no, p.ts_ns, p.linktype, bytes(p.data), p.file_no)
