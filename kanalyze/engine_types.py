@@ -23,6 +23,10 @@ class EngineOptions:
     max_buffered: int = 1024 * 1024 * 1024
     # connections open at once; over it the least recently active 1/8 are closed
     max_connections: int = 100_000
+    # connection ids: first, first + step, ... (`live --workers N`: worker i starts at i + 1
+    # with step N, so the merged output's ids stay unique)
+    id_first: int = 1
+    id_step: int = 1
 
 
 @dataclass(slots=True)

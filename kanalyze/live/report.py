@@ -98,7 +98,7 @@ def merged(reports: list[LiveReport]) -> LiveReport:
     total = LiveReport(counters=CaptureCounters(kernel_packets=None, kernel_drops=None))
     if not reports:
         return total
-    total.started = min(r.started for r in reports)
+    total.started = min((r.started for r in reports if r.started), default=0.0)
     total.stopped = max(r.stopped for r in reports)
     for r in reports:
         total.counters = _add_counters(total.counters, r.counters)

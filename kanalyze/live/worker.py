@@ -22,12 +22,12 @@ from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
 from typing import TYPE_CHECKING, Protocol
 
+from kanalyze.correlation import Exchange
 from kanalyze.live.report import LiveReport, of_session
 from kanalyze.live.session import LiveOptions, LiveSession, Source
 
 if TYPE_CHECKING:
     from kanalyze.capture.writer import PcapWriter
-    from kanalyze.correlation import Exchange
     from kanalyze.live.afpacket import CaptureCounters
     from kanalyze.metrics import Observation
 
