@@ -44,6 +44,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +55,7 @@ from captures.realstack import Broker, wait_port  # noqa: E402
 
 MB = 1_000_000
 TOPIC = "bench-live"
-PARTITIONS = 4
+PARTITIONS = 8
 VALUE = 4096
 
 
@@ -71,45 +73,51 @@ def free_port() -> int:
 
 
 # -- the load generator (its own process) ---------------------------------------------------------
-def generate(port: int, rate_mb: float, seconds: float, result: mp.Queue) -> None:
-    """Produce at `rate_mb` MB/s of record values for `seconds`, consume them back; put
-    (produced bytes, consumed bytes, seconds) on `result`."""
+def generate(port: int, rate_mb: float, seconds: float, clients: int, result: Connection) -> None:
+    """`clients` producers together send `rate_mb` MB/s of record values for `seconds`, and
+    `clients` consumers read them back (several connections: the fanout shares connections, not
+    packets); sends (produced bytes, consumed bytes, seconds) on `result`."""
     import threading
 
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     boot = f"127.0.0.1:{port}"
-    p = Producer(
-        {
-            "bootstrap.servers": boot,
-            "acks": 1,
-            "linger.ms": 5,
-            "batch.size": 1 << 20,
-            "queue.buffering.max.kbytes": 1 << 20,
-        }
-    )
+    producers = [
+        Producer(
+            {
+                "bootstrap.servers": boot,
+                "acks": 1,
+                "linger.ms": 5,
+                "batch.size": 1 << 20,
+                "queue.buffering.max.kbytes": 1 << 19,
+            }
+        )
+        for _ in range(clients)
+    ]
     stop = threading.Event()
-    consumed = [0]
+    consumed = [0] * clients
 
-    def consume() -> None:
+    def consume(k: int) -> None:
         c = Consumer(
             {
                 "bootstrap.servers": boot,
-                "group.id": "bench",
+                "group.id": f"bench-{k}",
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 50,
             }
         )
-        c.assign([TopicPartition(TOPIC, i, -1) for i in range(PARTITIONS)])  # from the end
+        # consumer k reads partitions k, k + clients, ... from the end
+        c.assign([TopicPartition(TOPIC, i, -1) for i in range(k % clients, PARTITIONS, clients)])
         while not stop.is_set():
             for m in c.consume(500, 0.1):
                 if not m.error():
-                    consumed[0] += len(m.value() or b"")
+                    consumed[k] += len(m.value() or b"")
         c.close()
 
-    t = threading.Thread(target=consume, daemon=True)
-    t.start()
-    time.sleep(1.0)  # the consumer assigned and fetching
+    threads = [threading.Thread(target=consume, args=(k,), daemon=True) for k in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)  # the consumers assigned and fetching
     value = os.urandom(VALUE)
     per_s = rate_mb * MB / VALUE
     sent = 0
@@ -117,33 +125,52 @@ def generate(port: int, rate_mb: float, seconds: float, result: mp.Queue) -> Non
     while (el := time.monotonic() - t0) < seconds:
         due = int(el * per_s) - sent
         for _ in range(max(0, due)):
+            p = producers[sent % clients]
             try:
-                p.produce(TOPIC, value, partition=sent % PARTITIONS)
+                p.produce(TOPIC, value, partition=(sent // clients) % PARTITIONS)
                 sent += 1
             except BufferError:
                 p.poll(0.01)
                 break
-        p.poll(0)
+        for p in producers:
+            p.poll(0)
         time.sleep(0.002)
-    p.flush(30)
+    for p in producers:
+        p.flush(30)
     took = time.monotonic() - t0
-    time.sleep(1.0)  # the consumer reads the tail
+    time.sleep(1.0)  # the consumers read the tail
     stop.set()
-    t.join(10)
-    result.put((sent * VALUE, consumed[0], took))
+    for t in threads:
+        t.join(10)
+    result.send((sent * VALUE, sum(consumed), took))
 
 
-def run_load(port: int, rate_mb: float, seconds: float) -> tuple[int, int, float]:
+def start_load(
+    port: int, rate_mb: float, seconds: float, clients: int
+) -> tuple[BaseProcess, Connection]:
     ctx = mp.get_context("spawn")
-    q: mp.Queue = ctx.Queue()
-    proc = ctx.Process(target=generate, args=(port, rate_mb, seconds, q))
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=generate, args=(port, rate_mb, seconds, clients, writer))
     proc.start()
+    writer.close()
+    return proc, reader
+
+
+def finish_load(proc: BaseProcess, reader: Connection, timeout: float) -> tuple[int, int, float]:
     try:
-        return q.get(timeout=seconds + 120)
+        if not reader.poll(timeout):
+            raise RuntimeError("the load generator did not finish")
+        return reader.recv()
     finally:
-        proc.join(30)
+        proc.join(10)
         if proc.is_alive():
             proc.kill()
+            proc.join()
+
+
+def run_load(port: int, rate_mb: float, seconds: float, clients: int) -> tuple[int, int, float]:
+    proc, reader = start_load(port, rate_mb, seconds, clients)
+    return finish_load(proc, reader, seconds + 90)
 
 
 def create_topic(port: int) -> None:
@@ -190,7 +217,9 @@ class Live:
                     out[f"{s.name}{{{s.labels['worker']}}}"] = s.value
         return out
 
-    def rss_kib(self) -> dict[str, int]:
+    def memory_kib(self) -> dict[str, dict[str, int]]:
+        """RSS and PSS of the parent and each worker (forked workers share pages with the
+        parent: RSS counts them in every process, PSS divides them)."""
         pids = {"parent": self.proc.pid}
         try:
             kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
@@ -198,11 +227,18 @@ class Live:
             kids = ""
         for i, pid in enumerate(kids.split()):
             pids[f"worker{i}"] = int(pid)
-        out = {}
+        out: dict[str, dict[str, int]] = {}
         for name, pid in pids.items():
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    out[name] = int(line.split()[1])
+            try:
+                text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            except OSError:
+                continue
+            vals = {}
+            for line in text.splitlines():
+                key = line.split(":")[0]
+                if key in ("Rss", "Pss"):
+                    vals[key.lower()] = int(line.split()[1])
+            out[name] = vals
         return out
 
     def stop(self) -> str:
@@ -234,7 +270,7 @@ def sweep(port: int, workers: int, rates: list[float], args: argparse.Namespace,
     try:
         for rate in rates:
             before = live.scrape()
-            produced, consumed, took = run_load(port, rate, args.step_seconds)
+            produced, consumed, took = run_load(port, rate, args.step_seconds, args.clients)
             up = catch_up(live, time.monotonic())
             after = live.scrape()
             drops = after.get("kanalyze_capture_kernel_drops_total", 0) - before.get(
@@ -251,7 +287,10 @@ def sweep(port: int, workers: int, rates: list[float], args: argparse.Namespace,
                 "kernel_drops": int(drops),
                 "catch_up_s": round(up, 1),
                 "pass": ok,
-                "rss_kib": live.rss_kib(),
+                "packets_per_worker": [
+                    int(v - before.get(k, 0)) for k, v in after.items() if "worker_capture_p" in k
+                ],
+                "memory_kib": live.memory_kib(),
                 "load": load(),
             }
             print(json.dumps(row), flush=True)
@@ -274,41 +313,37 @@ def sweep(port: int, workers: int, rates: list[float], args: argparse.Namespace,
 
 def soak(port: int, workers: int, args: argparse.Namespace, tmp: Path) -> None:
     live = Live(port, workers, free_port(), tmp)
-    ctx = mp.get_context("spawn")
-    q: mp.Queue = ctx.Queue()
-    gen = ctx.Process(target=generate, args=(port, args.rate, args.soak, q))
-    gen.start()
+    gen, reader = start_load(port, args.rate, args.soak, args.clients)
     t0 = time.monotonic()
-    samples = []
+    samples: list[tuple[int, int, int]] = []  # (t, rss, pss) of the process tree, KiB
     try:
         while gen.is_alive():
             el = time.monotonic() - t0
-            m = live.scrape()
-            samples.append((round(el), live.rss_kib()))
-            print(
-                json.dumps(
-                    {
-                        "t_s": round(el),
-                        "rss_kib": samples[-1][1],
-                        "drops": m.get("kanalyze_capture_kernel_drops_total"),
-                        "exchanges": m.get("kanalyze_exchanges_total"),
-                        "load": load(),
-                    }
-                ),
-                flush=True,
-            )
+            m, mem = live.scrape(), live.memory_kib()
+            rss = sum(v.get("rss", 0) for v in mem.values())
+            pss = sum(v.get("pss", 0) for v in mem.values())
+            samples.append((round(el), rss, pss))
+            row = {"t_s": round(el), "memory_kib": mem, "tree_rss_kib": rss, "tree_pss_kib": pss}
+            row.update(drops=m.get("kanalyze_capture_kernel_drops_total"), load=load())
+            row["exchanges"] = m.get("kanalyze_exchanges_total")
+            print(json.dumps(row), flush=True)
             gen.join(10)
-        produced, consumed, took = q.get(timeout=60)
+        produced, _consumed, took = finish_load(gen, reader, 60)
     finally:
+        if gen.is_alive():
+            gen.kill()
         err = live.stop()
     print(err.strip())
-    totals = [sum(r.values()) for _t, r in samples]
-    after = totals[len(totals) // 6 :] or totals  # after the first sixth (warm-up)
+    warm = [s for s in samples if s[0] >= min(60, args.soak / 6)] or samples
+
+    def span(i: int) -> str:
+        vals = [s[i] / 1024 for s in warm]
+        return f"{min(vals):.1f}-{max(vals):.1f} MiB"
+
     print(
         f"soak workers={workers} {args.soak:.0f} s at {produced / took / MB:.1f} MB/s produced:"
-        f" RSS of the process tree {totals[0] / 1024:.1f} MiB at start, "
-        f"{min(after) / 1024:.1f}-{max(after) / 1024:.1f} MiB after warm-up, "
-        f"{totals[-1] / 1024:.1f} MiB at the end; {load()}",
+        f" process tree at start RSS {samples[0][1] / 1024:.1f} MiB, after warm-up RSS"
+        f" {span(1)} (PSS {span(2)}), at the end RSS {samples[-1][1] / 1024:.1f} MiB; {load()}",
         flush=True,
     )
 
@@ -320,7 +355,8 @@ def main() -> int:
     ap.add_argument("--step-seconds", type=float, default=12.0)
     ap.add_argument("--max-catchup", type=float, default=2.0)
     ap.add_argument("--soak", type=float, default=None, metavar="S", help="RSS run of S seconds")
-    ap.add_argument("--rate", type=float, default=4.0, help="MB/s produced during --soak")
+    ap.add_argument("--rate", type=float, default=2.0, help="MB/s produced during --soak")
+    ap.add_argument("--clients", type=int, default=4, help="producers (and consumers)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench_live: capturing on lo needs root (or CAP_NET_RAW)", file=sys.stderr)
