@@ -132,6 +132,8 @@ class WorkerSource:
         if c.fed is not None and c.max_packets is not None:
             with c.fed.get_lock():
                 if c.fed.value >= c.max_packets:
+                    self.counters.packets -= 1  # read but not fed: not captured
+                    self.counters.bytes -= len(got[1])
                     self._limit_reached()
                     return None
                 c.fed.value += 1
