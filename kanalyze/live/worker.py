@@ -2,12 +2,12 @@
 socket of the fanout group.
 
 It sends the parent, over a pipe, batches of (NDJSON lines, metric observations) and once per
-tick and at the end its `LiveReport`. Batches go out when 256 items are waiting, when the
-oldest is 0.1 s old, when the socket has nothing to read, and at every tick, so a line waits
-little longer than in one process. Signals are the parent's business: a worker ignores
-SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole process group) and stops when the shared
-`Control` says so, draining its socket up to the shared stop time. If the parent goes away
-(the pipe breaks) it stops at once.
+tick and at the end its `LiveReport`. Batches go out when 256 items or 1 MiB of lines are
+waiting, when the oldest is 0.1 s old, when the socket has nothing to read, and at every
+tick, so a line waits little longer than in one process. Signals are the parent's business: a
+worker ignores SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole process group) and stops
+when the shared `Control` says so, draining its socket up to the shared stop time. If the
+parent goes away (the pipe breaks) it stops at once.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from kanalyze.metrics import Observation
 
 BATCH_ITEMS = 256
+BATCH_BYTES = 1 << 20  # lines of big Fetch responses: keep both sides' buffers small
 BATCH_AGE_S = 0.1
 BY_PARENT = "stopped with the other workers"
 
@@ -66,6 +67,7 @@ class Batcher:
         self.lines: list[str] = []
         self.observations: list[Observation] = []
         self.first = 0.0
+        self.size = 0  # characters of the waiting lines
         self.broken = False  # the parent is gone
         self.on_broken: Callable[[], None] | None = None
 
@@ -73,6 +75,7 @@ class Batcher:
         if not self.lines and not self.observations:
             self.first = time.monotonic()
         self.lines.append(line)
+        self.size += len(line)
         self._maybe_flush()
 
     def observe(self, ex: Exchange, d: dict) -> None:
@@ -85,14 +88,18 @@ class Batcher:
 
     def _maybe_flush(self) -> None:
         n = len(self.lines) + len(self.observations)
-        if n >= BATCH_ITEMS or time.monotonic() - self.first >= BATCH_AGE_S:
+        if (
+            n >= BATCH_ITEMS
+            or self.size >= BATCH_BYTES
+            or time.monotonic() - self.first >= BATCH_AGE_S
+        ):
             self.flush()
 
     def flush(self) -> None:
         if not self.lines and not self.observations:
             return
         lines, obs = self.lines, self.observations
-        self.lines, self.observations = [], []
+        self.lines, self.observations, self.size = [], [], 0
         self.send(("batch", lines, obs))
 
     def send(self, msg: object) -> None:
