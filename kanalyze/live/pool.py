@@ -74,7 +74,10 @@ class WorkerPool:
         for i in range(len(self.sources)):
             reader, writer = self.ctx.Pipe(duplex=False)
             proc = self.ctx.Process(
-                target=self._worker_main, args=(i, writer), name=f"kanalyze-live-{i}", daemon=True
+                target=self._worker_main,
+                args=(i, reader, writer),
+                name=f"kanalyze-live-{i}",
+                daemon=True,
             )
             proc.start()
             writer.close()
@@ -86,10 +89,14 @@ class WorkerPool:
             if p is not None:
                 p.f.close()
 
-    def _worker_main(self, index: int, conn: Connection) -> None:
+    def _worker_main(self, index: int, own_reader: Connection, conn: Connection) -> None:
         for j, other in enumerate(self.sources):
             if j != index:
                 other.sock.close()
+        # only the parent may hold the read ends (its own and the earlier workers'), or a
+        # worker would not see the parent go away (its sends would block, not fail)
+        for reader in [*self.conns, own_reader]:
+            reader.close()
         # the parent keeps the time; the shared count keeps the packet limit
         n = len(self.sources)
         engine = replace(self.opts.engine, id_first=index + 1, id_step=n)  # unique ids
