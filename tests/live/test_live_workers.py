@@ -3,6 +3,7 @@ merged output and metrics agree with the clients' truth and with each worker's o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -182,3 +183,32 @@ def test_two_workers_match_client_truth(broker: int, tmp_path: Path) -> None:
     drops = [int(v) for v in line.split("kernel drops ")[1].split(",")[0].split(" + ")]
     assert drops == [0, 0]
     assert "(kernel: " in err and ", 0 dropped)" in err
+
+
+@needs_capture
+def test_workers_end_when_the_parent_is_killed(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    live = Live(
+        ["-i", "lo", "--port", str(free_port()), "-o", os.devnull, "--workers", "2"], tmp_path
+    )
+    pid = live.proc.pid
+    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    assert len(kids) == 2
+    live.stop(signal.SIGKILL, timeout=10)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{k}").exists() for k in kids) and time.monotonic() < deadline:
+        for k in kids:  # reap them if they are ours (they are the killed parent's: init reaps)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(int(k), os.WNOHANG)
+        time.sleep(0.1)
+    alive = [k for k in kids if Path(f"/proc/{k}").exists() and _state(k) != "Z"]
+    assert alive == []
+
+
+def _state(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0]
+    except OSError:
+        return "Z"
