@@ -204,6 +204,9 @@ def test_workers_end_when_the_parent_is_killed(tmp_path: Path) -> None:
                 os.waitpid(int(k), os.WNOHANG)
         time.sleep(0.1)
     alive = [k for k in kids if Path(f"/proc/{k}").exists() and _state(k) != "Z"]
+    for k in alive:  # do not leave them capturing after a failure
+        with contextlib.suppress(OSError):
+            os.kill(int(k), signal.SIGKILL)
     assert alive == []
 
 
