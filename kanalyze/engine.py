@@ -79,7 +79,7 @@ class Engine:
         self.stats = EngineStats()
         self.conns: dict[FlowKey, Connection] = {}  # both directions' keys
         self.order: dict[int, Connection] = {}  # open connections by id, in order of appearance
-        self.next_id = 1
+        self.next_id = self.opts.id_first
         self.done: list[tuple[int, int, Exchange]] = []  # completed exchanges by start time
         self.waiting: list[tuple[int, int, Message]] = []  # pending requests by start time
         self.seq = 0
@@ -164,7 +164,7 @@ class Engine:
             and not self._port_decides(seg)
         ):
             und = Undecided(self.next_id, key, pkt.ts_ns)
-            self.next_id += 1
+            self.next_id += self.opts.id_step
             self.undecided[key] = self.undecided[(seg.dst, seg.dport, seg.src, seg.sport)] = und
             und.add(seg, key, pkt.no, pkt.ts_ns)
             return
@@ -356,7 +356,7 @@ class Engine:
         forced = broker[1] in ports
         if conn_id is None:
             conn_id = self.next_id
-            self.next_id += 1
+            self.next_id += self.opts.id_step
         info = ConnInfo(conn_id, format_endpoint(*client), format_endpoint(*broker))
         conn = Connection(self, info, ckey, forced, bool(flags & SYN))
         self.conns[key] = conn

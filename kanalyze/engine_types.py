@@ -28,6 +28,10 @@ class EngineOptions:
     # (`Engine._fast`); False runs every packet through the general stages, with the same
     # output: the tests compare both, KANALYZE_GENERAL_PATH=1 turns it off from outside
     fast_path: bool = field(default_factory=lambda: not os.environ.get("KANALYZE_GENERAL_PATH"))
+    # connection ids: first, first + step, ... (`live --workers N`: worker i starts at i + 1
+    # with step N, so the merged output's ids stay unique)
+    id_first: int = 1
+    id_step: int = 1
 
 
 @dataclass(slots=True)

@@ -26,6 +26,8 @@ the rest counted under `client_id="_other"`); what is not recorded is counted in
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -42,6 +44,10 @@ from kanalyze.analysis.wire import (
 )
 from kanalyze.bodies import error_codes
 from kanalyze.correlation import Exchange
+
+if TYPE_CHECKING:
+    from kanalyze.live.afpacket import CaptureCounters
+    from kanalyze.live.session import LiveSession
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -76,6 +82,138 @@ def _int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+@dataclass(slots=True)
+class Observation:
+    """What the metrics take from one exchange: small and picklable, free of `Metrics` state."""
+
+    api: str
+    version: str
+    client_id: str | None
+    status: str
+    latency_s: float | None = None
+    req_size: int | None = None
+    rsp_size: int | None = None
+    errors: list[str] = field(default_factory=list)  # error names, one per non-zero code
+    # error-free Fetch partitions with a high watermark: (topic, partition, hw, lso, log start)
+    partitions: list[tuple[str, int, int, int | None, int | None]] = field(default_factory=list)
+    # a follower's Fetch: (topic, partition, replica, fetch offset, visible leader end)
+    followers: list[tuple[str, int, int, int, int | None]] = field(default_factory=list)
+    # acknowledged commits: (group, topic, partition, offset)
+    commits: list[tuple[str, str, int, int]] = field(default_factory=list)
+
+
+def observation(ex: Exchange, d: dict) -> Observation:
+    """The metrics' view of one exchange, `d` its encoded form (`ExchangeEncoder.encode`)."""
+    from dissectors.errors import error_name
+
+    o = Observation(
+        ex.api or "unknown",
+        "" if ex.api_version is None else str(ex.api_version),
+        ex.client_id,
+        ex.status,
+    )
+    lat = d.get("latency_ms")
+    if isinstance(lat, int | float):
+        o.latency_s = lat / 1000.0
+    req, rsp = d.get("request"), d.get("response")
+    if isinstance(req, dict) and isinstance(req.get("size"), int):
+        o.req_size = req["size"]
+    if isinstance(rsp, dict) and isinstance(rsp.get("size"), int):
+        o.rsp_size = rsp["size"]
+    rbody = _body(d, "response")
+    if rbody is not None:
+        o.errors = [str(error_name(code)) for code in error_codes(rbody)]
+    if ex.api_key == ApiKey.FETCH and rbody is not None:
+        _fetch(o, _body(d, "request"), rbody)
+    elif ex.api_key == ApiKey.OFFSET_COMMIT:
+        _offset_commit(o, _body(d, "request"), rbody)
+    elif ex.api_key == ApiKey.OFFSET_FETCH and rbody is not None:
+        _offset_fetch(o, _body(d, "request"), rbody)
+    return o
+
+
+def _fetch(o: Observation, req: dict | None, rsp: dict) -> None:
+    ends: dict[tuple[str, int], int] = {}
+    for topic, part, p in fetch_responses(rsp):
+        if _int(p.get("error_code")) or not isinstance(part, int):
+            continue
+        hw = _int(p.get("high_watermark"))
+        end = hw
+        for b in batches(p.get("records")):
+            e = batch_end(b)
+            if e is not None and (end is None or e > end):
+                end = e
+        if end is not None:
+            ends[(topic, part)] = end
+        if hw is None or hw < 0:
+            continue
+        lso, log_start = _int(p.get("last_stable_offset")), _int(p.get("log_start_offset"))
+        o.partitions.append(
+            (
+                topic,
+                part,
+                hw,
+                lso if lso is not None and lso >= 0 else None,
+                log_start if log_start is not None and log_start >= 0 else None,
+            )
+        )
+    replica = fetch_replica(req)
+    if replica < 0 or req is None:
+        return
+    for topic, part, p in fetch_requests(req):
+        off = _int(p.get("fetch_offset"))
+        if off is None or not isinstance(part, int):
+            continue
+        o.followers.append((topic, part, replica, off, ends.get((topic, part))))
+
+
+def _offset_commit(o: Observation, req: dict | None, rsp: dict | None) -> None:
+    if req is None or rsp is None:
+        return  # not acknowledged: not committed
+    ok: set[tuple[str, int]] = set()
+    for t in rsp.get("topics") or []:
+        name = topic_of(t)
+        for p in t.get("partitions") or []:
+            if not _int(p.get("error_code")):
+                ok.add((name, p.get("partition_index", -1)))
+    group = req.get("group_id")
+    if not isinstance(group, str):
+        return
+    for t in req.get("topics") or []:
+        name = topic_of(t)
+        for p in t.get("partitions") or []:
+            part, off = p.get("partition_index"), _int(p.get("committed_offset"))
+            if isinstance(part, int) and off is not None and off >= 0 and (name, part) in ok:
+                o.commits.append((group, name, part, off))
+
+
+def _offset_fetch(o: Observation, req: dict | None, rsp: dict) -> None:
+    if isinstance(rsp.get("groups"), list):
+        groups = [
+            (g.get("group_id"), g.get("topics") or [])
+            for g in rsp["groups"]
+            if isinstance(g, dict) and not _int(g.get("error_code"))
+        ]
+    else:
+        if _int(rsp.get("error_code")):
+            return
+        groups = [((req or {}).get("group_id"), rsp.get("topics") or [])]
+    for group, topics in groups:
+        if not isinstance(group, str):
+            continue
+        for t in topics:
+            name = topic_of(t)
+            for p in t.get("partitions") or []:
+                part, off = p.get("partition_index"), _int(p.get("committed_offset"))
+                if (
+                    isinstance(part, int)
+                    and off is not None
+                    and off >= 0
+                    and not _int(p.get("error_code"))
+                ):
+                    o.commits.append((group, name, part, off))
+
+
 class Metrics:
     """Prometheus series fed by `observe(ex, encoded)`; `serve()` exposes them over HTTP."""
 
@@ -85,9 +223,6 @@ class Metrics:
         max_series: int = 20_000,
         max_client_ids: int = 1_000,
     ) -> None:
-        from dissectors.errors import error_name
-
-        self._error_name = error_name
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.max_series = max_series
@@ -198,120 +333,44 @@ class Metrics:
     # -- feeding ----------------------------------------------------------------------------------
     def observe(self, ex: Exchange, d: dict) -> None:
         """One exchange, `d` its encoded form (`ExchangeEncoder.encode`), bodies decoded or not."""
-        api = ex.api or "unknown"
-        ver = "" if ex.api_version is None else str(ex.api_version)
-        labels = (api, ver, self._client(ex.client_id), ex.status)
+        self.apply(observation(ex, d))
+
+    def apply(self, o: Observation) -> None:
+        """Record what `observation()` took from one exchange (in the process that serves the
+        endpoint: `live --workers N` extracts in the workers and applies here)."""
+        labels = (o.api, o.version, self._client(o.client_id), o.status)
         if self._admit("requests", labels):
             self.requests.labels(*labels).inc()
-        lat = d.get("latency_ms")
-        if isinstance(lat, int | float):
-            self.latency.labels(api).observe(lat / 1000.0)
-        req, rsp = d.get("request"), d.get("response")
-        if isinstance(req, dict) and isinstance(req.get("size"), int):
-            self.req_bytes.labels(api).inc(req["size"])
-        if isinstance(rsp, dict) and isinstance(rsp.get("size"), int):
-            self.rsp_bytes.labels(api).inc(rsp["size"])
-        rbody = _body(d, "response")
-        if rbody is not None:
-            for code in error_codes(rbody):
-                name = self._error_name(code)
-                if self._admit("errors", (api, name)):
-                    self.errors.labels(api, name).inc()
-        if ex.api_key == ApiKey.FETCH and rbody is not None:
-            self._fetch(_body(d, "request"), rbody)
-        elif ex.api_key == ApiKey.OFFSET_COMMIT:
-            self._offset_commit(_body(d, "request"), rbody)
-        elif ex.api_key == ApiKey.OFFSET_FETCH and rbody is not None:
-            self._offset_fetch(_body(d, "request"), rbody)
-
-    def _fetch(self, req: dict | None, rsp: dict) -> None:
-        ends: dict[tuple[str, int], int] = {}
-        for topic, part, p in fetch_responses(rsp):
-            if _int(p.get("error_code")) or not isinstance(part, int):
-                continue
-            hw = _int(p.get("high_watermark"))
-            end = hw
-            for b in batches(p.get("records")):
-                e = batch_end(b)
-                if e is not None and (end is None or e > end):
-                    end = e
-            if end is not None:
-                ends[(topic, part)] = end
-            if hw is None or hw < 0:
-                continue
+        if o.latency_s is not None:
+            self.latency.labels(o.api).observe(o.latency_s)
+        if o.req_size is not None:
+            self.req_bytes.labels(o.api).inc(o.req_size)
+        if o.rsp_size is not None:
+            self.rsp_bytes.labels(o.api).inc(o.rsp_size)
+        for name in o.errors:
+            if self._admit("errors", (o.api, name)):
+                self.errors.labels(o.api, name).inc()
+        for topic, part, hw, lso, log_start in o.partitions:
             key = (topic, str(part))
             if not self._admit("partition", key):
                 continue
             self.hw.labels(*key).set(hw)
-            for gauge, field_name in (
-                (self.lso, "last_stable_offset"),
-                (self.log_start, "log_start_offset"),
-            ):
-                v = _int(p.get(field_name))
-                if v is not None and v >= 0:
-                    gauge.labels(*key).set(v)
+            if lso is not None:
+                self.lso.labels(*key).set(lso)
+            if log_start is not None:
+                self.log_start.labels(*key).set(log_start)
             self.hws[(topic, part)] = hw
             for group in self._by_tp.get((topic, part), ()):
                 self._lag(group, topic, part)
-        replica = fetch_replica(req)
-        if replica < 0 or req is None:
-            return
-        for topic, part, p in fetch_requests(req):
-            off = _int(p.get("fetch_offset"))
-            if off is None or not isinstance(part, int):
+        for topic, part, replica, off, end in o.followers:
+            fkey = (topic, str(part), str(replica))
+            if not self._admit("follower", fkey):
                 continue
-            key = (topic, str(part), str(replica))
-            if not self._admit("follower", key):
-                continue
-            self.follower_offset.labels(*key).set(off)
-            end = ends.get((topic, part))
+            self.follower_offset.labels(*fkey).set(off)
             if end is not None:
-                self.follower_lag.labels(*key).set(max(0, end - off))
-
-    def _offset_commit(self, req: dict | None, rsp: dict | None) -> None:
-        if req is None or rsp is None:
-            return  # not acknowledged: not committed
-        ok: set[tuple[str, int]] = set()
-        for t in rsp.get("topics") or []:
-            name = topic_of(t)
-            for p in t.get("partitions") or []:
-                if not _int(p.get("error_code")):
-                    ok.add((name, p.get("partition_index", -1)))
-        group = req.get("group_id")
-        if not isinstance(group, str):
-            return
-        for t in req.get("topics") or []:
-            name = topic_of(t)
-            for p in t.get("partitions") or []:
-                part, off = p.get("partition_index"), _int(p.get("committed_offset"))
-                if isinstance(part, int) and off is not None and off >= 0 and (name, part) in ok:
-                    self._commit(group, name, part, off)
-
-    def _offset_fetch(self, req: dict | None, rsp: dict) -> None:
-        if isinstance(rsp.get("groups"), list):
-            groups = [
-                (g.get("group_id"), g.get("topics") or [])
-                for g in rsp["groups"]
-                if isinstance(g, dict) and not _int(g.get("error_code"))
-            ]
-        else:
-            if _int(rsp.get("error_code")):
-                return
-            groups = [((req or {}).get("group_id"), rsp.get("topics") or [])]
-        for group, topics in groups:
-            if not isinstance(group, str):
-                continue
-            for t in topics:
-                name = topic_of(t)
-                for p in t.get("partitions") or []:
-                    part, off = p.get("partition_index"), _int(p.get("committed_offset"))
-                    if (
-                        isinstance(part, int)
-                        and off is not None
-                        and off >= 0
-                        and not _int(p.get("error_code"))
-                    ):
-                        self._commit(group, name, part, off)
+                self.follower_lag.labels(*fkey).set(max(0, end - off))
+        for group, topic, part, off in o.commits:
+            self._commit(group, topic, part, off)
 
     def _commit(self, group: str, topic: str, part: int, off: int) -> None:
         key = (group, topic, str(part))
@@ -331,7 +390,7 @@ class Metrics:
                 self.on_lag(group, topic, part, lag)
 
     # -- capture health ---------------------------------------------------------------------------
-    def watch(self, session: object) -> None:
+    def watch(self, session: LiveSession) -> None:
         """Expose a LiveSession's capture counters, read at scrape time."""
         self.registry.register(_CaptureCollector(session))
 
@@ -356,53 +415,62 @@ class _DroppedCollector(Collector):
 
 
 class _CaptureCollector(Collector):
-    def __init__(self, session: object) -> None:
+    def __init__(self, session: LiveSession) -> None:
         self.s = session
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         s = self.s
-        c = s.source.counters  # type: ignore[attr-defined]
-        eng = s.engine  # type: ignore[attr-defined]
+        yield from capture_families(
+            s.source.counters, s.stats.exchanges, s.open_connections, s.pending,
+            stream_bytes(s.engine),
+        )  # fmt: skip
+
+
+def capture_families(
+    c: CaptureCounters,
+    exchanges: int,
+    open_connections: int,
+    pending: int,
+    streams: tuple[int, int],
+) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """The capture-health families (one process, or the sum of `live --workers`)."""
+    yield CounterMetricFamily(
+        "kanalyze_capture_packets", "packets captured and fed to the engine", value=c.packets
+    )
+    yield CounterMetricFamily(
+        "kanalyze_capture_bytes", "bytes captured (link layer)", value=c.bytes
+    )
+    yield CounterMetricFamily(
+        "kanalyze_capture_truncated_packets",
+        "packets longer than the snap length",
+        value=c.truncated,
+    )
+    if c.kernel_packets is not None:
         yield CounterMetricFamily(
-            "kanalyze_capture_packets", "packets captured and fed to the engine", value=c.packets
+            "kanalyze_capture_kernel_packets",
+            "packets that passed the kernel filter",
+            value=c.kernel_packets,
         )
         yield CounterMetricFamily(
-            "kanalyze_capture_bytes", "bytes captured (link layer)", value=c.bytes
+            "kanalyze_capture_kernel_drops",
+            "packets the kernel dropped (receive buffer full)",
+            value=c.kernel_drops or 0,
         )
-        yield CounterMetricFamily(
-            "kanalyze_capture_truncated_packets",
-            "packets longer than the snap length",
-            value=c.truncated,
-        )
-        if c.kernel_packets is not None:
-            yield CounterMetricFamily(
-                "kanalyze_capture_kernel_packets",
-                "packets that passed the kernel filter",
-                value=c.kernel_packets,
-            )
-            yield CounterMetricFamily(
-                "kanalyze_capture_kernel_drops",
-                "packets the kernel dropped (receive buffer full)",
-                value=c.kernel_drops or 0,
-            )
-        yield CounterMetricFamily(
-            "kanalyze_exchanges", "exchanges emitted", value=s.stats.exchanges
-        )  # type: ignore[attr-defined]
-        yield GaugeMetricFamily(
-            "kanalyze_open_connections", "connections the engine tracks", value=s.open_connections
-        )  # type: ignore[attr-defined]
-        yield GaugeMetricFamily(
-            "kanalyze_pending_requests", "requests waiting for a response", value=s.pending
-        )  # type: ignore[attr-defined]
-        client, broker = stream_bytes(eng)
-        fam = CounterMetricFamily(
-            "kanalyze_stream_bytes",
-            "bytes of Kafka connections by direction (open ones as they flow)",
-            labels=("direction",),
-        )
-        fam.add_metric(("client",), client)
-        fam.add_metric(("broker",), broker)
-        yield fam
+    yield CounterMetricFamily("kanalyze_exchanges", "exchanges emitted", value=exchanges)
+    yield GaugeMetricFamily(
+        "kanalyze_open_connections", "connections the engine tracks", value=open_connections
+    )
+    yield GaugeMetricFamily(
+        "kanalyze_pending_requests", "requests waiting for a response", value=pending
+    )
+    fam = CounterMetricFamily(
+        "kanalyze_stream_bytes",
+        "bytes of Kafka connections by direction (open ones as they flow)",
+        labels=("direction",),
+    )
+    fam.add_metric(("client",), streams[0])
+    fam.add_metric(("broker",), streams[1])
+    yield fam
 
 
 def stream_bytes(eng: object) -> tuple[int, int]:

@@ -12,9 +12,8 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from dissectors import Code
 from kanalyze.capture.writer import PcapWriter
 from kanalyze.commands.common import (
     add_decode_arguments,
@@ -32,11 +31,22 @@ from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, build_select
 if TYPE_CHECKING:
     from dissectors import DecodeContext
     from kanalyze.correlation import Exchange
-    from kanalyze.live import LiveSession
+    from kanalyze.live import LiveOptions, LiveSession
+    from kanalyze.live.report import LiveReport
     from kanalyze.metrics import Metrics
     from kanalyze.query.selection import Selection
 
-__all__ = ["NdjsonOutput", "add_parser", "listen_address", "positive_float", "run", "write_summary"]
+__all__ = [
+    "NdjsonOutput",
+    "add_parser",
+    "exchange_writer",
+    "listen_address",
+    "live_options",
+    "positive_float",
+    "run",
+    "worker_pcap",
+    "write_summary",
+]
 
 
 def positive_float(text: str) -> float:
@@ -157,13 +167,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="BYTES",
         help="kernel receive buffer (default 32 MiB)",
     )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="capture with N processes that share the traffic by connection (an AF_PACKET"
+        " fanout group, Linux); output and metrics are merged (default 1)",
+    )
     add_filter_arguments(p)
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from kanalyze.live import LiveError, LiveOptions, LiveSession, default_filter, open_source
+def live_options(args: argparse.Namespace) -> LiveOptions:
+    from kanalyze.live import LiveOptions
 
+    eopts = engine_options(args, pending_timeout_ns=int(args.pending_timeout * 1e9))
+    return LiveOptions(
+        engine=eopts,
+        pending_timeout_s=args.pending_timeout,
+        idle_timeout_s=args.idle_timeout,
+        duration_s=args.duration,
+        max_packets=args.max_packets,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from kanalyze.live import LiveError, LiveSession, default_filter, open_source
+    from kanalyze.live.report import of_session
+
+    if args.workers > 1:
+        from kanalyze.commands.live_workers import run_workers
+
+        return run_workers(args)
     if (args.rotate_bytes or args.rotate_seconds) and args.output == "-":
         sys.stderr.write("kanalyze: error: --rotate-bytes/--rotate-seconds need -o FILE\n")
         return 2
@@ -183,16 +219,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"kanalyze: error: {e}\n")
         return 2
 
-    eopts = engine_options(args, pending_timeout_ns=int(args.pending_timeout * 1e9))
-    lopts = LiveOptions(
-        engine=eopts,
-        pending_timeout_s=args.pending_timeout,
-        idle_timeout_s=args.idle_timeout,
-        duration_s=args.duration,
-        max_packets=args.max_packets,
+    session = LiveSession(source, live_options(args), outputs.pcap)
+    session.subscribe(
+        exchange_writer(args, ctx, selection, session, outputs.ndjson, outputs.metrics)
     )
-    session = LiveSession(source, lopts, outputs.pcap)
-    session.subscribe(_exchange_writer(args, ctx, selection, session, outputs))
     # rotation by time; the encoder bounds its own per-connection cache
     session.on_tick(lambda _s: outputs.ndjson.tick())
     if outputs.metrics is not None:
@@ -200,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stderr.write(f"kanalyze: capturing on {args.interface} (filter: {bpf or 'none'})\n")
     sys.stderr.flush()
     _run_until_signalled(session, outputs)
-    write_summary(session, outputs.ndjson, args)
+    write_summary(of_session(session, streams=False), outputs.ndjson, args)
     return 1 if session.failed else 0
 
 
@@ -252,12 +282,27 @@ class _Outputs:
             self.server.shutdown()  # type: ignore[attr-defined]
 
 
-def _exchange_writer(
+class LineOut(Protocol):
+    """Where the exchange writer puts lines: `NdjsonOutput`, or a worker's batch."""
+
+    broken: bool
+
+    def write(self, line: str) -> None: ...
+
+
+class Observer(Protocol):
+    """What sees every exchange with its encoded form: `Metrics`, or a worker's batch."""
+
+    def observe(self, ex: Exchange, d: dict) -> None: ...
+
+
+def exchange_writer(
     args: argparse.Namespace,
     ctx: DecodeContext,
     selection: Selection | None,
     session: LiveSession,
-    outputs: _Outputs,
+    out: LineOut,
+    metrics: Observer | None,
 ) -> Callable[[Exchange], None]:
     """The subscriber: one NDJSON line per selected exchange, and the metrics observation
     (of every exchange)."""
@@ -267,7 +312,6 @@ def _exchange_writer(
     enc = ExchangeEncoder(ctx, decode=decode)
     # metrics need bodies; in header-only mode a second encoder decodes them (records skipped)
     menc = enc if decode else ExchangeEncoder(replace(ctx, decode_records=False), decode=True)
-    metrics, out = outputs.metrics, outputs.ndjson
     if args.format == "events":
         from kanalyze.export.events import EventEncoder, TextLines
 
@@ -308,18 +352,32 @@ def _run_until_signalled(session: LiveSession, outputs: _Outputs) -> None:
             os.dup2(devnull, sys.stdout.fileno())
 
 
-def write_summary(session: LiveSession, out: NdjsonOutput, args: argparse.Namespace) -> None:
-    st = session.stats
-    c = session.source.counters
-    es = session.engine.stats
+def write_summary(
+    r: LiveReport,
+    out: NdjsonOutput,
+    args: argparse.Namespace,
+    workers: list[LiveReport] | None = None,
+) -> None:
+    """The summary on stderr; with `--workers`, `r` is the sum and `workers` each one's share."""
+    c = r.counters
     lines = [
-        f"kanalyze live: {st.stop_reason or 'stopped'} after {st.stopped - st.started:.1f} s"
+        f"kanalyze live: {r.stop_reason or 'stopped'} after {r.stopped - r.started:.1f} s"
         f" on {args.interface}"
     ]
     kern = ""
     if c.kernel_packets is not None:
         kern = f" (kernel: {c.kernel_packets} passed the filter, {c.kernel_drops} dropped)"
     lines.append(f"  packets: {c.packets} captured, {c.bytes} bytes{kern}")
+    if workers:
+
+        def each(values: list[int | None]) -> str:
+            return " + ".join(str(v or 0) for v in values)
+
+        lines.append(
+            f"  workers: {len(workers)}: packets {each([w.counters.packets for w in workers])}"
+            f", kernel drops {each([w.counters.kernel_drops for w in workers])}"
+            f", exchanges {each([w.exchanges for w in workers])}"
+        )
     if c.interface_down:
         lines.append(
             f"  interface down: {c.interface_down} times (capture resumed each time it came back)"
@@ -328,26 +386,19 @@ def write_summary(session: LiveSession, out: NdjsonOutput, args: argparse.Namesp
         lines.append(
             f"  truncated: {c.truncated} packets longer than the snap length ({args.snaplen})"
         )
-    status = ", ".join(f"{k} {v}" for k, v in sorted(st.by_status.items()))
-    lines.append(f"  exchanges: {st.exchanges}" + (f" ({status})" if status else ""))
+    status = ", ".join(f"{k} {v}" for k, v in sorted(r.by_status.items()))
+    lines.append(f"  exchanges: {r.exchanges}" + (f" ({status})" if status else ""))
     lines.append(
-        f"  connections: {es.connections} seen, {es.kafka_connections} Kafka, "
-        f"{es.non_kafka_connections} not Kafka, "
-        f"{es.empty_connections} empty, {st.idle_closed} closed as idle"
+        f"  connections: {r.connections} seen, {r.kafka_connections} Kafka, "
+        f"{r.non_kafka_connections} not Kafka, "
+        f"{r.empty_connections} empty, {r.idle_closed} closed as idle"
     )
-    skipped = es.client.skipped + es.broker.skipped
-    gaps = es.client.gaps + es.broker.gaps
-    if skipped or gaps:
+    if r.skipped or r.gaps:
         lines.append(
-            f"  bytes skipped while resynchronizing: {skipped}; lost in capture gaps: {gaps}"
+            f"  bytes skipped while resynchronizing: {r.skipped}; lost in capture gaps: {r.gaps}"
         )
     # the engine's bounds (connections closed so far); decoding bounds show on the exchanges
-    hits = {
-        "max_frame": es.event_counts.get(Code.FRAME_TOO_LARGE, 0),
-        "max_ooo": es.client.limit_gaps + es.broker.limit_gaps,
-        **es.limit_hits,
-    }
-    hit = ", ".join(f"{k} {v}" for k, v in hits.items() if v)
+    hit = ", ".join(f"{k} {v}" for k, v in r.limit_hits.items() if v)
     if hit:
         lines.append(f"  limits hit: {hit} (docs/limits.md)")
     if out.files:
@@ -355,5 +406,12 @@ def write_summary(session: LiveSession, out: NdjsonOutput, args: argparse.Namesp
     elif out.broken:
         lines.append("  output: stdout closed by the reader")
     if args.write_pcap:
-        lines.append(f"  pcap: {args.write_pcap}")
+        pcaps = [worker_pcap(args.write_pcap, i) for i in range(len(workers))] if workers else []
+        lines.append(f"  pcap: {', '.join(pcaps) or args.write_pcap}")
     sys.stderr.write("\n".join(lines) + "\n")
+
+
+def worker_pcap(path: str, index: int) -> str:
+    """The pcap file of worker `index` for --write-pcap PATH: live.pcap -> live.w0.pcap."""
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.w{index}.{ext}" if dot and "/" not in ext else f"{path}.w{index}"

@@ -11,6 +11,8 @@ from kanalyze.live.errors import LiveError
 
 DLT_EN10MB, DLT_RAW = 1, 12  # link types a filter is compiled for
 DEFAULT_BPF = "tcp"
+BPF_RET_K = 0x06  # `ret #k`: accept k bytes of the packet (0: drop it)
+WHOLE_PACKET = 0xFFFFFFFF
 _PROGRAMS: list[object] = []  # compiled programs: the kernel was handed pointers into them
 
 
@@ -35,5 +37,19 @@ def compile_bpf(expr: str, dlt: int) -> bytes:
         prog = compile_filter(expr, linktype=dlt)
     except (Scapy_Exception, ImportError, OSError) as e:
         raise LiveError(f"bad BPF filter {expr!r}: {e}") from e
+    whole_packets(prog)
     _PROGRAMS.append(prog)
     return struct.pack("HL", prog.bf_len, ctypes.addressof(prog.bf_insns.contents))
+
+
+def whole_packets(prog: object) -> None:
+    """Make every accepting `ret #k` of a compiled program keep the whole packet.
+
+    libpcap (through scapy) compiles for a snap length of 65535, and in the kernel the filter's
+    return value cuts the packet: loopback frames reach 65549 bytes (MTU 65536 plus the
+    Ethernet header), so they lost their last 14 bytes before `--snaplen` was even applied."""
+    insns = prog.bf_insns  # type: ignore[attr-defined]
+    for i in range(prog.bf_len):  # type: ignore[attr-defined]
+        ins = insns[i]
+        if ins.code == BPF_RET_K and ins.k:
+            ins.k = WHOLE_PACKET

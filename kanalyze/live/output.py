@@ -46,6 +46,20 @@ class NdjsonOutput:
             if self.rotate_bytes is not None and self._size >= self.rotate_bytes:
                 self._rotate()
 
+    def write_many(self, lines: list[str]) -> None:
+        """Several lines, flushed once (`live --workers` writes a worker's batch at a time)."""
+        f = self._f
+        for line in lines:
+            f.write(line)
+            f.write("\n")
+            self.lines += 1
+            if self.path != "-":
+                self._size += len(line) + 1
+                if self.rotate_bytes is not None and self._size >= self.rotate_bytes:
+                    self._rotate()
+                    f = self._f
+        f.flush()
+
     def tick(self) -> None:
         if (
             self.rotate_seconds is not None

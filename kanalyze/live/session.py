@@ -91,11 +91,13 @@ class LiveSession:
     def on_tick(self, fn: Callable[[LiveSession], None]) -> None:
         self._tickers.append(fn)
 
-    def stop(self, reason: str = "stopped") -> None:
-        """Ask the loop to finish (safe from signal handlers and other threads)."""
+    def stop(self, reason: str = "stopped", at_ns: int | None = None) -> None:
+        """Ask the loop to finish (safe from signal handlers and other threads). `at_ns`: the
+        stop time (kernel clock) packets are drained up to, default now (`--workers` share
+        one)."""
         if not self._stop.is_set():
             self.stats.stop_reason = reason
-            self._stop_ns = time.time_ns()
+            self._stop_ns = time.time_ns() if at_ns is None else at_ns
         else:
             self._hurry = True  # asked twice: stop reading the kernel's backlog
         self._stop.set()

@@ -506,3 +506,15 @@ def test_command_reports_limit_hits(fake_capture, tmp_path: Path, capsys) -> Non
     )
     err = capsys.readouterr().err
     assert "limits hit: max_connections" in err and "Traceback" not in err
+
+
+def test_compiled_filters_keep_whole_packets() -> None:
+    """libpcap compiles `ret #65535`; in the kernel that cuts 65549-byte loopback frames."""
+    from kanalyze.live.bpf import _PROGRAMS, DLT_EN10MB, DLT_RAW, compile_bpf
+
+    for dlt in (DLT_EN10MB, DLT_RAW):
+        compile_bpf("tcp port 9092", dlt)
+        prog = _PROGRAMS[-1]
+        rets = [prog.bf_insns[i].k for i in range(prog.bf_len) if prog.bf_insns[i].code == 6]
+        assert 0 in rets  # the rejecting return is kept
+        assert {k & 0xFFFFFFFF for k in rets if k} == {0xFFFFFFFF}
