@@ -10,9 +10,8 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kanalyze.capture.writer import PcapWriter
 from kanalyze.commands.common import (
@@ -20,21 +19,17 @@ from kanalyze.commands.common import (
     add_limit_arguments,
     add_topic_ids_argument,
     decode_context,
-    engine_options,
     port,
     positive_int,
 )
+from kanalyze.commands.live_output import exchange_writer, live_options, worker_pcap, write_summary
 from kanalyze.live.errors import LiveError
 from kanalyze.live.output import NdjsonOutput
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, build_selection
 
 if TYPE_CHECKING:
-    from dissectors import DecodeContext
-    from kanalyze.correlation import Exchange
-    from kanalyze.live import LiveOptions, LiveSession
-    from kanalyze.live.report import LiveReport
+    from kanalyze.live import LiveSession
     from kanalyze.metrics import Metrics
-    from kanalyze.query.selection import Selection
 
 __all__ = [
     "NdjsonOutput",
@@ -179,19 +174,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def live_options(args: argparse.Namespace) -> LiveOptions:
-    from kanalyze.live import LiveOptions
-
-    eopts = engine_options(args, pending_timeout_ns=int(args.pending_timeout * 1e9))
-    return LiveOptions(
-        engine=eopts,
-        pending_timeout_s=args.pending_timeout,
-        idle_timeout_s=args.idle_timeout,
-        duration_s=args.duration,
-        max_packets=args.max_packets,
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     from kanalyze.live import LiveError, LiveSession, default_filter, open_source
     from kanalyze.live.report import of_session
@@ -282,58 +264,6 @@ class _Outputs:
             self.server.shutdown()  # type: ignore[attr-defined]
 
 
-class LineOut(Protocol):
-    """Where the exchange writer puts lines: `NdjsonOutput`, or a worker's batch."""
-
-    broken: bool
-
-    def write(self, line: str) -> None: ...
-
-
-class Observer(Protocol):
-    """What sees every exchange with its encoded form: `Metrics`, or a worker's batch."""
-
-    def observe(self, ex: Exchange, d: dict) -> None: ...
-
-
-def exchange_writer(
-    args: argparse.Namespace,
-    ctx: DecodeContext,
-    selection: Selection | None,
-    session: LiveSession,
-    out: LineOut,
-    metrics: Observer | None,
-) -> Callable[[Exchange], None]:
-    """The subscriber: one NDJSON line per selected exchange, and the metrics observation
-    (of every exchange)."""
-    from kanalyze.export import ExchangeEncoder, dumps
-
-    decode = not args.header_only
-    enc = ExchangeEncoder(ctx, decode=decode)
-    # metrics need bodies; in header-only mode a second encoder decodes them (records skipped)
-    menc = enc if decode else ExchangeEncoder(replace(ctx, decode_records=False), decode=True)
-    if args.format == "events":
-        from kanalyze.export.events import EventEncoder, TextLines
-
-        enc = TextLines(EventEncoder(ctx, decode=decode))  # type: ignore[assignment]
-
-    def on_exchange(ex: Exchange) -> None:
-        d = None
-        if metrics is not None:
-            d = menc.encode(ex)
-            metrics.observe(ex, d)
-        if out.broken or (selection is not None and not selection(ex)):
-            return
-        line = dumps(d) if d is not None and menc is enc else enc.line(ex)
-        try:
-            out.write(line)
-        except BrokenPipeError:
-            out.broken = True
-            session.stop("output closed")
-
-    return on_exchange
-
-
 def _run_until_signalled(session: LiveSession, outputs: _Outputs) -> None:
     """Run the session with SIGINT/SIGTERM stopping it; then close the outputs."""
 
@@ -350,68 +280,3 @@ def _run_until_signalled(session: LiveSession, outputs: _Outputs) -> None:
         if outputs.ndjson.broken:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-
-
-def write_summary(
-    r: LiveReport,
-    out: NdjsonOutput,
-    args: argparse.Namespace,
-    workers: list[LiveReport] | None = None,
-) -> None:
-    """The summary on stderr; with `--workers`, `r` is the sum and `workers` each one's share."""
-    c = r.counters
-    lines = [
-        f"kanalyze live: {r.stop_reason or 'stopped'} after {r.stopped - r.started:.1f} s"
-        f" on {args.interface}"
-    ]
-    kern = ""
-    if c.kernel_packets is not None:
-        kern = f" (kernel: {c.kernel_packets} passed the filter, {c.kernel_drops} dropped)"
-    lines.append(f"  packets: {c.packets} captured, {c.bytes} bytes{kern}")
-    if workers:
-
-        def each(values: list[int | None]) -> str:
-            return " + ".join(str(v or 0) for v in values)
-
-        lines.append(
-            f"  workers: {len(workers)}: packets {each([w.counters.packets for w in workers])}"
-            f", kernel drops {each([w.counters.kernel_drops for w in workers])}"
-            f", exchanges {each([w.exchanges for w in workers])}"
-        )
-    if c.interface_down:
-        lines.append(
-            f"  interface down: {c.interface_down} times (capture resumed each time it came back)"
-        )
-    if c.truncated:
-        lines.append(
-            f"  truncated: {c.truncated} packets longer than the snap length ({args.snaplen})"
-        )
-    status = ", ".join(f"{k} {v}" for k, v in sorted(r.by_status.items()))
-    lines.append(f"  exchanges: {r.exchanges}" + (f" ({status})" if status else ""))
-    lines.append(
-        f"  connections: {r.connections} seen, {r.kafka_connections} Kafka, "
-        f"{r.non_kafka_connections} not Kafka, "
-        f"{r.empty_connections} empty, {r.idle_closed} closed as idle"
-    )
-    if r.skipped or r.gaps:
-        lines.append(
-            f"  bytes skipped while resynchronizing: {r.skipped}; lost in capture gaps: {r.gaps}"
-        )
-    # the engine's bounds (connections closed so far); decoding bounds show on the exchanges
-    hit = ", ".join(f"{k} {v}" for k, v in r.limit_hits.items() if v)
-    if hit:
-        lines.append(f"  limits hit: {hit} (docs/limits.md)")
-    if out.files:
-        lines.append(f"  output: {', '.join(out.files)} ({out.lines} lines)")
-    elif out.broken:
-        lines.append("  output: stdout closed by the reader")
-    if args.write_pcap:
-        pcaps = [worker_pcap(args.write_pcap, i) for i in range(len(workers))] if workers else []
-        lines.append(f"  pcap: {', '.join(pcaps) or args.write_pcap}")
-    sys.stderr.write("\n".join(lines) + "\n")
-
-
-def worker_pcap(path: str, index: int) -> str:
-    """The pcap file of worker `index` for --write-pcap PATH: live.pcap -> live.w0.pcap."""
-    stem, dot, ext = path.rpartition(".")
-    return f"{stem}.w{index}.{ext}" if dot and "/" not in ext else f"{path}.w{index}"

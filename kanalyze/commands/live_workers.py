@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING
 
 from kanalyze.capture.writer import PcapWriter
 from kanalyze.commands.common import decode_context
-from kanalyze.commands.live import exchange_writer, live_options, worker_pcap, write_summary
+from kanalyze.commands.live_output import (
+    exchange_writer,
+    live_options,
+    worker_pcap,
+    write_summary,
+)
 from kanalyze.live.errors import LiveError
 from kanalyze.live.output import NdjsonOutput
 from kanalyze.query.cli import build_selection
