@@ -1,29 +1,32 @@
 #!/usr/bin/env python3
-"""Spark local[N] next to the offline single process, on one large capture and on many small files.
+"""One `kanalyze export` process next to the Spark pipeline on local[1] and local[2], in one run.
 
-The inputs are built here from the committed real-client captures (``captures/*.pcap``) and cached
-in ``benchmarks/.data/spark/`` (git-ignored):
+The input is a rotation set of >= 1 GB made here from a real-client capture (default: the cached
+``benchmarks/.data/bench-250mb-plain.pcap`` of ``bench_export.py``; it is read, never copied):
+``--copies`` copies one after the other in time, each copy's client side moved to its own
+address (10.0.k.1), so every copy's connections are distinct, written in ``tcpdump -C`` style
+(a new file once the current one passes ``--rotate-mb``). The set lives in
+``benchmarks/.data/spark/`` (git-ignored) and is deleted at the end unless ``--keep``.
 
-* **large**: copies of every real capture, one after the other in time, each copy's client side
-  moved to its own address (10.x.y.z), so the file holds many distinct connections (about
-  ``--large-mb`` MB of genuine client/broker traffic);
-* **small**: ``--small-files`` files, each one such copy of one real capture (a directory of
-  rotated/independent captures, one capture group).
+Timed, each in its own process so the JVMs do not share a heap or a cache:
 
-``--large PATH`` times an existing capture instead (e.g. ``benchmarks/.data/bench-250mb-plain.pcap``
-from ``bench_export.py``: few, very long connections, the worst case for per-connection
-parallelism).
+* ``kanalyze export --jobs 1`` (full bodies, NDJSON to a scratch file): the single process;
+* ``run_pipeline`` (every table, full bodies) on a ``local[1]`` and a ``local[2]`` session. The
+  session start-up and a warm-up run on a tiny capture are reported apart.
 
-Timed, per input: ``kanalyze export`` (full bodies, the offline single process) and the Spark
-pipeline (``run_pipeline``: all tables, full bodies) on a ``local[N]`` session whose start-up is
-reported apart. Both must give the same number of exchanges. Not a test: numbers depend on the
-machine (report the load average alongside).
+From Spark's own REST API (``/api/v1/.../stages`` and each stage's task list; the UI is on for
+the bench): the bytes shuffled (written) per run, and for the stage that reads the most shuffle
+bytes (stage 2, the per-connection decode), the largest task's share of them. The stage-1
+share is the largest packed unit group's share of the capture bytes (the plan). The issue's
+targets are printed next to the figures: local[2] >= 1.7x local[1]; local[2] <= 1.5x one export
+process; no task above 1/N + 10 % of the bytes. Not a test: the numbers depend on the machine,
+so the load average is printed before and after.
 
 Usage::
 
-    python benchmarks/bench_spark.py                       # 200 MB large, 120 small files, local[2]
-    python benchmarks/bench_spark.py --large-mb 50 --small-files 100
-    python benchmarks/bench_spark.py --large benchmarks/.data/bench-250mb-plain.pcap
+    python benchmarks/bench_spark.py                    # 4 copies of the 250 MB capture (~1 GB)
+    python benchmarks/bench_spark.py --copies 1 --rotate-mb 64
+    python benchmarks/bench_spark.py --source my.pcap --broker-port 9092
 """
 
 from __future__ import annotations
@@ -31,206 +34,252 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-DATA = HERE / ".data" / "spark"
-CAPTURES = ROOT / "captures"
-SPAN_GAP_NS = 1_000_000_000
+DATA = HERE / ".data"
+WORK = DATA / "spark"
+DEFAULT_SOURCE = DATA / "bench-250mb-plain.pcap"
+PCAP_HEADER = struct.Struct("<IHHiIII")
+RECORD = struct.Struct("<IIII")
+GAP_US = 1_000_000  # between copies
 
 
-def _records(path: Path) -> tuple[bytes, list[tuple[int, int, bytes]]]:
-    """(global header, [(sec, usec, data)]) of a little/big-endian µs pcap."""
+# --------------------------------------------------------------------------- the input set
+def _read_pcap(path: Path) -> list[tuple[int, bytes]]:
+    """[(µs timestamp, packet)] of a little-endian µs Ethernet pcap."""
     raw = path.read_bytes()
-    endian = "<" if raw[:4] == b"\xd4\xc3\xb2\xa1" else ">"
-    rec = struct.Struct(endian + "IIII")
-    out, off = [], 24
-    while off + 16 <= len(raw):
-        sec, usec, incl, _orig = rec.unpack_from(raw, off)
-        out.append((sec, usec, raw[off + 16 : off + 16 + incl]))
-        off += 16 + incl
-    return raw[:24], out
+    magic, _vmaj, _vmin, _tz, _sig, _snap, linktype = PCAP_HEADER.unpack_from(raw, 0)
+    if magic != 0xA1B2C3D4 or linktype != 1:
+        raise SystemExit(f"{path}: need a little-endian µs Ethernet pcap (tcpdump -w)")
+    out, off = [], PCAP_HEADER.size
+    while off + RECORD.size <= len(raw):
+        sec, usec, incl, _orig = RECORD.unpack_from(raw, off)
+        off += RECORD.size
+        out.append((sec * 1_000_000 + usec, raw[off : off + incl]))
+        off += incl
+    return out
 
 
-def _retarget(data: bytes, broker_port: int, client_ip: bytes) -> bytes:
-    """Move the client side of an Ethernet/IPv4/TCP packet to `client_ip` (checksums are not
-    checked by kanalyze; the broker stays where it was)."""
-    if len(data) < 34 or data[12:14] != b"\x08\x00" or data[23] != 6:
+def _move_client(data: bytes, broker_port: int, ip: bytes) -> bytes:
+    """The client side of an Ethernet/IPv4/TCP packet moved to `ip` (kanalyze does not check
+    IP or TCP checksums); other packets unchanged."""
+    if len(data) < 38 or data[12:14] != b"\x08\x00" or data[23] != 6:
         return data
     ihl = (data[14] & 0x0F) * 4
     sport, dport = struct.unpack_from("!HH", data, 14 + ihl)
     b = bytearray(data)
     if dport == broker_port:
-        b[26:30] = client_ip
+        b[26:30] = ip
     elif sport == broker_port:
-        b[30:34] = client_ip
+        b[30:34] = ip
     return bytes(b)
 
 
-def _sources() -> list[tuple[Path, int]]:
-    out = []
-    for p in sorted(CAPTURES.glob("*.pcap")):
-        truth = p.with_suffix(".truth.json")
-        if truth.exists():
-            out.append((p, int(json.loads(truth.read_text())["broker"]["port"])))
-    return out
+def build_set(source: Path, broker_port: int, copies: int, rotate_mb: int) -> list[Path]:
+    """`copies` shifted, re-addressed copies of `source`, cut tcpdump -C style into files."""
+    out_dir = WORK / f"rot-{source.stem}-x{copies}-{rotate_mb}mb"
+    done = out_dir / ".complete"
+    if done.exists():
+        return sorted(p for p in out_dir.iterdir() if p.name.startswith("kafka.pcap"))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    recs = _read_pcap(source)
+    span = recs[-1][0] - recs[0][0] + GAP_US
+    limit = rotate_mb * 1_000_000
+    files: list[Path] = []
+    f = None
+    size = 0
+    for k in range(copies):
+        ip = bytes([10, 0, k & 255, 1])
+        shift = k * span
+        for us, data in recs:
+            if f is None or size > limit:
+                if f is not None:
+                    f.close()
+                path = out_dir / ("kafka.pcap" + (str(len(files)) if files else ""))
+                files.append(path)
+                f = open(path, "wb")  # noqa: SIM115 - closed on rotation and at the end
+                f.write(PCAP_HEADER.pack(0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+                size = PCAP_HEADER.size
+            t = us + shift
+            pkt = _move_client(data, broker_port, ip)
+            f.write(RECORD.pack(t // 1_000_000, t % 1_000_000, len(pkt), len(pkt)) + pkt)
+            size += RECORD.size + len(pkt)
+    if f is not None:
+        f.close()
+    done.touch()
+    return files
 
 
-def _copies(n_bytes: int | None, n_copies: int | None):
-    """Yield (copy number, source, global header, shifted records) until the budget is spent."""
-    srcs = [(p, port, *_records(p)) for p, port in _sources()]
-    t = 0
-    k = 0
-    total = 0
-    while (n_bytes is not None and total < n_bytes) or (n_copies is not None and k < n_copies):
-        p, port, hdr, recs = srcs[k % len(srcs)]
-        ip = bytes([10, (k >> 16) & 255, (k >> 8) & 255, k & 255])
-        t0 = recs[0][0] * 1_000_000 + recs[0][1]
-        base = 1_800_000_000_000_000 + t
-        shifted = []
-        for sec, usec, data in recs:
-            us = base + (sec * 1_000_000 + usec - t0)
-            shifted.append((us // 1_000_000, us % 1_000_000, _retarget(data, port, ip)))
-            total += 16 + len(data)
-        t = (
-            (shifted[-1][0] * 1_000_000 + shifted[-1][1])
-            - 1_800_000_000_000_000
-            + SPAN_GAP_NS // 1000
-        )
-        yield k, p, hdr, shifted
-        k += 1
-
-
-def _write(path: Path, hdr: bytes, recs: list[tuple[int, int, bytes]], mode: str = "wb") -> None:
-    with open(path, mode) as f:
-        if mode == "wb":
-            f.write(hdr)
-        for sec, usec, data in recs:
-            f.write(struct.pack("<IIII", sec, usec, len(data), len(data)) + data)
-
-
-def build_large(mb: int) -> Path:
-    path = DATA / f"large-{mb}mb.pcap"
-    if path.exists():
-        return path
-    DATA.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    first = True
-    for _k, _p, _hdr, recs in _copies(mb * 1_000_000, None):
-        _write(
-            tmp,
-            struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1),
-            recs,
-            "wb" if first else "ab",
-        )
-        first = False
-    tmp.rename(path)
-    return path
-
-
-def build_small(n: int) -> Path:
-    d = DATA / f"small-{n}"
-    if d.is_dir() and len(list(d.glob("*.pcap"))) == n:
-        return d
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
-    for k, p, _hdr, recs in _copies(None, n):
-        _write(
-            d / f"{k:04d}-{p.stem}.pcap",
-            struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1),
-            recs,
-        )
-    return d
-
-
-def offline(paths: list[str]) -> tuple[float, float, int]:
-    """(wall s, cpu s, exchanges) of `kanalyze export` in its own process."""
-    out = DATA / "offline.ndjson"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+# --------------------------------------------------------------------------- timed runs
+def run_offline(files: list[Path]) -> dict:
+    out = WORK / "offline.ndjson"
     t = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "kanalyze.cli", "export", *paths, "-o", str(out)], check=True
-    )
+        [sys.executable, "-m", "kanalyze.cli", "export", "--jobs", "1", *map(str, files),
+         "-o", str(out)],
+        check=True, cwd=ROOT,
+    )  # fmt: skip
     wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    with open(out, "rb") as f:
-        n = sum(1 for _ in f)
+    with open(out, "rb") as fh:
+        n = sum(1 for _ in fh)
     out.unlink()
-    return wall, cpu, n
+    return {"wall": wall, "exchanges": n}
+
+
+def _get(url: str) -> list | dict:
+    with urllib.request.urlopen(url, timeout=60) as r:  # noqa: S310 - the local Spark UI
+        return json.loads(r.read())
+
+
+def _shuffle_figures(ui: str, app: str) -> dict:
+    """Bytes shuffled and, for the stage that reads the most shuffle bytes, the largest task's
+    share (Spark's REST API)."""
+    base = f"{ui}/api/v1/applications/{app}"
+    stages = _get(f"{base}/stages")
+    written = sum(s.get("shuffleWriteBytes", 0) for s in stages)
+    top = max(stages, key=lambda s: s.get("shuffleReadBytes", 0), default=None)
+    share = None
+    tasks = 0
+    if top and top.get("shuffleReadBytes"):
+        tl = _get(f"{base}/stages/{top['stageId']}/{top['attemptId']}/taskList?length=100000")
+        reads = []
+        for t in tl:
+            m = (t.get("taskMetrics") or {}).get("shuffleReadMetrics") or {}
+            reads.append(m.get("remoteBytesRead", 0) + m.get("localBytesRead", 0))
+        tasks = len(reads)
+        share = max(reads) / max(1, sum(reads))
+    return {"shuffle_written": written, "stage2_tasks": tasks, "stage2_max_share": share}
+
+
+def run_spark_child(master: str, files: list[str], out: str, split_mb: int) -> dict:
+    """The body of one Spark process (`--child MASTER`): session, warm-up, timed pipeline."""
+    from kanalyze.spark.pipeline import run_pipeline
+    from kanalyze.spark.session import get_session
+
+    t = time.perf_counter()
+    spark = get_session(master, "kanalyze-bench", {"spark.ui.enabled": "true",
+                                                   "spark.ui.port": "0"})  # fmt: skip
+    startup = time.perf_counter() - t
+    t = time.perf_counter()
+    run_pipeline(spark, [str(ROOT / "captures" / "lib_acks.pcap")], out + "-warm")
+    warm = time.perf_counter() - t
+    t = time.perf_counter()
+    res = run_pipeline(spark, files, out, split_bytes=split_mb << 20)
+    wall = time.perf_counter() - t
+    sizes = [
+        sum((u.end - u.start) if not u.whole else res.plan.files[u.rank].size
+            for u in (res.plan.units[i] for i in part))
+        for part in res.plan.partitions
+    ]  # fmt: skip
+    sc = spark.sparkContext
+    figures = _shuffle_figures(sc.uiWebUrl, sc.applicationId)
+    spark.stop()
+    return {
+        "master": master, "startup": startup, "warmup": warm, "wall": wall,
+        "phases": res.seconds, "exchanges": res.counts.get("exchanges"),
+        "units": len(res.plan.units), "stage1_tasks": len(sizes),
+        "stage1_max_share": max(sizes) / max(1, sum(sizes)), **figures,
+    }  # fmt: skip
+
+
+def run_spark(master: str, files: list[Path], split_mb: int) -> dict:
+    out = WORK / ("out-" + master.removeprefix("local[").rstrip("]"))
+    cmd = [sys.executable, __file__, "--child", master, "--split-mb", str(split_mb),
+           "--out", str(out), *map(str, files)]  # fmt: skip
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
+    total = time.perf_counter() - t
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(str(out) + "-warm", ignore_errors=True)
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["process"] = total
+    return res
+
+
+def _fmt_share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f} %"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--large-mb", type=int, default=200)
-    ap.add_argument("--small-files", type=int, default=120)
-    ap.add_argument(
-        "--large", default=None, help="time this capture instead of the generated large one"
-    )
-    ap.add_argument("--master", default="local[2]")
-    ap.add_argument(
-        "--split-mb", type=int, default=32, help="byte-range size for the large capture"
-    )
-    ap.add_argument("--skip-offline", action="store_true")
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="a real-client capture")
+    ap.add_argument("--broker-port", type=int, default=None, help="default: from SOURCE.json")
+    ap.add_argument("--copies", type=int, default=4)
+    ap.add_argument("--rotate-mb", type=int, default=128)
+    ap.add_argument("--split-mb", type=int, default=128)
+    ap.add_argument("--keep", action="store_true", help="keep the generated rotation set")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("files", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        res = run_spark_child(args.child, args.files, args.out, args.split_mb)
+        sys.stdout.write(json.dumps(res) + "\n")
+        return 0
 
-    large = Path(args.large) if args.large else build_large(args.large_mb)
-    small = build_small(args.small_files)
-    small_files = sorted(str(p) for p in small.glob("*.pcap"))
-    small_mb = sum(os.path.getsize(p) for p in small_files) / 1e6
-    inputs = {
-        f"large ({large.stat().st_size / 1e6:.0f} MB, 1 file)": ([str(large)], args.split_mb),
-        f"small ({len(small_files)} files, {small_mb:.1f} MB)": ([str(small)], args.split_mb),
-    }
-
-    from kanalyze.spark.pipeline import run_pipeline
-    from kanalyze.spark.session import get_session
-
+    port = args.broker_port
+    if port is None:
+        port = int(json.loads(args.source.with_suffix(".json").read_text())["port"])
+    t = time.perf_counter()
+    files = build_set(args.source, port, args.copies, args.rotate_mb)
+    total = sum(p.stat().st_size for p in files)
+    print(f"input: {len(files)} files, {total / 1e6:.0f} MB ({args.copies} copies of "
+          f"{args.source.name}, rotated at {args.rotate_mb} MB), built in "
+          f"{time.perf_counter() - t:.0f} s")  # fmt: skip
     print(f"load average before: {os.getloadavg()}, cpus: {os.cpu_count()}")
-    t = time.perf_counter()
-    spark = get_session(args.master, "kanalyze-bench")
-    startup = time.perf_counter() - t
-    print(f"Spark {spark.version} {args.master}: session start {startup:.1f} s")
-    # warm the Python workers once so the first input does not pay for them
-    t = time.perf_counter()
-    run_pipeline(spark, [str(CAPTURES / "lib_acks.pcap")], str(DATA / "out-warm"))
-    print(f"warm-up run (tiny capture): {time.perf_counter() - t:.1f} s")
-    rows = []
-    for label, (paths, split_mb) in inputs.items():
-        if args.skip_offline:
-            ow = oc = on = float("nan")
-        else:
-            expanded = paths if len(paths) > 1 or not os.path.isdir(paths[0]) else small_files
-            ow, oc, on = offline(expanded)
-        t = time.perf_counter()
-        res = run_pipeline(spark, paths, str(DATA / "out"), split_bytes=split_mb << 20)
-        sw = time.perf_counter() - t
-        rows.append(
-            (label, ow, oc, on, sw, res.counts["exchanges"], len(res.plan.units), res.seconds)
-        )
-    spark.stop()
+    try:
+        off = run_offline(files)
+        print(f"export --jobs 1: {off['wall']:.1f} s, {off['exchanges']} exchanges", flush=True)
+        runs = []
+        for master in ("local[1]", "local[2]"):
+            r = run_spark(master, files, args.split_mb)
+            runs.append(r)
+            print(f"{master}: pipeline {r['wall']:.1f} s (session {r['startup']:.1f} s, warm-up "
+                  f"{r['warmup']:.1f} s, process {r['process']:.1f} s), {r['exchanges']} "
+                  f"exchanges", flush=True)  # fmt: skip
+    finally:
+        if not args.keep:
+            shutil.rmtree(WORK, ignore_errors=True)
+    one, two = runs
     print()
-    print(
-        f"{'input':34} {'offline s':>10} {'(cpu s)':>8} {'spark s':>8} {'speed-up':>8} "
-        f"{'exchanges offline/spark':>24} units"
-    )
-    for label, ow, oc, on, sw, sn, units, secs in rows:
-        print(f"{label:34} {ow:10.1f} {oc:8.1f} {sw:8.1f} {ow / sw:8.2f} {on:>12}/{sn:<11} {units}")
-        print(f"{'':34} spark phases: " + ", ".join(f"{k} {v:.1f}" for k, v in secs.items()))
-    print(
-        f"(+ {startup:.1f} s Spark session start-up, paid once); "
-        f"load average after: {os.getloadavg()}"
-    )
-    return 0
+    print(f"{'run':10} {'wall s':>8} {'vs export':>10} {'shuffled MB':>12} {'stage-1 max':>12} "
+          f"{'stage-2 max':>12} {'tasks 1/2':>10} {'exchanges':>10}")  # fmt: skip
+    print(f"{'export':10} {off['wall']:8.1f} {1:10.2f} {'-':>12} {'-':>12} {'-':>12} {'-':>10} "
+          f"{off['exchanges']:>10}")  # fmt: skip
+    for r in runs:
+        print(f"{r['master']:10} {r['wall']:8.1f} {r['wall'] / off['wall']:10.2f} "
+              f"{r['shuffle_written'] / 1e6:12.1f} {_fmt_share(r['stage1_max_share']):>12} "
+              f"{_fmt_share(r['stage2_max_share']):>12} "
+              f"{r['stage1_tasks']:>4}/{r['stage2_tasks']:<5} {r['exchanges']:>10}")  # fmt: skip
+    print()
+    speedup = one["wall"] / two["wall"]
+    cap = 1 / 2 + 0.10
+    print(f"local[2] vs local[1]: {speedup:.2f}x (target >= 1.7x)")
+    print(f"local[2] vs one export process: {two['wall'] / off['wall']:.2f}x the wall time "
+          f"(target <= 1.5x)")  # fmt: skip
+    for stage, what, share, tasks in (
+        (1, "capture bytes", two["stage1_max_share"], two["stage1_tasks"]),
+        (2, "shuffle bytes", two["stage2_max_share"], two["stage2_tasks"]),
+    ):
+        print(f"largest stage-{stage} task on local[2]: {_fmt_share(share)} of the {what} "
+              f"(target <= 1/{tasks} tasks + 10 % = {1 / max(1, tasks) + 0.10:.0%}; "
+              f"<= {cap:.0%} with N = 2 cores)")  # fmt: skip
+    same = off["exchanges"] == one["exchanges"] == two["exchanges"]
+    print(f"exchanges equal (export = local[1] = local[2]): {same}")
+    print(f"shuffled: {two['shuffle_written'] / 1e6:.0f} MB of {total / 1e6:.0f} MB captured")
+    print(f"load average after: {os.getloadavg()}")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
