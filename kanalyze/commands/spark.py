@@ -13,6 +13,7 @@ import os
 import sys
 
 from kanalyze.commands.common import port, positive_int, topic_ids_file
+from kanalyze.commands.spark_stream import add_stream_arguments, run_stream, stream_argument_error
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "examples:\n  kanalyze spark captures/*.pcap --out /tmp/tables\n"
         "  kanalyze spark s3a://bucket/caps/ --out s3a://bucket/tables --master spark://host:7077\n"
         "  kanalyze spark new-captures/ --out /tmp/tables --mode append\n"
+        "  kanalyze spark --stream /var/spool/kafka-pcap --out /tmp/tables --idle-timeout 900\n"
     )
     p.add_argument(
         "files",
@@ -115,6 +117,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="extra Spark configuration (repeatable)",
     )
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    add_stream_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -129,6 +132,10 @@ def _master(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from kanalyze.spark.session import SparkUnavailable, check_requirements
 
+    problem = stream_argument_error(args)
+    if problem:
+        sys.stderr.write(f"kanalyze: error: {problem}\n")
+        return 2
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -143,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from kanalyze.spark.inputs import InputError, is_uri, resolve_inputs
 
-    local = [p for p in args.files if not is_uri(p)]
+    local = [p for p in args.files if not is_uri(p) and not args.stream]  # a stream may start empty
     try:  # local inputs are checked before the JVM starts: a typo costs no Spark start-up
         if local:
             resolve_inputs(local)
@@ -160,6 +167,12 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - JVM start-up failures come as many types
         sys.stderr.write(f"kanalyze: error: could not start Spark: {_first_line(e)}\n")
         return 2
+    if args.stream:
+        try:
+            return run_stream(spark, args)
+        finally:
+            if owned:
+                spark.stop()
     from kanalyze.spark.pipeline import run_pipeline
 
     try:
