@@ -101,8 +101,19 @@ def get_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    for k, v in session_defaults(master, conf).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def session_defaults(master: str | None, conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The settings `get_session` applies, `conf` last. The UI is turned off only for local
+    masters (no port 4040 to clash in tests and notebooks); on a cluster, or under spark-submit
+    (`master` None), it stays as the cluster configures it."""
     defaults = {
-        "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.compression.codec": "zstd",
@@ -111,15 +122,11 @@ def get_session(
     }
     if master and master.startswith("local"):
         cores = os.cpu_count() or 2
+        defaults["spark.ui.enabled"] = "false"
         defaults["spark.sql.shuffle.partitions"] = str(2 * cores)
         defaults["spark.driver.memory"] = "2g"
     defaults.update(conf or {})
-    for k, v in defaults.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    return defaults
 
 
 def register(spark: SparkSession) -> None:
