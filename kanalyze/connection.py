@@ -25,6 +25,7 @@ FlowKey = tuple[bytes, int, bytes, int]  # (source address, port, destination ad
 ROLE_PACKETS = 32
 ROLE_BYTES = 64 * 1024
 EARLY_RESPONSES = 64  # broker frames kept while the client side has not yet confirmed Kafka
+CHUNK_COST = 256  # a held packet's Python objects besides its payload (measured; see engine)
 
 
 class EngineHooks(Protocol):
@@ -69,6 +70,7 @@ class Connection:
         "closed",
         "last_seen",
         "held",
+        "cost",
         "tls",
         "early",
     )
@@ -85,6 +87,8 @@ class Connection:
         self.closed = False
         self.last_seen = 0  # ns timestamp of the connection's latest packet
         self.held = 0  # bytes buffered (both framers, both reassembly heaps), as last counted
+        # `held` with its chunks' Python objects and the early broker frames (engine._buffers_cost)
+        self.cost = 0
         self.tls = False  # TLS records where Kafka frames were expected
         # broker frames before the client's first request confirmed Kafka (a mid-stream start:
         # answers to requests sent before the capture); handed on once it is confirmed
@@ -145,7 +149,7 @@ class Undecided:
     """A connection seen without its SYN, before its bytes decided who is the client: its
     packets are held (payload copied) and replayed once the roles are known."""
 
-    __slots__ = ("id", "key", "held", "data", "first_ts", "nbytes")
+    __slots__ = ("id", "key", "held", "data", "first_ts", "nbytes", "cost")
 
     def __init__(self, conn_id: int, key: tuple, ts_ns: int) -> None:
         self.id = conn_id
@@ -154,13 +158,19 @@ class Undecided:
         self.data: dict[tuple, bytearray] = {}  # the first bytes each direction sent
         self.first_ts = ts_ns
         self.nbytes = 0
+        self.cost = 0  # what the held packets cost (charged to --max-buffered by the engine)
 
-    def add(self, seg: Segment, key: FlowKey, pkt_no: int, ts_ns: int) -> None:
+    def add(self, seg: Segment, key: FlowKey, pkt_no: int, ts_ns: int) -> int:
+        """Hold one packet; returns what it costs (its payload twice, and its objects)."""
         payload = bytes(seg.payload)  # a copy: the payload may be a view into a capture block
         self.held.append((seg._replace(payload=payload), pkt_no, ts_ns))
+        cost = CHUNK_COST
         if payload:
             self.nbytes += len(payload)
             self.data.setdefault(key, bytearray()).extend(payload)
+            cost += 2 * len(payload)
+        self.cost += cost
+        return cost
 
     def verdict(self, max_frame: int) -> bool | None:
         """Whether the first packet's sender is the client, judged from both directions' bytes."""

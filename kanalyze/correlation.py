@@ -62,6 +62,9 @@ class Message:
     body_offset: int
     diagnostics: list[Diagnostic] = field(default_factory=list)
     done: bool = False  # answered, or given up on (lets the output orderer drop it lazily)
+    # the engine's estimate of what this message costs while it waits (kanalyze.engine,
+    # --max-buffered); 0 once it left the wait
+    cost: int = 0
 
 
 class Exchange(NamedTuple):
@@ -128,6 +131,19 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
 _Pending = tuple[Message, RequestHeader, "int | None"]  # a request waiting: message, header, acks
 
 
+class _Unmade(deque):
+    """The shared stand-in for a Correlator queue not made yet: empty, and adding to it raises
+    (a missed "make it first" fails loudly instead of filling a queue every connection shares)."""
+
+    def append(self, item: object) -> None:
+        raise TypeError("Correlator queue used before it was made")
+
+    appendleft = append
+
+
+_EMPTY: deque = _Unmade()
+
+
 class Correlator:
     """Pending requests of one connection; emits an `Exchange` per pair, orphan or timeout."""
 
@@ -163,17 +179,22 @@ class Correlator:
         self.client_id: str | None = None
         self.emit = emit
         self.on_pending = on_pending
-        self.pending: dict[int, deque[_Pending]] = {}
+        # a list per correlation id (nearly always one request; a deque would cost 760 bytes)
+        self.pending: dict[int, list[_Pending]] = {}
         self.count = 0
         self.max_pending = max_pending
         self.sasl_raw = False  # SaslHandshake v0 succeeded: raw SASL tokens may follow
-        self.raw_pending: deque[Message] = deque()
-        self.unanswered: deque[_Pending] = deque()  # acks=0 Produce requests
-        self.arrivals: deque[tuple[int, Message]] = deque()  # pending requests in arrival order
-        self.history: deque[tuple[int, int, int]] = deque(maxlen=HISTORY)  # (corr, api, version)
+        # The queues below are made on first use (`_EMPTY` until then): an empty deque costs
+        # 760 bytes, and five of them were most of an idle connection's 6.6 KB (issue 20: a
+        # SYN flood is bounded by --max-connections x the cost of a connection).
+        self.raw_pending: deque[Message] = _EMPTY
+        self.unanswered: deque[_Pending] = _EMPTY  # acks=0 Produce requests
+        # pending requests in arrival order (lists: a one-item list costs 88 bytes)
+        self.arrivals: list[tuple[int, Message]] = []
+        self.history: list[tuple[int, int, int]] = []  # (corr, api, version), last HISTORY-2x
         # responses without a request, held until later requests tell what they answered:
         # [message, correlation id, requests seen since]
-        self.orphans: deque[list] = deque()
+        self.orphans: deque[list] = _EMPTY
 
     def expects(self, corr: int) -> bool:
         return corr in self.pending
@@ -185,6 +206,8 @@ class Correlator:
         if hdr is None:
             if self.sasl_raw:
                 msg = Message(pdu, {}, 0)
+                if self.raw_pending is _EMPTY:
+                    self.raw_pending = deque()
                 self.raw_pending.append(msg)
                 self.on_pending(msg)
                 return True
@@ -194,7 +217,10 @@ class Correlator:
         diags = list(hdiags) if hdiags else []
         msg = Message(pdu, fields, body_at, diags)
         api_ver = (api, ver)
-        self.history.append((corr, api, ver))
+        history = self.history
+        history.append((corr, api, ver))
+        if len(history) > 2 * HISTORY:
+            del history[:-HISTORY]
         self.client_id = _cid
         for who in (_cid, ANY_CLIENT):
             seen = self.peers.get(who)
@@ -218,6 +244,8 @@ class Correlator:
         if acks == 0:
             # no response is due; held until a later response proves none is coming (some
             # brokers answer anyway: then the answer is attached)
+            if self.unanswered is _EMPTY:
+                self.unanswered = deque()
             self.unanswered.append((msg, hdr, acks))
             self.on_pending(msg)
             if len(self.unanswered) > self.max_pending:
@@ -225,7 +253,7 @@ class Correlator:
             return True
         queue = self.pending.get(corr)
         if queue is None:
-            self.pending[corr] = deque([(msg, hdr, acks)])
+            self.pending[corr] = [(msg, hdr, acks)]
         else:
             diags.append(
                 Diagnostic(
@@ -259,7 +287,7 @@ class Correlator:
         if not queue and self.unanswered:
             for i, item in enumerate(self.unanswered):
                 if item[1].correlation_id == corr:
-                    queue = deque([item])
+                    queue = [item]
                     del self.unanswered[i]
                     self.pending[corr] = queue
                     self.count += 1
@@ -267,12 +295,14 @@ class Correlator:
         if not queue:
             orphan = read_response_header(pdu.data, None, None)
             resp = Message(pdu, orphan.fields, orphan.body_offset)
+            if self.orphans is _EMPTY:
+                self.orphans = deque()
             self.orphans.append([resp, corr, 0])
             self.on_pending(resp)  # the output waits for it like for a pending request
             if len(self.orphans) > MAX_ORPHANS:
                 self._settle_orphan(self.orphans.popleft())
             return
-        req, hdr, acks = queue.popleft()
+        req, hdr, acks = queue.pop(0)
         if not queue:
             del self.pending[corr]
         self.count -= 1
@@ -324,7 +354,8 @@ class Correlator:
                 list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
             )
             anywhere = list(self.peers.get(ANY_CLIENT, ()))
-            found = infer(pdu.data, corr, list(self.history), self.client_id, elsewhere, anywhere)
+            recent = self.history[-HISTORY:]
+            found = infer(pdu.data, corr, recent, self.client_id, elsewhere, anywhere)
             if found.api is None and not final:
                 return False
         resp.done = True
@@ -333,7 +364,9 @@ class Correlator:
             diag = Diagnostic(
                 Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}"
             )
-            out = Message(pdu, resp.header, resp.body_offset, [*resp.diagnostics, diag])
+            out = Message(
+                pdu, resp.header, resp.body_offset, [*resp.diagnostics, diag], cost=resp.cost
+            )
             self.emit(
                 _new(
                     Exchange,
@@ -342,7 +375,7 @@ class Correlator:
             )
             return True
         header = found.header or resp.header
-        out = Message(pdu, header, found.body_offset, list(resp.diagnostics))
+        out = Message(pdu, header, found.body_offset, list(resp.diagnostics), cost=resp.cost)
         inferred = found.to_json()
         self.emit(
             _new(
@@ -406,17 +439,15 @@ class Correlator:
         """Remember arrival order so the oldest pending request is found in O(1) amortized."""
         arrivals = self.arrivals
         arrivals.append((corr, msg))
-        while arrivals and arrivals[0][1].done:
-            arrivals.popleft()
+        _drop_done(arrivals)
         if len(arrivals) > 2 * self.max_pending + 64:  # answered out of order behind an old one
-            self.arrivals = deque(a for a in arrivals if not a[1].done)
+            self.arrivals = [a for a in arrivals if not a[1].done]
 
-    def _evict_oldest(self) -> None:
+    def _evict_oldest(self, why: str = "") -> None:
         arrivals = self.arrivals
-        while arrivals and arrivals[0][1].done:
-            arrivals.popleft()
-        oldest = arrivals.popleft()[0]
-        req, hdr, acks = self.pending[oldest].popleft()
+        _drop_done(arrivals)
+        oldest = arrivals.pop(0)[0]
+        req, hdr, acks = self.pending[oldest].pop(0)
         if not self.pending[oldest]:
             del self.pending[oldest]
         self.count -= 1
@@ -425,10 +456,26 @@ class Correlator:
             Diagnostic(
                 Code.PENDING_LIMIT,
                 0,
-                f"more than {self.max_pending} requests pending; oldest given up",
+                why or f"more than {self.max_pending} requests pending; oldest given up",
             )
         )
         self.emit(self._exchange(req, hdr, None, NO_RESPONSE, acks))
+
+    def shed(self) -> None:
+        """Give up everything this connection waits on (--max-buffered, kanalyze.engine): held
+        orphan responses are settled, acks=0 Produce requests settled as `ok`, pending requests
+        become `no_response` with a `pending_limit` diagnostic."""
+        self._settle_orphans()
+        while self.unanswered:
+            req, hdr, acks = self.unanswered.popleft()
+            req.done = True
+            self.emit(self._exchange(req, hdr, None, OK, acks))
+        while self.count:
+            self._evict_oldest("the engine held more than --max-buffered; given up")
+        while self.raw_pending:
+            req = self.raw_pending.popleft()
+            req.done = True
+            self.emit(Exchange(self.conn, SASL_RAW_API, 0, None, None, NO_RESPONSE, req, None))
 
     def expire(self, older_than_ns: int) -> None:
         """Give up on requests that began before `older_than_ns` (live mode / long captures);
@@ -439,7 +486,7 @@ class Correlator:
         for corr in list(self.pending):
             q = self.pending[corr]
             while q and q[0][0].pdu.last_ts < older_than_ns:
-                req, hdr, acks = q.popleft()
+                req, hdr, acks = q.pop(0)
                 self.count -= 1
                 req.done = True
                 self.emit(self._exchange(req, hdr, None, NO_RESPONSE, acks))
@@ -476,3 +523,13 @@ class Correlator:
             req = self.raw_pending.popleft()
             req.done = True
             self.emit(Exchange(self.conn, SASL_RAW_API, 0, None, None, NO_RESPONSE, req, None))
+
+
+def _drop_done(arrivals: list[tuple[int, Message]]) -> None:
+    """Drop the answered requests at the front of an arrival list (usually all but the last)."""
+    i = 0
+    n = len(arrivals)
+    while i < n and arrivals[i][1].done:
+        i += 1
+    if i:
+        del arrivals[:i]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from dissectors import Code
 from kanalyze.capture import Packet
 from kanalyze.connection import (
+    CHUNK_COST,
     EARLY_RESPONSES,
     ROLE_BYTES,
     ROLE_PACKETS,
@@ -24,7 +25,7 @@ from kanalyze.connection import (
     Undecided,
     looks_like_tls,
 )
-from kanalyze.correlation import ConnInfo, Exchange, Message
+from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
 from kanalyze.engine_types import DirectionTotals, EngineOptions, EngineStats
 from kanalyze.flows import ACK, FIN, RST, SYN, Segment, decode_segment, format_endpoint
 from kanalyze.framing import StreamEvent
@@ -51,6 +52,13 @@ SLOW_FLAGS = SYN | FIN | RST  # a segment with one of these takes the general pa
 WELL_KNOWN_BROKER_PORTS = frozenset({9092, 9093, 9094, 9095, 9096, 9097, 9192, 19092, 29092})
 # client bytes searched for a first request before a flow is judged not Kafka
 DETECTION_BUDGET = 64 * 1024
+# What the engine holds besides the bytes themselves, in bytes of Python objects (measured with
+# tracemalloc on CPython 3.11, x86-64: tests/functional/test_memory_bounds.py checks the RSS).
+# --max-buffered bounds the bytes held plus these (EngineStats.held; docs/limits.md, issue 20).
+# CHUNK_COST (kanalyze.connection): an out-of-order segment or a held packet (measured 210-300).
+MARK_COST = 112  # a framer mark: where a buffered chunk began (measured 101)
+PENDING_COST = 1400  # a request (or held response) waiting: Pdu, Message, header (measured 1290)
+EXCHANGE_COST = 1500  # a completed exchange waiting for its turn in the output (measured 1380)
 
 
 @dataclass(slots=True)
@@ -82,6 +90,8 @@ class Engine:
         self.next_id = self.opts.id_first
         self.done: list[tuple[int, int, Exchange]] = []  # completed exchanges by start time
         self.waiting: list[tuple[int, int, Message]] = []  # pending requests by start time
+        self.waiting_room = 1024  # size at which `waiting` is rebuilt without answered requests
+        self.shedding = False  # `_shed` is running
         self.seq = 0
         self.now = 0
         self.undecided: dict[tuple, Undecided] = {}  # both 4-tuples of each undecided connection
@@ -95,11 +105,35 @@ class Engine:
         if self.hold is not None:
             self.hold(ex)
         self.seq += 1
+        st = self.stats
+        req, resp = ex.request, ex.response
+        if req is not None and req.cost:
+            st.held -= req.cost
+            req.cost = 0
+        if resp is not None and resp.cost:
+            st.held -= resp.cost
+            resp.cost = 0
+        st.held += _exchange_cost(ex)
         heapq.heappush(self.done, (ex.start_ts, self.seq, ex))
 
     def _pending(self, msg: Message) -> None:
         self.seq += 1
-        heapq.heappush(self.waiting, (msg.pdu.last_ts, self.seq, msg))
+        msg.cost = cost = len(msg.pdu.data) + PENDING_COST
+        self.stats.held += cost
+        waiting = self.waiting
+        heapq.heappush(waiting, (msg.pdu.last_ts, self.seq, msg))
+        if len(waiting) > self.waiting_room:
+            self._compact_waiting()
+
+    def _compact_waiting(self) -> None:
+        """Drop the answered requests from the pending heap. It is cleaned lazily from its top,
+        so one request never answered kept every later request (its frame included) alive
+        behind it until its connection closed: memory grew with the capture (issue 20). A
+        rebuild when the heap doubles keeps this amortized O(1) per request."""
+        live = [w for w in self.waiting if not w[2].done]
+        heapq.heapify(live)
+        self.waiting = live
+        self.waiting_room = 2 * len(live) + 1024
 
     def _release(self, final: bool = False) -> None:
         waiting, done = self.waiting, self.done
@@ -122,8 +156,11 @@ class Engine:
             held = min(u.first_ts for u in self.undecided.values())
             limit = held if limit is None else min(limit, held)
         emit = self.on_exchange
+        st = self.stats
         while done and (limit is None or done[0][0] <= limit):
-            emit(heapq.heappop(done)[2])
+            ex = heapq.heappop(done)[2]
+            st.held -= _exchange_cost(ex)
+            emit(ex)
 
     # -- packets ------------------------------------------------------------------------------
     def feed(self, pkt: Packet) -> None:
@@ -139,7 +176,7 @@ class Engine:
             und = self.undecided.get(key)
             if und is not None:
                 if not flags & SYN:
-                    und.add(seg, key, pkt.no, pkt.ts_ns)
+                    self.stats.held += und.add(seg, key, pkt.no, pkt.ts_ns)
                     if seg.payload and len(und.data) == 2 or und.out_of_patience():
                         verdict = und.verdict(self.opts.max_frame)
                         if verdict is not None or und.out_of_patience():
@@ -166,7 +203,10 @@ class Engine:
             und = Undecided(self.next_id, key, pkt.ts_ns)
             self.next_id += self.opts.id_step
             self.undecided[key] = self.undecided[(seg.dst, seg.dport, seg.src, seg.sport)] = und
-            und.add(seg, key, pkt.no, pkt.ts_ns)
+            st = self.stats
+            st.held += und.add(seg, key, pkt.no, pkt.ts_ns)
+            if st.held > self.opts.max_buffered:
+                self._shed(pkt)
             return
         self._segment(seg, key, conn, pkt)
 
@@ -252,6 +292,8 @@ class Engine:
                 del self.undecided[key]
         if verdict is None:
             verdict = und.verdict(self.opts.max_frame)
+        self.stats.held -= und.cost
+        und.cost = 0
         first, no, ts = und.held[0]
         if len(self.order) >= self.opts.max_connections:
             self._close_least_recent(_At(no, ts))  # type: ignore[arg-type]
@@ -299,15 +341,22 @@ class Engine:
             if other.heap:
                 other.check_hole(conn.clock, pkt.no, ts, now=bool(payload or cut))
         half.segment(seq, payload, bool(flags & FIN), pkt.no, ts, conn.clock, cut)
-        now_held = len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
-        if now_held != held:
+        cf, sf, c2s, s2c = conn.cf, conn.sf, conn.c2s, conn.s2c
+        now_held = len(cf.buf) + len(sf.buf) + c2s.ooo_bytes + s2c.ooo_bytes
+        st = self.stats
+        if now_held != held or conn.cost != held:
+            cost = _buffers_cost(conn, now_held)
             conn.held = now_held
-            st = self.stats
             st.buffered += now_held - held
-            if st.buffered > st.buffered_peak:  # the peak is kept <= max_buffered, so this is rare
-                if st.buffered > self.opts.max_buffered:
-                    self._evict_buffers(pkt)
-                st.buffered_peak = max(st.buffered_peak, st.buffered)
+            st.held += cost - conn.cost
+            conn.cost = cost
+        if st.held > st.held_peak:  # kept <= max_buffered, so this is rare
+            if st.held > self.opts.max_buffered:
+                self._shed(pkt)
+            if st.held > st.held_peak:
+                st.held_peak = st.held
+        if st.buffered > st.buffered_peak:
+            st.buffered_peak = st.buffered
         if not conn.kafka and not conn.ignored:
             if payload and conn.cf.pdu_bytes + conn.sf.pdu_bytes == 0 and looks_like_tls(payload):
                 conn.tls = conn.ignored = True
@@ -381,16 +430,53 @@ class Engine:
         else:
             st.events_dropped += 1
 
-    def _evict_buffers(self, pkt: Packet) -> None:
-        """Over `max_buffered`: the connections holding the most give up their buffers (holes
-        become gaps, waiting data is delivered, partial frames are skipped) until the total is
-        at 3/4 of the bound; one sort per eviction round keeps a flood linear."""
+    def _shed(self, pkt: Packet) -> None:
+        """Over `max_buffered` (the bytes held and their Python objects, `EngineStats.held`):
+        give things up until 3/4 of the bound is left, in this order: the buffers of the
+        connections holding the most (`_evict_buffers`); held connections without a SYN are
+        decided (their packets then count as buffers, evicted in turn); the requests waiting
+        on the connections with the most waiting (`Correlator.shed`); the completed exchanges
+        waiting for their turn are written out, out of start-time order if need be."""
+        if self.shedding:  # deciding held connections replays packets, which may come back here
+            return
+        self.shedding = True
+        try:
+            self._shed_to(pkt, self.opts.max_buffered * 3 // 4)
+        finally:
+            self.shedding = False
+
+    def _shed_to(self, pkt: Packet, target: int) -> None:
         st = self.stats
-        target = self.opts.max_buffered * 3 // 4
+        self._evict_buffers(pkt, target)
+        if st.held > target and self.undecided:
+            self._decide_all()
+            self._evict_buffers(pkt, target)
+        if st.held > target:
+            waits = [(_waiting_cost(c.corr), c) for c in self.order.values()]
+            waits.sort(key=lambda w: w[0], reverse=True)
+            for cost, conn in waits:
+                if st.held <= target or not cost:
+                    break
+                conn.corr.shed()
+                self._hit(
+                    "max_buffered",
+                    conn,
+                    pkt,
+                    f"{cost} bytes of waiting requests given up: {st.held + cost} bytes held",
+                )
+        if st.held > target and self.done:
+            st.limit_hits["max_buffered"] = st.limit_hits.get("max_buffered", 0) + 1
+            self._release(final=True)
+
+    def _evict_buffers(self, pkt: Packet, target: int) -> None:
+        """The connections holding the most buffered give theirs up (holes become gaps, waiting
+        data is delivered, partial frames are skipped) until `EngineStats.held` is at `target`;
+        one sort per eviction round keeps a flood linear."""
+        st = self.stats
         for conn in sorted(
-            (c for c in self.order.values() if c.held), key=lambda c: c.held, reverse=True
+            (c for c in self.order.values() if c.cost), key=lambda c: c.cost, reverse=True
         ):
-            if st.buffered <= target:
+            if st.held <= target:
                 break
             dropped = conn.held
             for half, framer in ((conn.c2s, conn.cf), (conn.s2c, conn.sf)):
@@ -399,6 +485,9 @@ class Engine:
             conn.held = (
                 len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
             )
+            cost = _buffers_cost(conn, conn.held)
+            st.held += cost - conn.cost
+            conn.cost = cost
             st.buffered -= dropped - conn.held
             self._hit(
                 "max_buffered",
@@ -431,8 +520,11 @@ class Engine:
         conn.c2s.ooo_bytes = conn.s2c.ooo_bytes = 0
         conn.cf.buf = bytearray()
         conn.sf.buf = bytearray()
+        conn.cf.marks.clear()
+        conn.sf.marks.clear()
         self.stats.buffered -= conn.held
-        conn.held = 0
+        self.stats.held -= conn.cost
+        conn.held = conn.cost = 0
 
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
         if conn.closed:
@@ -452,7 +544,8 @@ class Engine:
             conn.early.clear()
         conn.corr.close(tuple(e.frame for e in conn.sf.events if e.code == Code.GAP))
         self.stats.buffered -= conn.held
-        conn.held = 0
+        self.stats.held -= conn.cost
+        conn.held = conn.cost = 0
         self._forget(conn)
         self.order.pop(conn.info.id, None)
         if conn.ignored:
@@ -531,3 +624,32 @@ class Engine:
         for conn in list(self.order.values()):
             self._close(conn, None)
         self._release(final=True)
+
+
+def _exchange_cost(ex: Exchange) -> int:
+    """What a completed exchange costs while it waits for its turn in the output."""
+    cost = EXCHANGE_COST
+    if ex.request is not None:
+        cost += len(ex.request.pdu.data)
+    if ex.response is not None:
+        cost += len(ex.response.pdu.data)
+    return cost
+
+
+def _buffers_cost(conn: Connection, nbytes: int) -> int:
+    """What a connection's `nbytes` buffered bytes cost with their chunks, and its broker frames
+    kept until Kafka is confirmed."""
+    cf, sf, c2s, s2c = conn.cf, conn.sf, conn.c2s, conn.s2c
+    cost = nbytes + MARK_COST * (len(cf.marks) + len(sf.marks))
+    cost += CHUNK_COST * (len(c2s.heap) + len(s2c.heap))
+    if conn.early:
+        cost += sum(len(p.data) + PENDING_COST for p in conn.early)
+    return cost
+
+
+def _waiting_cost(corr: Correlator) -> int:
+    """What a connection's waiting messages cost (pending, acks=0, orphan and raw SASL)."""
+    total = sum(item[0].cost for q in corr.pending.values() for item in q)
+    total += sum(item[0].cost for item in corr.unanswered)
+    total += sum(entry[0].cost for entry in corr.orphans)
+    return total + sum(m.cost for m in corr.raw_pending)

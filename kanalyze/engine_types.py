@@ -82,6 +82,11 @@ class EngineStats:
     limit_hits: dict[str, int] = field(default_factory=dict)
     buffered: int = 0  # bytes buffered right now across connections
     buffered_peak: int = 0
+    # what the engine holds right now, estimated in bytes of Python objects: the buffered bytes
+    # and their chunks, waiting requests and held responses, exchanges waiting for their turn,
+    # packets of connections whose roles are not decided (bounded by --max-buffered)
+    held: int = 0
+    held_peak: int = 0  # the most held at once, at most --max-buffered (checked per packet)
     open_peak: int = 0  # most connections open at once
     # connections judged not Kafka, for the "nothing analyzed" explanation: (client, broker, tls)
     non_kafka_flows: list[tuple[str, str, bool]] = field(default_factory=list)

@@ -188,7 +188,7 @@ class Framer:
             frame_end = self.buf_offset + 4 + size
             if size <= self.max_frame and frame_end >= gap_start + nbytes:
                 # the gap lies inside a frame whose size is known: keep its head, skip its tail
-                have = bytes(self.buf[4:])
+                have = bytes(memoryview(self.buf)[4:])  # one copy (see `close`)
                 fp, fts = self.marks[0][1], self.marks[0][2]
                 self.pdu_bytes += len(self.buf)
                 self.frames += 1
@@ -197,7 +197,10 @@ class Framer:
                 # dated by the last packet that carried bytes of it, until its tail shows up
                 lp, lts = self.marks[-1][1], self.marks[-1][2]
                 pdu = Pdu(have, size, self.buf_offset, fp, fts, lp, lts, missing)
-                self.buf.clear()
+                # a new buffer, not `clear()`: clear shrinks the block to 1 byte, which pins
+                # the freed rest apart from its neighbours, a hole slightly too small for the
+                # copy just made; 5,000 such closes doubled the RSS (issue 20)
+                self.buf = bytearray()
                 self.marks.clear()
                 if self.skip:
                     self.cut = pdu
@@ -375,7 +378,10 @@ class Framer:
             size = UINT32.unpack_from(self.buf, 0)[0]
             if size <= self.max_frame:
                 fp, fts = self._first_mark(self.buf_offset)
-                have = bytes(self.buf[4:])
+                # one copy, no temporary slice: with one copy the heap block the buffer frees
+                # is reused by the next connection's copy, with two (a slice, then bytes) each
+                # close left a buffer-sized hole and RSS doubled (issue 20)
+                have = bytes(memoryview(self.buf)[4:])
                 pdu = Pdu(
                     have,
                     size,
@@ -388,7 +394,7 @@ class Framer:
                 )
                 self.pdu_bytes += len(self.buf)
                 self.frames += 1
-                self.buf.clear()
+                self.buf = bytearray()  # freed whole (`clear` keeps a 1-byte block: see gap)
                 self.marks.clear()
                 self.on_pdu(pdu)
                 return
@@ -400,5 +406,5 @@ class Framer:
                 f"{len(self.buf)} bytes at end of stream are not a whole frame",
             )
             self.skipped += len(self.buf)
-            self.buf.clear()
+            self.buf = bytearray()
             self.marks.clear()

@@ -116,7 +116,11 @@ class Summary:
             },
             "diagnostics": dict(sorted(self.diagnostics.items())),
             "limits": self.limits(engine),
-            "peaks": {"buffered_bytes": engine.buffered_peak, "open_connections": engine.open_peak},
+            "peaks": {
+                "buffered_bytes": engine.buffered_peak,
+                "held_bytes": engine.held_peak,
+                "open_connections": engine.open_peak,
+            },
             "stream_event_counts": dict(sorted(engine.event_counts.items())),
             "stream_events_dropped": engine.events_dropped,
             "stream_events": [
@@ -152,6 +156,7 @@ class Summary:
             "max_decompressed": d.get("decompression_limit", 0),
             "max_nesting": d.get("nesting_too_deep", 0),
             "max_array_count": d.get("array_too_large", 0),
+            "decode_budget": d.get("decode_budget", 0),
             "max_events": engine.events_dropped,
         }
 

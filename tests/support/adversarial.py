@@ -188,7 +188,36 @@ def syn_flood(n: int = 200_000, with_request: bool = False) -> bytes:
     return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
 
 
+def answered_behind_one(n: int = 100_000) -> bytes:
+    """One request never answered, then `n` answered ones (a Produce v3 acks=1 of ~1 KB each):
+    every later exchange waits behind the first for the order window, and the pending heap held
+    each answered request until the connection closed (issue 20: a leak in the input's size)."""
+    conv = P.Conversation()
+    pkts = conv.handshake()
+    pkts.append(conv.send(True, P.request_frame(18, 0, 0, "amp", b"")))  # never answered
+    body = b"x" * 1000
+    for i in range(1, n + 1):
+        pkts.append(conv.send(True, P.request_frame(18, 0, i, "amp", body)))
+        pkts.append(conv.send(False, P.response_frame(i, struct.pack(">h", 0) + b"\0" * 4)))
+    return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
+
+
+def tiny_segments(conns: int = 1000, size: int = 2000) -> bytes:
+    """`conns` connections, each sending `size` bytes of a large frame in 1-byte segments: the
+    buffered bytes are few, their per-chunk bookkeeping is not."""
+    pkts: list[bytes] = []
+    head = P.request_frame(18, 0, 1, "amp", b"")[4:]
+    for c in range(conns):
+        conv = P.Conversation(client=f"10.3.{c // 250}.{c % 250 + 1}", cport=40000 + c % 20000)
+        pkts += conv.handshake()
+        frame = struct.pack(">i", 1024 * 1024) + head + b"x" * (size - 4 - len(head))
+        pkts += [conv.send(True, frame[i : i + 1]) for i in range(len(frame))]
+    return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
+
+
 AMPLIFIERS = {
+    "answered_behind_one": answered_behind_one,
+    "tiny_segments": tiny_segments,
     "legacy_gzip_flood": legacy_gzip_flood,
     "legacy_nested": legacy_nested,
     "metadata_tags": metadata_tags,
