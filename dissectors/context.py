@@ -35,6 +35,12 @@ class Limits:
 # unknown tagged field (node, diagnostic, bytes, base64 in the output)
 RECORD_COST = 1024
 TAG_COST = 1024
+# a schema node of the decoded tree (kanalyze's Node walker: the TUI, report, export's fallback):
+# the Node, its value and its share of the output; measured ~160 bytes for the Node alone. A
+# struct costs one per field plus itself, a fixed-size array one per element; the fast JSON path
+# (dissectors.fastjson) charges its array elements the same and hands over to the walker when
+# the budget runs out, so every path cuts a frame at the same place (issue 20)
+NODE_COST = 200
 
 
 @dataclass(slots=True)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from functools import cache
 
 from dissectors import quirks
-from dissectors.context import DecodeContext
+from dissectors.context import NODE_COST, DecodeContext
 from dissectors.errors import error_name
 from dissectors.jsonify import JsonWalk, json_float, json_key
 from dissectors.plan import (
@@ -240,6 +240,12 @@ class _Gen:
         self._null(out, ind, var, n, f.nullable)
         out.append(f"{ind}    if {n} > end - pos or {n} > ctx.limits.max_array_count: raise GiveUp")
         body = ind + "    "
+        # the decode budget (dissectors.context.NODE_COST): spent, the Node walker decides
+        out += [
+            f"{body}if ctx.budget is not None:",
+            f"{body}    ctx.budget -= {n} * {NODE_COST}",
+            f"{body}    if ctx.budget < 0: raise GiveUp",
+        ]
         if f.kind == FIXED_SIZE and f.type != "uuid":
             if f.type == "float64":
                 raise Unsupported("float64 array")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from dissectors.context import TAG_COST
+from dissectors.context import NODE_COST, TAG_COST
 from dissectors.diagnostics import Code, Diagnostic
 from dissectors.node import ARRAY, PRIM, RAW, STRUCT, Node
 from dissectors.plan import BYTES, FIXED_SIZE, RECORDS, STRING, FieldPlan, FixedRun, StructPlan
@@ -141,7 +141,13 @@ def _records_reader(compact: bool) -> Reader:
 
 
 def _struct_reader(ops: tuple, tagged: dict | None) -> Reader:
+    cost = NODE_COST * (1 + len(ops))
+
     def read_struct(buf, pos, end, ctx, out, name):
+        if ctx.budget is not None:
+            ctx.budget -= cost
+            if ctx.budget < 0:
+                raise _spent(pos)
         children: list[Node] = []
         node = Node(name, STRUCT, pos, 0, None, children)
         out.append(node)
@@ -243,6 +249,10 @@ def _fixed_array_reader(ftype: str, compact: bool, nullable: bool) -> Reader:
             err = short(pos, n * size, end, f"{name}: {n} elements")
             _fail(node, err)
             raise err
+        if ctx.budget is not None:
+            ctx.budget -= NODE_COST * n
+            if ctx.budget < 0:
+                raise _spent(start)
         fmt = formats.get(n)
         if fmt is None:
             fmt = formats[n] = struct.Struct(f">{n}{code}")
@@ -254,6 +264,12 @@ def _fixed_array_reader(ftype: str, compact: bool, nullable: bool) -> Reader:
         return nxt
 
     return read_fixed_array
+
+
+def _spent(pos: int) -> DecodeError:
+    return DecodeError(
+        Code.DECODE_BUDGET, pos, "decode budget of this frame spent: the rest is kept raw"
+    )
 
 
 def _read_tagged(buf, pos, end, ctx, children, tagged, node):
