@@ -25,7 +25,10 @@ FlowKey = tuple[bytes, int, bytes, int]  # (source address, port, destination ad
 ROLE_PACKETS = 32
 ROLE_BYTES = 64 * 1024
 EARLY_RESPONSES = 64  # broker frames kept while the client side has not yet confirmed Kafka
-CHUNK_COST = 256  # a held packet's Python objects besides its payload (measured; see engine)
+# a held packet's Python objects besides its payload (its Segment, ints, tuple), charged to
+# --max-buffered (kanalyze.engine)
+HELD_PACKET_COST = 512
+UNDECIDED_COST = 640  # the Undecided itself, its lists and the engine's two keys (measured ~620)
 
 
 class EngineHooks(Protocol):
@@ -163,8 +166,8 @@ class Undecided:
     def add(self, seg: Segment, key: FlowKey, pkt_no: int, ts_ns: int) -> int:
         """Hold one packet; returns what it costs (its payload twice, and its objects)."""
         payload = bytes(seg.payload)  # a copy: the payload may be a view into a capture block
+        cost = HELD_PACKET_COST if self.held else HELD_PACKET_COST + UNDECIDED_COST
         self.held.append((seg._replace(payload=payload), pkt_no, ts_ns))
-        cost = CHUNK_COST
         if payload:
             self.nbytes += len(payload)
             self.data.setdefault(key, bytearray()).extend(payload)

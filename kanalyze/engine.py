@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from dissectors import Code
 from kanalyze.capture import Packet
 from kanalyze.connection import (
-    CHUNK_COST,
     EARLY_RESPONSES,
     ROLE_BYTES,
     ROLE_PACKETS,
@@ -55,8 +54,8 @@ DETECTION_BUDGET = 64 * 1024
 # What the engine holds besides the bytes themselves, in bytes of Python objects (measured with
 # tracemalloc on CPython 3.11, x86-64: tests/functional/test_memory_bounds.py checks the RSS).
 # --max-buffered bounds the bytes held plus these (EngineStats.held; docs/limits.md, issue 20).
-# CHUNK_COST (kanalyze.connection): an out-of-order segment or a held packet (measured 210-300).
-MARK_COST = 112  # a framer mark: where a buffered chunk began (measured 101)
+CHUNK_COST = 256  # an out-of-order segment: heap entry, bytes object, ints (measured ~250)
+MARK_COST = 176  # a framer mark: where a buffered chunk began, with its ints (measured 172)
 PENDING_COST = 1400  # a request (or held response) waiting: Pdu, Message, header (measured 1290)
 EXCHANGE_COST = 1500  # a completed exchange waiting for its turn in the output (measured 1380)
 
@@ -432,11 +431,12 @@ class Engine:
 
     def _shed(self, pkt: Packet) -> None:
         """Over `max_buffered` (the bytes held and their Python objects, `EngineStats.held`):
-        give things up until 3/4 of the bound is left, in this order: the buffers of the
-        connections holding the most (`_evict_buffers`); held connections without a SYN are
-        decided (their packets then count as buffers, evicted in turn); the requests waiting
-        on the connections with the most waiting (`Correlator.shed`); the completed exchanges
-        waiting for their turn are written out, out of start-time order if need be."""
+        give things up until 3/4 of the bound is left, the cheapest loss first: the completed
+        exchanges waiting for their turn are written out (out of start-time order if need be:
+        nothing is lost); the buffers of the connections holding the most (`_evict_buffers`);
+        connections held without a SYN are decided (their packets become buffers, evicted in
+        turn); the requests waiting on the connections with the most waiting are given up
+        (`Correlator.shed`), and written out."""
         if self.shedding:  # deciding held connections replays packets, which may come back here
             return
         self.shedding = True
@@ -447,6 +447,7 @@ class Engine:
 
     def _shed_to(self, pkt: Packet, target: int) -> None:
         st = self.stats
+        self._flush_done(target)
         self._evict_buffers(pkt, target)
         if st.held > target and self.undecided:
             self._decide_all()
@@ -462,8 +463,13 @@ class Engine:
                     "max_buffered",
                     conn,
                     pkt,
-                    f"{cost} bytes of waiting requests given up: {st.held + cost} bytes held",
+                    f"{cost} bytes of waiting requests given up: {st.held} bytes held",
                 )
+                self._flush_done(target)
+
+    def _flush_done(self, target: int) -> None:
+        """Write out every completed exchange now if that is what keeps `held` over `target`."""
+        st = self.stats
         if st.held > target and self.done:
             st.limit_hits["max_buffered"] = st.limit_hits.get("max_buffered", 0) + 1
             self._release(final=True)

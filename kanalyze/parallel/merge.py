@@ -46,7 +46,7 @@ def check(results: Sequence[ShardResult], opts: EngineOptions, clock: Sequence[i
     if sum(r.open_peak for r in results) >= opts.max_connections:
         raise Coupled("the open connections may have reached --max-connections")
     if sum(r.buffered_peak for r in results) > opts.max_buffered:
-        raise Coupled("the buffered bytes may have exceeded --max-buffered")
+        raise Coupled("the bytes held may have exceeded --max-buffered")
 
 
 def order(results: Sequence[ShardResult], ids: list[dict[int, int]]) -> Iterator[tuple[int, int]]:

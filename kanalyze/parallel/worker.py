@@ -232,7 +232,8 @@ def run_shard(task: ShardTask) -> ShardResult:
         out.close()
     st = eng.stats
     res.opens = eng.opens
-    res.open_peak, res.buffered_peak = st.open_peak, st.buffered_peak
+    # what --max-buffered bounds: the bytes held with their objects (at least the buffered)
+    res.open_peak, res.buffered_peak = st.open_peak, st.held_peak
     res.skipped = st.client.skipped + st.broker.skipped - eng.dup_skipped
     res.gaps = st.client.gaps + st.broker.gaps - eng.dup_gaps
     if st.limit_hits:

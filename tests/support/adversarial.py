@@ -215,7 +215,21 @@ def tiny_segments(conns: int = 1000, size: int = 2000) -> bytes:
     return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
 
 
+def midstream_flood(n: int = 100_000) -> bytes:
+    """`n` connections seen without their SYN, each one client packet carrying a request: each
+    is held (its packets copied) until its bytes tell which side is the client."""
+    pkts: list[bytes] = []
+    req = P.request_frame(18, 0, 1, "amp", b"")
+    for i in range(n):
+        conv = P.Conversation(
+            client=f"10.{2 + i // 60000}.{i // 250 % 240}.{i % 250 + 1}", cport=1024 + i % 60000
+        )
+        pkts.append(conv.send(True, req))
+    return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
+
+
 AMPLIFIERS = {
+    "midstream_flood": midstream_flood,
     "answered_behind_one": answered_behind_one,
     "tiny_segments": tiny_segments,
     "legacy_gzip_flood": legacy_gzip_flood,
