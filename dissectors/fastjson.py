@@ -293,6 +293,12 @@ class _Gen:
                 "    pos += 1",
             ]
         lines.append(f"def {name}(buf, pos, end, ctx, walk):  # {plan.label}")
+        if plan.fields:  # charged as the Node walker does (dissectors.readers)
+            lines += [
+                "    if ctx.budget is not None:",
+                f"        ctx.budget -= {NODE_COST * len(plan.fields)}",
+                "        if ctx.budget < 0: raise GiveUp",
+            ]
         lines += body
         lines.append(f"    out = {{{', '.join(items)}}}")
         if has_topic_id:

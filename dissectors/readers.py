@@ -140,8 +140,8 @@ def _records_reader(compact: bool) -> Reader:
     return read_records
 
 
-def _struct_reader(ops: tuple, tagged: dict | None) -> Reader:
-    cost = NODE_COST * (1 + len(ops))
+def _struct_reader(ops: tuple, tagged: dict | None, cost: int) -> Reader:
+    """`cost`: what the struct's field nodes are charged to the frame's decode budget."""
 
     def read_struct(buf, pos, end, ctx, out, name):
         if ctx.budget is not None:
@@ -202,6 +202,10 @@ def _array_reader(elem: Reader, elem_min: int, compact: bool, nullable: bool) ->
             )
         if n * elem_min > end - pos:
             raise short(pos, n * elem_min, end, f"{name}: {n} elements")
+        if ctx.budget is not None:  # the element nodes (a struct element charges its fields)
+            ctx.budget -= NODE_COST * n
+            if ctx.budget < 0:
+                raise _spent(start)
         children: list[Node] = []
         node = Node(name, ARRAY, start, 0, n, children)
         out.append(node)
@@ -396,4 +400,4 @@ def struct_reader(plan: StructPlan) -> Reader:
         for step in plan.steps
     )
     tagged = {f.tag: (f.name, field_reader(f)) for f in plan.tagged} if plan.flexible else None
-    return _struct_reader(ops, tagged)
+    return _struct_reader(ops, tagged, NODE_COST * len(plan.fields))

@@ -228,6 +228,32 @@ def midstream_flood(n: int = 100_000) -> bytes:
     return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
 
 
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def metadata_names(topics: int = 50_000) -> bytes:
+    """The body of a Metadata v1 request naming `topics` one-letter topics: ~3 wire bytes per
+    topic, a struct node and a string node each in the decoded tree."""
+    return struct.pack(">i", topics) + b"".join(string("t") for _ in range(topics))
+
+
+def metadata_response_tags(tags: int = 70_000) -> bytes:
+    """A Metadata v12 request answered by a response whose body ends with `tags` unknown (empty)
+    tagged fields: ~3 wire bytes each, over the default decode budget at 70,000 (summary
+    decodes responses: its `limits.decode_budget` counts the cut)."""
+    req = P.request_frame(3, 12, 1, "amp", b"\0\1\0\0", flexible=True)
+    tag_bytes = b"".join(uvarint(100 + t) + b"\0" for t in range(tags))
+    body = struct.pack(">i", 0) + b"\1" + b"\0" + struct.pack(">i", 1) + b"\1"
+    body += uvarint(tags) + tag_bytes
+    return big_capture([(True, req), (False, P.response_frame(1, body, flexible=True))])
+
+
 AMPLIFIERS = {
     "midstream_flood": midstream_flood,
     "answered_behind_one": answered_behind_one,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 
-from dissectors.context import RECORD_COST, DecodeContext, Limits
+from dissectors.context import NODE_COST, RECORD_COST, DecodeContext, Limits
 from dissectors.decoder import decode_body
 from dissectors.jsonify import node_to_json
 from dissectors.records import decode_records
@@ -44,7 +44,9 @@ def test_frame_budget_cuts_records_with_a_diagnostic() -> None:
     body = A.produce_v2(records)[
         4 + 2 + 2 + 4 + 2 + 3 :
     ]  # the body after a header with client id "amp"
-    lim = Limits(decode_budget_ratio=0, decode_budget_base=RECORD_COST * 20)
+    # 20 records, and the 9 schema nodes around them (3 body fields, a topic of 2, a partition
+    # of 2, their array elements)
+    lim = Limits(decode_budget_ratio=0, decode_budget_base=RECORD_COST * 20 + NODE_COST * 9)
     node = decode_body(0, 2, True, body, 0, len(body), DecodeContext(strict=True, limits=lim))
     j = node_to_json(node, DecodeContext())
     batches = j["topic_data"][0]["partition_data"][0]["records"]["batches"]
