@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 from dataclasses import dataclass, field
+from socket import inet_ntoa
 from typing import NamedTuple
 
 ETHERNET, NULL, RAW, RAW_BSD, RAW_OPENBSD, LOOP, SLL, IPV4, IPV6, SLL2 = (
@@ -86,9 +87,11 @@ class FlowStats:
 
 
 def format_endpoint(ip: bytes, port: int) -> str:
-    """'1.2.3.4:9092' or '[::1]:9092'."""
-    addr = ipaddress.ip_address(ip)
-    return f"{addr}:{port}" if addr.version == 4 else f"[{addr}]:{port}"
+    """'1.2.3.4:9092' or '[::1]:9092'. IPv4 through `socket.inet_ntoa` (the same text, ~20x
+    faster than `ipaddress`: one per connection opened, a SYN flood's main cost)."""
+    if len(ip) == 4:
+        return f"{inet_ntoa(ip)}:{port}"
+    return f"[{ipaddress.ip_address(ip)}]:{port}"
 
 
 def _network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:

@@ -95,8 +95,10 @@ def add_limit_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=d.max_buffered,
         metavar="BYTES",
-        help="bytes buffered across all connections (partial frames, out-of-order data); over "
-             "it the largest buffers are given up (default 1 GiB)",
+        help="what the engine may hold, in bytes with their Python objects: buffered data "
+             "(partial frames, out-of-order data), requests waiting for a response, exchanges "
+             "waiting for their turn; over it the output is written out early, then the largest "
+             "buffers and waits are given up (default 1 GiB)",
     )
     g.add_argument(
         "--max-connections",
@@ -183,6 +185,14 @@ def add_decode_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="compressed legacy message sets nested deeper than N are not decompressed (default 2)",
     )
+    g.add_argument(
+        "--decode-budget-ratio",
+        type=positive_int,
+        default=d.decode_budget_ratio,
+        metavar="R",
+        help="what one frame's decoded tree may cost: R x the frame's size + 64 MiB of estimated "
+             "Python objects; the rest of a frame over it stays raw (default 16)",
+    )
 
 
 def engine_options(args: argparse.Namespace, **extra: object) -> EngineOptions:
@@ -206,6 +216,7 @@ def decode_context(args: argparse.Namespace) -> DecodeContext:
         max_array_count=args.max_array_count,
         max_nesting_depth=args.max_nesting,
         max_value_bytes=args.max_value_bytes,
+        decode_budget_ratio=args.decode_budget_ratio,
     )
     return DecodeContext(
         limits=limits,

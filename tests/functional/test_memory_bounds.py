@@ -100,17 +100,56 @@ def test_metadata_unknown_tags(tmp_path: Path) -> None:
     assert peak_rss(["export", str(cap)], tmp_path) < baseline() + 2 * (16 * frame + 64 * MB)
 
 
+# docs/limits.md "Worst-case memory": RSS per open connection (4.0 KB measured with 100,000 open)
+# and of what --max-buffered bounds (EngineStats.held: 1.0-1.4 x, allocator slack included)
+CONN_RSS = 4608
+HELD_RSS = 1.5
+DEFAULT_MAX_BUFFERED = 1024 * MB
+
+
 def test_syn_flood_connection_cost(tmp_path: Path) -> None:
-    """SYNs never answered: each open connection costs about 6.5 KB (docs/limits.md), so
-    --max-connections bounds the RSS."""
-    cap = _capture(tmp_path, "syn_flood", n=30_000)
-    rss = peak_rss(["summary", "--max-connections", "10000", str(cap)], tmp_path)
-    assert rss < baseline() + 10_000 * 8 * 1024 + 16 * MB
+    """200,000 SYNs never answered, default limits (100,000 connections open at most): was 656 MB
+    (6.3 KB a connection), now ~420 MB. ~30 s (more on a loaded machine)."""
+    cap = _capture(tmp_path, "syn_flood", n=200_000)
+    rss = peak_rss(["summary", str(cap)], tmp_path)
+    assert rss < baseline() + 100_000 * CONN_RSS + 16 * MB
+
+
+def test_syn_flood_with_requests(tmp_path: Path) -> None:
+    """The same with a request after each SYN, never answered: was 874 MB; the waiting requests
+    are charged to --max-buffered (PENDING_COST + the frame), now ~600 MB. ~50 s."""
+    cap = _capture(tmp_path, "syn_flood", n=200_000, with_request=True)
+    rss = peak_rss(["summary", str(cap)], tmp_path)
+    held = 100_000 * (1400 + 60)  # what the engine charged for the waiting requests
+    assert rss < baseline() + 100_000 * CONN_RSS + HELD_RSS * held + 16 * MB
 
 
 def test_partial_frames_buffered_cost(tmp_path: Path) -> None:
-    """100 connections each holding 240 KiB of a 256 KiB frame: RSS stays within 2.5 x
-    --max-buffered (bytearray growth and the reassembly copy) plus the baseline."""
-    cap = _capture(tmp_path, "partial_frames", conns=100)
-    rss = peak_rss(["summary", "--max-buffered", str(16 * MB), str(cap)], tmp_path)
-    assert rss < baseline() + 5 * 16 * MB // 2 + 16 * MB
+    """5,000 connections each holding 240 KiB of a 256 KiB frame (1.2 GB offered), default
+    --max-buffered (1 GiB): was 1.85 GB (each partial frame copied twice at the end, each copy
+    leaving a hole the allocator could not reuse), now ~1.12 GB. ~15 s, a 1.2 GB file."""
+    cap = tmp_path / "partial.pcap"
+    A.write_partial_frames(cap, conns=5000)
+    rss = peak_rss(["summary", str(cap)], tmp_path)
+    cap.unlink()
+    assert rss < baseline() + 5000 * CONN_RSS + 1.1 * DEFAULT_MAX_BUFFERED
+
+
+@pytest.mark.parametrize(
+    ("name", "kw"),
+    [
+        ("answered_behind_one", {"n": 100_000}),  # exchanges held back by one unanswered request
+        ("tiny_segments", {"conns": 300, "size": 2000}),  # 600,000 one-byte segments
+        ("midstream_flood", {"n": 100_000}),  # connections held until their roles are known
+    ],
+)
+def test_held_state_is_bounded_by_max_buffered(tmp_path: Path, name: str, kw: dict) -> None:
+    """What the engine holds besides connections -- exchanges waiting for their turn, buffered
+    chunks, packets of undecided connections -- is charged at its Python cost, so a 32 MiB
+    --max-buffered bounds the RSS (before: 297, 398 and 260 MB with any --max-buffered). ~15-60 s
+    each."""
+    cap = _capture(tmp_path, name, **kw)
+    bound = 32 * MB
+    rss = peak_rss(["summary", "--max-buffered", str(bound), str(cap)], tmp_path)
+    conns = kw.get("conns", 1)
+    assert rss < baseline() + conns * CONN_RSS + HELD_RSS * bound + 24 * MB

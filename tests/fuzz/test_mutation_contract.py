@@ -29,14 +29,7 @@ def test_mutated_capture_keeps_the_contract(n: int, tmp_path: Path) -> None:
     path = tmp_path / "m.pcap"
     path.write_bytes(data)
     found = M.run_case(str(path), forms if name == "sasl_secrets.pcap" else [], validators, 60.0)
-    if found and all(c == "schema" and any(x in d for x in _ENGINE_CAUSE) for c, d in found):
-        # frame 0 / negative latency: engine causes fixed on h8-realcaps (issue 19); remove this
-        # once that branch is merged (all 40 cases pass on the merge)
-        pytest.xfail("engine frame-0 cause (h8-realcaps)")
     assert not found, (name, done, found)
-
-
-_ENGINE_CAUSE = ("'frame': 0", "'frame']: 0 is less than", "latency_ms']: -")
 
 
 def test_mutations_are_deterministic() -> None:

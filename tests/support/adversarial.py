@@ -11,6 +11,7 @@ import gzip
 import random
 import struct
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import crc32c
@@ -161,17 +162,33 @@ def metadata_tags(topics: int = 20_000, tags: int = 20) -> bytes:
     return big_capture([(True, P.request_frame(3, 12, 1, "amp", body, flexible=True))])
 
 
-def partial_frames(conns: int = 100, size: int = 240 * 1024) -> bytes:
-    """`conns` connections, each sending `size` bytes of a frame that claims 256 KiB, then
-    silent."""
-    pkts: list[bytes] = []
+def _partial_frame_packets(conns: int, size: int) -> Iterator[bytes]:
     head = P.request_frame(18, 0, 1, "amp", b"")[4:]
     for c in range(conns):
         conv = P.Conversation(client=f"10.1.{c // 250}.{c % 250 + 1}", cport=40000 + c)
-        pkts += conv.handshake()
+        yield from conv.handshake()
         frame = struct.pack(">i", 256 * 1024) + head + b"x" * (size - 4 - len(head))
-        pkts += [conv.send(True, frame[i : i + 65000]) for i in range(0, len(frame), 65000)]
+        for i in range(0, len(frame), 65000):
+            yield conv.send(True, frame[i : i + 65000])
+
+
+def partial_frames(conns: int = 100, size: int = 240 * 1024) -> bytes:
+    """`conns` connections, each sending `size` bytes of a frame that claims 256 KiB, then
+    silent."""
+    pkts = list(_partial_frame_packets(conns, size))
     return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
+
+
+def write_partial_frames(path: Path, conns: int = 5000, size: int = 240 * 1024) -> None:
+    """`partial_frames` written packet by packet (5,000 connections make a 1.2 GB file: too big
+    to build in memory next to the process measuring it)."""
+    with path.open("wb") as f:
+        f.write(P.pcap([], 101))
+        for i, pkt in enumerate(_partial_frame_packets(conns, size)):
+            usec = i  # T0 + i microseconds, as `partial_frames`
+            f.write(struct.pack("<IIII", int(T0) + usec // 1_000_000, usec % 1_000_000,
+                                len(pkt), len(pkt)))
+            f.write(pkt)
 
 
 def syn_flood(n: int = 200_000, with_request: bool = False) -> bytes:
