@@ -112,7 +112,7 @@ class Engine:
         if resp is not None and resp.cost:
             st.held -= resp.cost
             resp.cost = 0
-        st.held += _exchange_cost(ex)
+        st.held += _exchange_cost(ex)  # after `hold`, which may have moved the frames out
         heapq.heappush(self.done, (ex.start_ts, self.seq, ex))
 
     def _pending(self, msg: Message) -> None:

@@ -230,3 +230,26 @@ def test_undecided_connections_are_charged_and_shed():
     assert len(g.engine.undecided) < 100
     g.close()
     f.close()
+
+
+def test_frames_moved_out_by_hold_are_not_charged_twice():
+    """`Engine.hold` (the TUI spills frames there) may replace a held exchange's frames: what is
+    charged when the exchange is held is what is given back when it is written out."""
+
+    def spill(ex) -> None:  # noqa: ANN001
+        for m in (ex.request, ex.response):
+            if m is not None:
+                m.pdu = m.pdu._replace(data=b"")
+
+    out: list = []
+    eng = Engine(out.append, EngineOptions(), hold=spill)
+    c = _conv(0)
+    pkts = c.handshake() + [c.send(True, apiv_request(1))]  # never answered: holds the rest
+    for corr in range(2, 50):
+        pkts += [c.send(True, apiv_request(corr)), c.send(False, apiv_response(corr))]
+    for no, raw in enumerate(pkts, 1):
+        eng.feed(Packet(no, T0 + no * 1000, 228, raw))
+        assert eng.stats.held >= 0
+    assert eng.stats.held < 49 * EXCHANGE_COST + 2 * PENDING_COST  # frames not counted
+    eng.close()
+    assert eng.stats.held == 0 and len(out) == 49
