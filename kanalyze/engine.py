@@ -344,7 +344,10 @@ class Engine:
         now_held = len(cf.buf) + len(sf.buf) + c2s.ooo_bytes + s2c.ooo_bytes
         st = self.stats
         if now_held != held or conn.cost != held:
-            cost = _buffers_cost(conn, now_held)
+            # _buffers_cost, inline: this runs for most packets of a frame spanning several
+            cost = now_held + MARK_COST * (len(cf.marks) + len(sf.marks))
+            if c2s.heap or s2c.heap or conn.early:
+                cost = _buffers_cost(conn, now_held)
             conn.held = now_held
             st.buffered += now_held - held
             st.held += cost - conn.cost
@@ -354,7 +357,7 @@ class Engine:
                 self._shed(pkt)
             if st.held > st.held_peak:
                 st.held_peak = st.held
-        if st.buffered > st.buffered_peak:
+        if st.buffered > st.buffered_peak:  # after shedding: at most the bound
             st.buffered_peak = st.buffered
         if not conn.kafka and not conn.ignored:
             if payload and conn.cf.pdu_bytes + conn.sf.pdu_bytes == 0 and looks_like_tls(payload):
