@@ -100,6 +100,30 @@ def test_metadata_unknown_tags(tmp_path: Path) -> None:
     assert peak_rss(["export", str(cap)], tmp_path) < baseline() + 2 * (16 * frame + 64 * MB)
 
 
+TREE = (
+    "import resource, sys; from kanalyze.session import Session; "
+    "from kanalyze.bodies import BodyDecoder; from dissectors import node_to_json; "
+    "dec = BodyDecoder(); n = 0\n"
+    "for ex in Session([sys.argv[1]]).exchanges():\n"
+    "    node, ctx = dec.node(ex, ex.request, True); n += len(str(node_to_json(node, ctx)))\n"
+    "sys.stderr.write('RSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+)
+
+
+def test_metadata_unknown_tags_node_tree(tmp_path: Path) -> None:
+    """The same Metadata request through the Node walker the TUI and report use (the decode tree
+    pane: `BodyDecoder.node`, then its JSON): within the same bound (was 507 MB)."""
+    cap = _capture(tmp_path, "metadata_tags")
+    frame = cap.stat().st_size
+    r = subprocess.run(
+        [sys.executable, "-c", TREE, str(cap)], capture_output=True, cwd=ROOT, timeout=600
+    )
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 0 and "Traceback" not in err, err[-2000:]
+    rss = int(err.rsplit("RSS ", 1)[1].split()[0]) * 1024
+    assert rss < baseline() + 2 * (16 * frame + 64 * MB)
+
+
 # docs/limits.md "Worst-case memory": RSS per open connection (4.0 KB measured with 100,000 open)
 # and of what --max-buffered bounds (EngineStats.held: 1.0-1.4 x, allocator slack included)
 CONN_RSS = 4608
