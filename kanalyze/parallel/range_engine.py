@@ -324,7 +324,8 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
     eng.now = max(eng.now, rng.last_ts)
     eng.close()
     st = eng.stats
-    res.max_ts, res.open_peak, res.buffered_peak = latest, st.open_peak, st.buffered_peak
+    # what --max-buffered bounds: the bytes held with their objects (at least the buffered)
+    res.max_ts, res.open_peak, res.buffered_peak = latest, st.open_peak, st.held_peak
     if st.limit_hits:
         res.coupled.append("an engine-wide bound was hit")
     if st.flows.cut_packets:

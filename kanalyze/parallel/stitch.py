@@ -71,7 +71,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
     if sum(r.open_peak for r in results) >= opts.max_connections:
         raise Unstitchable("the open connections may have reached --max-connections")
     if sum(r.buffered_peak for r in results) > opts.max_buffered:
-        raise Unstitchable("the buffered bytes may have exceeded --max-buffered")
+        raise Unstitchable("the bytes held may have exceeded --max-buffered")
     n = len(results)
     own: list[dict[int, Own]] = [{} for _ in range(n)]
     # 4-tuple -> (range, lid) open at a range's end and not yet seen by a later range (one
