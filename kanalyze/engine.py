@@ -262,17 +262,23 @@ class Engine:
                 half.last_chunk = bytes(payload)
                 half.last_chunk_at = nxt
             half.sink.data(payload, pkt.no, ts)
-            now_held = (
-                len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
-            )
-            if now_held != held:
+            cf, sf = conn.cf, conn.sf
+            now_held = len(cf.buf) + len(sf.buf)  # no out-of-order data on this path
+            st = self.stats
+            if now_held != held or conn.cost != held:
+                # as `_segment`: no out-of-order segments here, no early frames (Kafka confirmed)
+                cost = now_held + MARK_COST * (len(cf.marks) + len(sf.marks))
                 conn.held = now_held
-                st = self.stats
                 st.buffered += now_held - held
-                if st.buffered > st.buffered_peak:
-                    if st.buffered > self.opts.max_buffered:
-                        self._evict_buffers(pkt)
-                    st.buffered_peak = max(st.buffered_peak, st.buffered)
+                st.held += cost - conn.cost
+                conn.cost = cost
+            if st.held > st.held_peak:  # kept <= max_buffered, so this is rare
+                if st.held > self.opts.max_buffered:
+                    self._shed(pkt)
+                if st.held > st.held_peak:
+                    st.held_peak = st.held
+            if st.buffered > st.buffered_peak:  # after shedding: at most the bound
+                st.buffered_peak = st.buffered
         if self.done:
             self._release()
         return True
