@@ -140,6 +140,9 @@ class _Unmade(deque):
 
     appendleft = append
 
+    def __reduce__(self) -> str:
+        return "_EMPTY"  # pickled (Spark streaming keeps engines in its state) as the one stand-in
+
 
 _EMPTY: deque = _Unmade()
 

@@ -253,3 +253,14 @@ def test_frames_moved_out_by_hold_are_not_charged_twice():
     assert eng.stats.held < 49 * EXCHANGE_COST + 2 * PENDING_COST  # frames not counted
     eng.close()
     assert eng.stats.held == 0 and len(out) == 49
+
+
+def test_queues_not_made_yet_survive_pickling():
+    """Spark streaming pickles engines between micro-batches: a correlator's stand-in for a
+    queue not made yet must come back as the stand-in (else its first use raises)."""
+    import pickle
+
+    from kanalyze.correlation import _EMPTY, ConnInfo, Correlator
+
+    corr = pickle.loads(pickle.dumps(Correlator(ConnInfo(1, "a", "b"), print, print)))
+    assert corr.raw_pending is _EMPTY and corr.unanswered is _EMPTY and corr.orphans is _EMPTY
