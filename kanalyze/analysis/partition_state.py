@@ -71,7 +71,10 @@ class PartitionState:
         default_factory=dict
     )
     acked_seq: dict[tuple[int, int, int], int] = field(default_factory=dict)
-    pending: list[Pending] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)  # mutated through the methods below
+    # `pending` by request frame, each list in `pending`'s order: a response finds its batch
+    # without a scan of every pending batch (thousands where the HW never moves)
+    by_frame: dict[int, list[Pending]] = field(default_factory=dict, repr=False)
     hw_latency_ms: list[float] = field(default_factory=list)
     acks_all_total_ms: list[float] = field(default_factory=list)
     acks_all_append_ms: list[float] = field(default_factory=list)
@@ -86,6 +89,29 @@ class PartitionState:
 
     def __post_init__(self) -> None:
         self.timeline = deque(maxlen=self.cap)
+
+    # ------------------------------------------------------------------ pending batches
+    def add_pending(self, p: Pending) -> None:
+        self.pending.append(p)
+        self.by_frame.setdefault(p.frame, []).append(p)
+
+    def drop_pending(self, p: Pending) -> None:
+        """`pending.remove(p)`: the first batch equal to `p` (equal ones share its frame)."""
+        self.pending.remove(p)
+        same = self.by_frame[p.frame]
+        same.remove(p)
+        if not same:
+            del self.by_frame[p.frame]
+
+    def pending_at(self, frame: int) -> Pending | None:
+        """The first pending batch whose request ended in `frame`."""
+        same = self.by_frame.get(frame)
+        return same[0] if same else None
+
+    def _index_pending(self) -> None:
+        self.by_frame = {}
+        for p in self.pending:
+            self.by_frame.setdefault(p.frame, []).append(p)
 
     # ------------------------------------------------------------------ helpers
     def set_leo(self, value: int | None, ts: int) -> None:
@@ -104,11 +130,14 @@ class PartitionState:
             if p.hw_ts is None and p.end is not None and p.end <= value:
                 p.hw_ts = ts
                 self.hw_latency_ms.append((ts - p.req_ts) / 1e6)
+        before = len(self.pending)
         self.pending = [
             p for p in self.pending if not (p.hw_ts is not None and (p.answered or p.acks != -1))
         ]
         if len(self.pending) > 10_000:
             del self.pending[: len(self.pending) - 10_000]
+        if len(self.pending) != before:
+            self._index_pending()
 
     def maybe_advance_hw(self, ts: int, frame: int) -> None:
         if not self.followers or self.leo is None or not self.infer_hw:
@@ -165,7 +194,8 @@ class PartitionState:
             if getattr(self, attr) is None:
                 setattr(self, attr, getattr(other, attr))
         self.infer_hw = self.infer_hw and other.infer_hw
-        self.pending.extend(other.pending)
+        for p in other.pending:
+            self.add_pending(p)
         self.hw_latency_ms.extend(other.hw_latency_ms)
         self.acks_all_total_ms.extend(other.acks_all_total_ms)
         self.acks_all_append_ms.extend(other.acks_all_append_ms)

@@ -161,7 +161,7 @@ class ReplicationAnalyzer(TopicIdHoldBack, StatedIsr):
                 st.set_leo(st.leo + count, ev.ts)
             st.tentative[id(ev.bodies)] = (count, before, seqs)
             if count:
-                st.pending.append(
+                st.add_pending(
                     Pending(
                         before,
                         None if before is None else before + count,
@@ -190,14 +190,7 @@ class ReplicationAnalyzer(TopicIdHoldBack, StatedIsr):
                 st.leo = (
                     st.leo or 0
                 ) - count  # rejected or deduplicated: the leader did not append
-            pend = next(
-                (
-                    p
-                    for p in st.pending
-                    if p.frame == (ev.ex.request.pdu.last_pkt if ev.ex.request else -1)
-                ),
-                None,
-            )
+            pend = st.pending_at(ev.ex.request.pdu.last_pkt if ev.ex.request else -1)
             if not err and isinstance(base, int) and base >= 0 and count:
                 st.set_leo(base + count, ev.ts)
                 for s in seqs:
@@ -214,7 +207,7 @@ class ReplicationAnalyzer(TopicIdHoldBack, StatedIsr):
             if pend is not None:
                 pend.answered = True
                 if err:
-                    st.pending.remove(pend)
+                    st.drop_pending(pend)
                 elif ev.ex.acks == -1 and ev.ex.latency_ns is not None:
                     st.acks_all_total_ms.append(ev.ex.latency_ns / 1e6)
                     if pend.first_copy_ts is not None:
@@ -229,7 +222,7 @@ class ReplicationAnalyzer(TopicIdHoldBack, StatedIsr):
             ):
                 st.set_hw(pend.end, ev.ts, ev.frame)  # acks=all answered: the HW passed the batch
             elif pend is not None and pend.hw_ts is not None:
-                st.pending.remove(pend)
+                st.drop_pending(pend)
             self._check_stall(st, ev)
             st.entry(ev, "produce_response")
 

@@ -31,6 +31,55 @@ def error_codes(body: object) -> list[int]:
     return out
 
 
+# A decoded record (`dissectors.record_reader.read_records`): these keys, scalars but for the
+# key, the value and the headers. A list of them holds no error code, topic or partition, so
+# both walks below skip it whole (most of a Produce or Fetch body; walked, it cost more than
+# the rest of `kanalyze stats`).
+_RECORD_KEYS = frozenset(
+    {"offset", "offset_delta", "timestamp", "timestamp_ms", "timestamp_type", "attributes",
+     "key", "value", "headers"}
+)
+_HEADER_KEYS = frozenset({"key", "value"})
+_BYTES_KEYS = frozenset({"b64", "text", "truncated", "size"})  # `render_bytes` objects
+_SCALARS = (str, int, bool, float, type(None))
+
+
+def _inert(v: object) -> bool:
+    """A record's key or value: text, null, or bytes rendered as an object of scalars."""
+    t = type(v)
+    if t is str or v is None:
+        return True
+    return t is dict and v.keys() <= _BYTES_KEYS and all(  # type: ignore[union-attr]
+        type(x) in _SCALARS for x in v.values()  # type: ignore[union-attr]
+    )
+
+
+def plain_records(items: list) -> bool:
+    """Whether every item is a decoded record with nothing but scalars, text and plain
+    headers in it (nothing either walk reports); False sends the list through the walk."""
+    keys = _RECORD_KEYS
+    for r in items:
+        if type(r) is not dict or r.keys() != keys:
+            return False
+        if not (_inert(r["value"]) and _inert(r["key"])):
+            return False
+        if type(r["timestamp"]) not in _SCALARS or type(r["timestamp_type"]) not in _SCALARS:
+            return False
+        if type(r["offset"]) is not int or type(r["offset_delta"]) is not int:
+            return False
+        if type(r["timestamp_ms"]) not in _SCALARS or type(r["attributes"]) not in _SCALARS:
+            return False
+        headers = r["headers"]
+        if type(headers) is not list:
+            return False
+        for h in headers:
+            if type(h) is not dict or h.keys() != _HEADER_KEYS:
+                return False
+            if not (_inert(h["value"]) and _inert(h["key"])):
+                return False
+    return True
+
+
 def _scan(value: object, out: list[int]) -> None:
     if isinstance(value, dict):
         for k, v in value.items():
@@ -38,6 +87,8 @@ def _scan(value: object, out: list[int]) -> None:
                 if v and (k == "error_code" or k.endswith("_error_code")):
                     out.append(v)
             elif isinstance(v, dict | list):
+                if k == "records" and type(v) is list and plain_records(v):
+                    continue
                 _scan(v, out)
     elif isinstance(value, list):
         for v in value:
@@ -78,6 +129,8 @@ def topic_entries(body: object) -> Iterator[TopicEntry]:
                 elif name is None and k in _TOPIC_NAME_SET and v:
                     name = v
             elif isinstance(v, list):
+                if k == "records" and plain_records(v):
+                    continue  # nothing to report in there (no partition index either)
                 for item in v:
                     if isinstance(item, dict):
                         idx = _partition_index(item)
