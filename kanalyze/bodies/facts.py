@@ -61,7 +61,8 @@ def plain_records(items: list) -> bool:
     for r in items:
         if type(r) is not dict or r.keys() != keys:
             return False
-        if not (_inert(r["value"]) and _inert(r["key"])):
+        v, k = r["value"], r["key"]  # text mostly: checked inline (this runs per record)
+        if (type(v) is not str and not _inert(v)) or (type(k) is not str and not _inert(k)):
             return False
         if type(r["timestamp"]) not in _SCALARS or type(r["timestamp_type"]) not in _SCALARS:
             return False
@@ -75,7 +76,8 @@ def plain_records(items: list) -> bool:
         for h in headers:
             if type(h) is not dict or h.keys() != _HEADER_KEYS:
                 return False
-            if not (_inert(h["value"]) and _inert(h["key"])):
+            v, k = h["value"], h["key"]
+            if (type(v) is not str and not _inert(v)) or (type(k) is not str and not _inert(k)):
                 return False
     return True
 

@@ -499,3 +499,27 @@ def test_metadata_log_broker_records_and_topic_deletion_are_findings() -> None:
         ("broker_fenced", 2, 7),
         ("topic_deleted", None, None),
     ]
+
+
+def test_pending_batches_by_frame_follow_the_list() -> None:
+    """`pending_at` is the first pending batch of a frame in list order, through removals,
+    the HW passing batches and a partition absorbed from another label."""
+    from kanalyze.analysis.partition_state import PartitionState, Pending
+
+    st = PartitionState("t", 0, 10)
+    spec = ((0, 5, 1), (1, 5, 1), (2, 6, -1))  # (start offset, request frame, acks)
+    a, b, c = (Pending(s, s + 1, 1, 0, f, acks) for s, f, acks in spec)
+    for p in (a, b, c):
+        st.add_pending(p)
+    assert st.pending_at(5) is a and st.pending_at(6) is c and st.pending_at(7) is None
+    st.drop_pending(a)
+    assert st.pending_at(5) is b
+    st.set_hw(2, 100, 9)  # passes b (acks=1: dropped), not c (acks=all, unanswered)
+    assert st.pending == [c] and st.pending_at(5) is None and st.pending_at(6) is c
+    other = PartitionState("t", 0, 10)
+    d = Pending(9, 10, 1, 0, 6, 1)
+    other.add_pending(d)
+    st.absorb(other)
+    assert st.pending == [c, d] and st.pending_at(6) is c
+    st.drop_pending(c)
+    assert st.pending_at(6) is d
