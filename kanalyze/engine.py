@@ -98,6 +98,11 @@ class Engine:
             str | None, dict[tuple[int, int], None]
         ] = {}  # client id -> (api, version)s sent
         self.fast = self.opts.fast_path
+        # called with (connection, from client, segment, packet number) for every segment of a
+        # connection whose roles are known, held ones when they are replayed (`export -w` maps
+        # each packet to its stream bytes with it); None costs one test per segment. Only the
+        # general path calls it: set `fast` False with it
+        self.on_segment: Callable[[Connection, bool, Segment, int], None] | None = None
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:
@@ -346,6 +351,8 @@ class Engine:
             if other.heap:
                 other.check_hole(conn.clock, pkt.no, ts, now=bool(payload or cut))
         half.segment(seq, payload, bool(flags & FIN), pkt.no, ts, conn.clock, cut)
+        if self.on_segment is not None:
+            self.on_segment(conn, from_client, seg, pkt.no)
         cf, sf, c2s, s2c = conn.cf, conn.sf, conn.c2s, conn.s2c
         now_held = len(cf.buf) + len(sf.buf) + c2s.ooo_bytes + s2c.ooo_bytes
         st = self.stats

@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kanalyze.capture import CaptureStats, read_captures
+from kanalyze.connection import Connection
 from kanalyze.correlation import Exchange
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.export.pcap_rewrite import StreamMap, rewrite
-from kanalyze.flows import SYN, FlowStats, decode_segment
+from kanalyze.flows import SYN, FlowStats, Segment, decode_segment
 
 MASK = 0xFFFFFFFF
 HALF = 0x80000000
@@ -79,35 +80,38 @@ class Coverage:
 def run_with_coverage(
     paths: Sequence[str], opts: EngineOptions, cov: Coverage, stats: CaptureStats
 ) -> Iterator[Exchange]:
-    """Exchanges in start-time order (as `Session.exchanges`), noting each packet's bytes."""
+    """Exchanges in start-time order (as `Session.exchanges`), noting each packet's bytes.
+
+    The engine reports every segment once the roles of its connection are known
+    (`Engine.on_segment`): a connection seen without its SYN is held until its bytes decide,
+    and its held packets are noted when they are replayed, with their own packet numbers."""
     out: list[Exchange] = []
     engine = Engine(out.append, opts)
-    flows = FlowStats()
     spans = cov.spans
-    linktypes = cov.linktypes
+
+    def note(conn: Connection, from_client: bool, seg: Segment, pkt_no: int) -> None:
+        if not seg.payload:
+            return
+        half = conn.c2s if from_client else conn.s2c
+        if half.base is None:
+            return
+        d = (seg.seq - half.base - half.next) & MASK
+        rel = half.next + (d - (MASK + 1) if d >= HALF else d)
+        k = (conn.info.id, from_client)
+        spans.setdefault(k, []).append((rel, rel + len(seg.payload), pkt_no))
+        cov.bases.setdefault(k, half.base)
+
+    engine.on_segment = note
+    engine.fast = False  # the fused in-order path does not call on_segment
+    flows = FlowStats()
     for pkt in read_captures(paths, stats, views=True):
-        linktypes.add(pkt.linktype)
+        cov.linktypes.add(pkt.linktype)
         seg = decode_segment(pkt.linktype, pkt.data, flows)
-        key = None
-        if seg is not None and seg.payload:
-            key = (seg.src, seg.sport, seg.dst, seg.dport)
-            before = engine.conns.get(key)
         engine.feed(pkt)
         if seg is not None and seg.flags & SYN:
             syn = engine.conns.get((seg.src, seg.sport, seg.dst, seg.dport))
             if syn is not None:
                 cov.syns.setdefault(syn.info.id, []).append(pkt.no)
-        if key is not None and seg is not None:
-            conn = engine.conns.get(key) or before
-            if conn is not None and not conn.ignored:
-                from_client = key == conn.client_key
-                half = conn.c2s if from_client else conn.s2c
-                if half.base is not None:
-                    d = (seg.seq - half.base - half.next) & MASK
-                    rel = half.next + (d - (MASK + 1) if d >= HALF else d)
-                    k = (conn.info.id, from_client)
-                    spans.setdefault(k, []).append((rel, rel + len(seg.payload), pkt.no))
-                    cov.bases.setdefault(k, half.base)
         if out:
             yield from out
             out.clear()

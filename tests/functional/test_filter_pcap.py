@@ -81,17 +81,7 @@ def normalized(lines: list[bytes], lossy: bool = False) -> list[tuple]:
     return out
 
 
-# A connection seen without its SYN is held until its bytes decide the roles, then replayed;
-# the written pcap then keeps only the last packet of a request that spans three (midstream's
-# ListOffsets): known, not yet fixed.
-HELD_ROLES = pytest.mark.xfail(reason="-w loses the head of a frame on a held connection")
-
-
-@pytest.mark.parametrize(
-    "cap",
-    [pytest.param(c, marks=HELD_ROLES) if c.name == "midstream.pcap" else c for c in CAPTURES],
-    ids=lambda p: p.name,
-)
+@pytest.mark.parametrize("cap", CAPTURES, ids=lambda p: p.name)
 def test_filtered_pcap_reexports_to_the_selection(cap, tmp_path):
     checked = 0
     for expr in EXPRESSIONS:
