@@ -175,11 +175,12 @@ class Undecided:
         self.cost += cost
         return cost
 
-    def verdict(self, max_frame: int) -> bool | None:
-        """Whether the first packet's sender is the client, judged from both directions' bytes."""
+    def verdict(self, max_frame: int, final: bool = False) -> bool | None:
+        """Whether the first packet's sender is the client, judged from both directions' bytes
+        (`final`: the roles must be settled now, so the frames' bodies are asked too)."""
         k = self.key
         mine, theirs = self.data.get(k, b""), self.data.get((k[2], k[3], k[0], k[1]), b"")
-        return judge(bytes(mine), bytes(theirs), max_frame)
+        return judge(bytes(mine), bytes(theirs), max_frame, final)
 
     def out_of_patience(self) -> bool:
         return len(self.held) >= ROLE_PACKETS or self.nbytes >= ROLE_BYTES

@@ -301,7 +301,7 @@ class Engine:
             if self.undecided.get(key) is und:
                 del self.undecided[key]
         if verdict is None:
-            verdict = und.verdict(self.opts.max_frame)
+            verdict = und.verdict(self.opts.max_frame, final=True)
         self.stats.held -= und.cost
         und.cost = 0
         first, no, ts = und.held[0]

@@ -26,6 +26,9 @@ from dissectors.context import DecodeContext
 from kanalyze.headers import read_response_header
 
 MAX_CANDIDATES = 8
+# a response no request of its api was seen for is decoded by its layout alone only when it is
+# at least this long (correlation id included): shorter ones fit other layouts by chance
+MIN_UNSEEN = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,29 +75,63 @@ def infer(
 ) -> Inference:
     """Infer the api and version of the response `data` (correlation id `corr`) from the
     connection's requests, given as (correlation id, api, version); failing that, from the
-    (api, version) pairs the same `client_id` sent on other connections (`elsewhere`), then
-    any client in the capture (`anywhere`)."""
+    layouts that fit it, the version told by the (api, version) pairs the same `client_id`
+    sent on other connections (`elsewhere`), then any client in the capture (`anywhere`)."""
     local = _infer_local(data, corr, requests)
     if local.api is not None or local.reason.startswith("ambiguous"):
         return local
-    tried = {(a, v) for _c, a, v in requests}
-    for pool, said in (
-        (elsewhere, f"client id {client_id!r} sent it on another connection"),
-        (anywhere, "another client in this capture sent it"),
-    ):
-        cands = [c for c in pool or () if c not in tried][:MAX_CANDIDATES]
-        tried.update(cands)
-        passed = [(a, v, got) for a, v in cands if (got := _clean(data, a, v)) is not None]
-        if len(passed) != 1:
-            continue
-        api, ver, (body_at, header) = passed[0]
-        # weaker evidence, stricter test: no other api's response layout may fit these bytes
-        # (another version of the same api may: versions often share a layout)
-        if any(other[0] != api and _clean(data, *other) is not None for other in _universe()):
-            return local
-        evidence = f"{API_NAMES.get(api, api)} v{ver}: {said}"
-        return Inference(api, ver, body_at, header, evidence, "low")
-    return local
+    return _by_layout(
+        data,
+        local.reason,
+        (
+            (elsewhere, f"client id {client_id!r} sent it on another connection"),
+            (anywhere, "another client in this capture sent it"),
+        ),
+    )
+
+
+def response_fits(data: bytes) -> list[tuple[int, int]]:
+    """Every (api, version) whose response layout decodes `data` (a frame without its size)
+    exactly, with no diagnostic."""
+    return [(a, v) for a, v in _universe() if _clean(data, a, v) is not None]
+
+
+def _by_layout(
+    data: bytes, why: str, pools: tuple[tuple[list[tuple[int, int]] | None, str], ...]
+) -> Inference:
+    """Weaker evidence, stricter test: the response layouts of every api kanalyze knows are
+    tried, and exactly one api may fit the bytes exactly. Its versions often share a layout:
+    the version is the one requests elsewhere used (the first pool that sent this api in one
+    of the fitting versions, and in one only), or the only fitting one when the frame is long
+    enough to tell layouts apart. Confidence `low`."""
+    fits = response_fits(data)
+    apis = sorted({a for a, _v in fits})
+    if not apis:
+        return Inference(reason=f"{why}; no response layout kanalyze knows fits it")
+    if len(apis) > 1:
+        names = ", ".join(str(API_NAMES.get(a, a)) for a in apis[:6])
+        return Inference(reason=f"{why}; ambiguous: the response layouts of {names} fit it")
+    api = apis[0]
+    name = API_NAMES.get(api, api)
+    versions = [v for _a, v in fits]
+    for pool, said in pools:
+        sent = sorted({v for a, v in pool or () if a == api and v in versions})
+        if len(sent) == 1:
+            return _layout(data, api, sent[0], f"{name} v{sent[0]}: {said}")
+        if sent:
+            listed = ", ".join(f"v{v}" for v in sent)
+            return Inference(reason=f"{why}; only {name} fits, sent as {listed}: ambiguous")
+    if len(versions) == 1 and len(data) >= MIN_UNSEEN:
+        return _layout(data, api, versions[0], f"{name} v{versions[0]}: the only layout that fits")
+    listed = ", ".join(f"v{v}" for v in versions)
+    return Inference(reason=f"{why}; only {name} fits, as {listed}, and no request tells which")
+
+
+def _layout(data: bytes, api: int, version: int, evidence: str) -> Inference:
+    got = _clean(data, api, version)
+    assert got is not None
+    body_at, header = got
+    return Inference(api, version, body_at, header, evidence, "low")
 
 
 def _infer_local(data: bytes, corr: int, requests: list[tuple[int, int, int]]) -> Inference:

@@ -13,15 +13,26 @@ is wrong as often as it is right. The bytes decide instead:
 * when only one direction has spoken, its first frame must also name a client (non-empty
   client id): a response's body often reads as an empty one.
 
+When the headers cannot tell (one direction alone, or both or neither reading as requests) and
+the engine must decide now, the bodies are asked (`judge(..., final=True)`): a frame that
+decodes exactly as a request (header and body, nothing left over, no diagnostic) and fits no
+response layout is a client's; one that fits a response layout and does not decode as a
+request is a broker's. A broker-only capture whose small correlation ids read as "Produce vN"
+request headers is told apart this way.
+
 `judge` returns None when the bytes cannot tell; the engine then falls back to the port.
 """
 
 from __future__ import annotations
 
-from kanalyze.headers import plausible_request
+from dissectors.context import DecodeContext
+from dissectors.decoder import decode_body
+from kanalyze.headers import plausible_request, read_request_header
+from kanalyze.inference import response_fits
 from kanalyze.resync import request_candidates
 
 MAX_CHAIN = 32  # frames followed per direction; enough evidence, bounded work
+BODY_FRAMES = 4  # whole frames per direction whose bodies are asked, when the headers cannot tell
 
 
 def request_ids(data: bytes, max_frame: int) -> list[int]:
@@ -73,20 +84,34 @@ def answers(data: bytes, announced: set[int], max_frame: int) -> bool:
     return False
 
 
-def judge(a: bytes, b: bytes, max_frame: int) -> bool | None:
+def judge(a: bytes, b: bytes, max_frame: int, final: bool = False) -> bool | None:
     """True when direction `a` is the client, False when `b` is, None when the bytes cannot tell.
 
-    `a` and `b` are the first bytes each direction sent (in arrival order; either may be empty)."""
+    `a` and `b` are the first bytes each direction sent (in arrival order; either may be empty).
+    `final`: the roles must be settled now; when the headers cannot tell, the bodies are asked."""
+    by_headers = _by_headers(a, b, max_frame)
+    if by_headers is not None or not final:
+        return by_headers
+    return _by_bodies(a, b, max_frame)
+
+
+def _by_headers(a: bytes, b: bytes, max_frame: int) -> bool | None:
     ra, rb = request_ids(a, max_frame), request_ids(b, max_frame)
     a_answered = bool(ra) and answers(b, set(ra), max_frame)
     b_answered = bool(rb) and answers(a, set(rb), max_frame)
     if a_answered != b_answered:
         return a_answered
     if bool(ra) != bool(rb):
-        # one direction alone: a response's body often reads as an empty client id (a 0
-        # throttle time), so a lone "request" must name its client to count
-        if not (a and b) and not _names_client(a if ra else b, max_frame):
-            return None
+        if not (a and b):
+            # one direction alone: a response with a small correlation id reads as a request
+            # header (api 0, version = the id), its body often as an empty client id (a 0
+            # throttle time) or a topic name: the bodies are asked first, and a lone
+            # "request" must then name its client to count
+            said = _side(a or b, max_frame)
+            if said is not None:
+                return said if a else not said
+            if not _names_client(a if ra else b, max_frame):
+                return None
         return bool(ra)
     return None
 
@@ -96,3 +121,43 @@ def _names_client(data: bytes, max_frame: int) -> bool:
     if plausible_request(data, 0, max_frame) != 1 or len(data) < 14:
         return False
     return int.from_bytes(data[12:14], "big", signed=True) > 0
+
+
+def _by_bodies(a: bytes, b: bytes, max_frame: int) -> bool | None:
+    """The roles from what the first whole frames of each direction decode as; None when they
+    say nothing or contradict each other."""
+    a_says, b_says = _side(a, max_frame), _side(b, max_frame)
+    votes = {v for v in (a_says, None if b_says is None else not b_says) if v is not None}
+    return votes.pop() if len(votes) == 1 else None
+
+
+def _side(data: bytes, max_frame: int) -> bool | None:
+    """True when the whole frames chained from offset 0 of `data` are a client's (the first
+    that tells decodes exactly as a request and fits no response layout), False when a
+    broker's (fits a response layout, does not decode as a request), None when none tells."""
+    p, n = 0, len(data)
+    for _ in range(BODY_FRAMES):
+        if n - p < 4:
+            return None
+        size = int.from_bytes(data[p : p + 4], "big")
+        if size < 4 or size > max_frame or p + 4 + size > n:
+            return None
+        frame = bytes(data[p + 4 : p + 4 + size])
+        request, response = request_decodes(frame), bool(response_fits(frame))
+        if request != response:
+            return request
+        p += 4 + size
+    return None
+
+
+def request_decodes(frame: bytes) -> bool:
+    """Whether `frame` (without its size) is a request whose header and body decode exactly,
+    with no diagnostic."""
+    h = read_request_header(frame)
+    if h is None or h.diagnostics:
+        return False
+    ctx = DecodeContext(decode_records=False)
+    node = decode_body(h.api_key, h.api_version, True, frame, h.body_offset, len(frame), ctx)
+    if any(x.diagnostics for x in node.walk()):
+        return False
+    return node.offset + node.length == len(frame)

@@ -14,7 +14,8 @@ What must hold (issue 13):
   and exchanges whose packets are all intact come out identical;
 * snaplen: the same exchanges at header level (client ids may be cut), latencies exact;
 * broker port above the ephemeral range: the same exchanges, the broker on its new port, and
-  every request tshark finds when told that port.
+  every request tshark finds when told that port; cut mid-stream as well, every connection
+  still has the broker on that port (also those whose only captured side is the broker's).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from tests.support import damage as D
 from tests.support.tshark import tshark_binary, tshark_pdus
 
 ROOT = Path(__file__).resolve().parents[2]
-CAPTURES = ("lib_acks", "lib_idempotent", "aio_group", "kp_codecs")
+# lib_legacy and kp_v25: cuts where only the broker's side of a connection remains, its
+# small correlation ids reading as "Produce vN" request headers
+CAPTURES = ("lib_acks", "lib_idempotent", "aio_group", "kp_codecs", "lib_legacy", "kp_v25")
 SAMPLE = 6  # cut points, dropped packets and reorder windows per capture
 
 
@@ -222,6 +225,31 @@ def test_broker_port_above_ephemeral_range(corpus: dict) -> None:
         exs, _ = run(path)
         assert {header_key(e) for e in exs} == {header_key(e) for e in clean.exchanges}
         assert all(e.conn.broker.endswith(f":{D.ABOVE_EPHEMERAL}") for e in exs)
+
+
+def test_mid_stream_cuts_with_the_broker_above_the_ephemeral_range(corpus: dict) -> None:
+    """No SYN and every client port below the broker's: the lower-port fallback would be wrong
+    for every connection, so the bytes (headers, then bodies) must decide the roles."""
+    compared = conns = 0
+    for clean, kind, path in all_variants(corpus):
+        if not kind.startswith("remapcut"):
+            continue
+        k = int(kind.removeprefix("remapcut"))
+        exs, _ = run(path)
+        brokers = {e.conn.id: e.conn.broker for e in exs}
+        assert all(b.endswith(f":{D.ABOVE_EPHEMERAL}") for b in brokers.values()), (
+            path.name,
+            brokers,
+        )
+        conns += len(brokers)
+        got = {header_key(e, lambda p, k=k: p + k) for e in exs}
+        for e in clean.exchanges:
+            if e.request is None or e.response is None or e.request.pdu.first_pkt <= k:
+                continue
+            assert header_key(e) in got, (path.name, e.api, e.correlation_id)
+            compared += 1
+    print(f"remapped cuts: {conns} connections, {compared} exchanges compared")
+    assert conns > 20 and compared > 50
 
 
 @pytest.mark.tshark

@@ -10,7 +10,9 @@ Ethernet) the way real captures go wrong:
 * ``snaplen``: every packet is truncated to N captured bytes (``tcpdump -s N``), the original
   length kept in the record header;
 * ``remap``: the broker port is rewritten to one above the ephemeral range, so every client
-  port is lower than the broker's.
+  port is lower than the broker's;
+* ``remapcut``: both at once, a mid-stream start where "the lower port is the broker" is wrong
+  for every connection (the bytes must decide, even when only the broker's side speaks).
 
 Used by the tests (variants written into a tmp dir at test time) and by hand::
 
@@ -163,6 +165,8 @@ def variants(src: Path, out: Path, broker_port: int, sample: int = 8) -> Iterato
         yield f"snap{n}", write_pcap(out / f"{stem}.snap{n}.pcap", pcap, snap(recs, n), snaplen=n)
     moved = [remap_port(r, broker_port, ABOVE_EPHEMERAL) for r in recs]
     yield "remap", write_pcap(out / f"{stem}.remap.pcap", pcap, moved)
+    for k in picks:
+        yield f"remapcut{k}", write_pcap(out / f"{stem}.remapcut{k}.pcap", pcap, moved[k:])
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from kanalyze.cli import main
 from kanalyze.commands.common import NOTHING_ANALYZED
 from kanalyze.engine import EngineOptions
-from kanalyze.roles import judge, request_ids
+from kanalyze.roles import _names_client, judge, request_ids
 from tests.support import packets as P
 from tests.support.engine import apiv_request, apiv_response, run_pcap
 
@@ -35,6 +36,33 @@ def test_response_that_looks_like_a_request_is_still_the_broker() -> None:
     assert request_ids(resp, MF), "premise: the response parses as a request header"
     assert judge(req, resp, MF) is True
     assert judge(resp, req, MF) is False
+
+
+def _produce_v1_response(corr: int, topic: bytes = b"orders") -> bytes:
+    body = struct.pack("!i", 1) + struct.pack("!h", len(topic)) + topic  # one topic
+    body += struct.pack("!iihqi", 1, 0, 0, 5, 0)  # one partition: ok, base offset 5; throttle 0
+    return P.response_frame(corr, body)
+
+
+def test_lone_broker_whose_response_names_a_client_is_still_the_broker() -> None:
+    # correlation id 1 reads as Produce v1, the topic count as a correlation id and the topic
+    # name as a client id: the header rule alone called this direction a client. Its body fits
+    # the Produce response layout and does not decode as a Produce request.
+    resp = _produce_v1_response(1) + _produce_v1_response(2)
+    assert request_ids(resp, MF) and _names_client(resp, MF), "premise: reads as a request"
+    assert judge(resp, b"", MF) is False
+    assert judge(b"", resp, MF) is True
+
+
+def test_lone_client_naming_nobody_is_told_by_its_body() -> None:
+    # an empty client id names nobody, but the frame decodes exactly as a Metadata v0 request
+    # (one topic) and fits no response layout
+    req = P.request_frame(3, 0, 7, "", struct.pack("!ih", 1, 6) + b"orders")
+    assert not _names_client(req, MF)
+    assert judge(req, b"", MF) is True
+    # a tiny one (no topics) fits a dozen response layouts: nothing said, the port decides
+    tiny = P.request_frame(3, 0, 7, "", b"\x00\x00\x00\x00")
+    assert judge(tiny, b"", MF, final=True) is None
 
 
 def test_no_evidence_is_none() -> None:
