@@ -91,6 +91,7 @@ class RowBuilder:
             "correlation_id": ex.correlation_id,
             "client_id": ex.client_id,
             "status": ex.status,
+            "inferred": ex.inferred is not None,
             "acks": ex.acks,
             "latency_ms": None if lat is None else round(lat / 1e6, 3),
         }

@@ -82,6 +82,7 @@ EXCHANGE_FIELDS: list[tuple[str, pa.DataType]] = [
     ("correlation_id", pa.int32()),
     ("client_id", pa.string()),
     ("status", pa.string()),
+    ("inferred", pa.bool_()),  # request_missing whose api was inferred (NDJSON `inferred`)
     ("acks", pa.int16()),
     ("latency_ms", pa.float64()),
     ("request_ts", _TS),

@@ -27,7 +27,7 @@ def offline_keys(path: str | Path) -> Counter:
         out[
             (
                 d["connection"]["client"], d["connection"]["broker"], d["api_key"],
-                d["api_version"], d["correlation_id"], d["status"],
+                d["api_version"], d["correlation_id"], d["status"], "inferred" in d,
                 rq["frame"] if rq else None, rs["frame"] if rs else None,
             )
         ] += 1  # fmt: skip
@@ -54,7 +54,7 @@ def spark_keys(rows: list[dict], offsets: dict[str, int] | None = None) -> Count
     return Counter(
         (
             r["client"], r["broker"], r["api_key"], r["api_version"], r["correlation_id"],
-            r["status"], frame(r["request_file"], r["request_frame"]),
+            r["status"], r["inferred"], frame(r["request_file"], r["request_frame"]),
             frame(r["response_file"], r["response_frame"]),
         )
         for r in rows
