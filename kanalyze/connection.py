@@ -16,7 +16,7 @@ from kanalyze.flows import Segment
 from kanalyze.framing import Framer, Pdu, StreamEvent
 from kanalyze.headers import plausible_request
 from kanalyze.reassembly import HalfStream
-from kanalyze.roles import judge
+from kanalyze.roles import judge, judge_later
 
 FlowKey = tuple[bytes, int, bytes, int]  # (source address, port, destination address, port)
 
@@ -24,6 +24,13 @@ FlowKey = tuple[bytes, int, bytes, int]  # (source address, port, destination ad
 # is the client: both sides spoke, or this much was held, or it ended
 ROLE_PACKETS = 32
 ROLE_BYTES = 64 * 1024
+# ... and when the bytes could not tell by then, it stays held (`Undecided.stalled`), asked the
+# cheap `judge_later` on every packet, up to this much (engine-wide: STALL_BUDGET) before the
+# port decides: a first frame longer than the first hold (a large Fetch response) is followed
+# by the frames that tell
+STALL_PACKETS = 1024
+STALL_BYTES = 4 * 1024 * 1024
+STALL_BUDGET = 64 * 1024 * 1024
 EARLY_RESPONSES = 64  # broker frames kept while the client side has not yet confirmed Kafka
 # a held packet's Python objects besides its payload (its Segment, ints, tuple), charged to
 # --max-buffered (kanalyze.engine)
@@ -152,7 +159,7 @@ class Undecided:
     """A connection seen without its SYN, before its bytes decided who is the client: its
     packets are held (payload copied) and replayed once the roles are known."""
 
-    __slots__ = ("id", "key", "held", "data", "first_ts", "nbytes", "cost")
+    __slots__ = ("id", "key", "held", "data", "first_ts", "nbytes", "cost", "stalled")
 
     def __init__(self, conn_id: int, key: tuple, ts_ns: int) -> None:
         self.id = conn_id
@@ -162,6 +169,7 @@ class Undecided:
         self.first_ts = ts_ns
         self.nbytes = 0
         self.cost = 0  # what the held packets cost (charged to --max-buffered by the engine)
+        self.stalled = False  # past the first hold, the bytes could not tell: held on
 
     def add(self, seg: Segment, key: FlowKey, pkt_no: int, ts_ns: int) -> int:
         """Hold one packet; returns what it costs (its payload twice, and its objects)."""
@@ -182,5 +190,14 @@ class Undecided:
         mine, theirs = self.data.get(k, b""), self.data.get((k[2], k[3], k[0], k[1]), b"")
         return judge(bytes(mine), bytes(theirs), max_frame, final)
 
+    def later_verdict(self, max_frame: int) -> bool | None:
+        """`verdict` for a stalled connection: the cheap test, on its held bytes as they are."""
+        k = self.key
+        mine, theirs = self.data.get(k, b""), self.data.get((k[2], k[3], k[0], k[1]), b"")
+        return judge_later(mine, theirs, max_frame)
+
     def out_of_patience(self) -> bool:
         return len(self.held) >= ROLE_PACKETS or self.nbytes >= ROLE_BYTES
+
+    def exhausted(self) -> bool:
+        return len(self.held) >= STALL_PACKETS or self.nbytes >= STALL_BYTES

@@ -19,6 +19,7 @@ from kanalyze.connection import (
     EARLY_RESPONSES,
     ROLE_BYTES,
     ROLE_PACKETS,
+    STALL_BUDGET,
     Connection,
     FlowKey,
     Undecided,
@@ -94,6 +95,7 @@ class Engine:
         self.seq = 0
         self.now = 0
         self.undecided: dict[tuple, Undecided] = {}  # both 4-tuples of each undecided connection
+        self.stalled_bytes = 0  # held by undecided connections past their first hold
         self.peers: dict[
             str | None, dict[tuple[int, int], None]
         ] = {}  # client id -> (api, version)s sent
@@ -180,11 +182,14 @@ class Engine:
             und = self.undecided.get(key)
             if und is not None:
                 if not flags & SYN:
+                    before = und.nbytes
                     self.stats.held += und.add(seg, key, pkt.no, pkt.ts_ns)
-                    if seg.payload and len(und.data) == 2 or und.out_of_patience():
-                        verdict = und.verdict(self.opts.max_frame)
-                        if verdict is not None or und.out_of_patience():
-                            self._decide(und, verdict)
+                    if und.stalled:
+                        n = und.nbytes - before
+                        self.stalled_bytes += n
+                        self._stalled(und, bool(n))
+                    elif seg.payload and len(und.data) == 2 or und.out_of_patience():
+                        self._judge(und)
                     return
                 self._decide(und)  # a new connection on the same 4-tuple: settle the old one
         conn = self.conns.get(key)
@@ -293,6 +298,28 @@ class Engine:
         ports = self.opts.ports
         return bool(ports) and (seg.dport in ports) != (seg.sport in ports)
 
+    def _judge(self, und: Undecided) -> None:
+        """A held connection's bytes changed: decide its roles when they tell; past the first
+        hold with the bodies asked too, and when even they cannot tell, hold on (stalled)."""
+        mf = self.opts.max_frame
+        verdict = und.verdict(mf)
+        if verdict is None and und.out_of_patience():
+            verdict = und.verdict(mf, final=True)
+            if verdict is None:
+                und.stalled = True
+                self.stalled_bytes += und.nbytes
+                self._stalled(und, False)
+                return
+        if verdict is not None:
+            self._decide(und, verdict)
+
+    def _stalled(self, und: Undecided, grew: bool) -> None:
+        """A stalled connection took a packet: the cheap test on what it holds (when it grew);
+        over its bound or the engine's, the roles are settled now (the port when nothing tells)."""
+        verdict = und.later_verdict(self.opts.max_frame) if grew else None
+        if verdict is not None or und.exhausted() or self.stalled_bytes > STALL_BUDGET:
+            self._decide(und, verdict)
+
     def _decide(self, und: Undecided, verdict: bool | None = None) -> None:
         """The roles of a held connection are known (or must be settled now): open it with the
         client the bytes point to (the port only when they cannot tell) and replay its packets."""
@@ -300,6 +327,9 @@ class Engine:
         for key in (k, (k[2], k[3], k[0], k[1])):
             if self.undecided.get(key) is und:
                 del self.undecided[key]
+        if und.stalled:
+            self.stalled_bytes -= und.nbytes
+            und.stalled = False
         if verdict is None:
             verdict = und.verdict(self.opts.max_frame, final=True)
         self.stats.held -= und.cost

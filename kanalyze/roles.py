@@ -20,7 +20,12 @@ response layout is a client's; one that fits a response layout and does not deco
 request is a broker's. A broker-only capture whose small correlation ids read as "Produce vN"
 request headers is told apart this way.
 
-`judge` returns None when the bytes cannot tell; the engine then falls back to the port.
+`judge` returns None when the bytes cannot tell. The engine then holds the connection longer
+(its packets are copied, within bounds) and asks `judge_later` on every packet: a direction
+whose frames, chained from its first byte, answer the correlation ids the other direction's
+requests announced is the broker. Only when that bound is reached does the port decide, so a
+long first frame (a large Fetch response, more packets than the first hold) no longer hands the
+roles to the port.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ def request_ids(data: bytes, max_frame: int) -> list[int]:
     return []
 
 
-def _chain(data: bytes, p: int, max_frame: int) -> list[int]:
+def _chain(data: bytes | bytearray, p: int, max_frame: int) -> list[int]:
     ids: list[int] = []
     n = len(data)
     while p < n and len(ids) < MAX_CHAIN:
@@ -69,7 +74,7 @@ def _ends_at(data: bytes, p: int, frames: int) -> bool:
     return p == len(data)
 
 
-def answers(data: bytes, announced: set[int], max_frame: int) -> bool:
+def answers(data: bytes | bytearray, announced: set[int], max_frame: int) -> bool:
     """Whether frames chained from offset 0 of `data` carry a correlation id in `announced`."""
     p, n = 0, len(data)
     for _ in range(MAX_CHAIN):
@@ -93,6 +98,15 @@ def judge(a: bytes, b: bytes, max_frame: int, final: bool = False) -> bool | Non
     if by_headers is not None or not final:
         return by_headers
     return _by_bodies(a, b, max_frame)
+
+
+def judge_later(a: bytes | bytearray, b: bytes | bytearray, max_frame: int) -> bool | None:
+    """The cheap test of a connection held past its first hold, asked on every packet: frames
+    chained from offset 0 only (O(frames), no search), so its many bytes cost nothing."""
+    ra, rb = _chain(a, 0, max_frame), _chain(b, 0, max_frame)
+    a_answered = bool(ra) and answers(b, set(ra), max_frame)
+    b_answered = bool(rb) and answers(a, set(rb), max_frame)
+    return a_answered if a_answered != b_answered else None
 
 
 def _by_headers(a: bytes, b: bytes, max_frame: int) -> bool | None:

@@ -9,6 +9,7 @@ import pytest
 
 from kanalyze.cli import main
 from kanalyze.commands.common import NOTHING_ANALYZED
+from kanalyze.connection import ROLE_PACKETS
 from kanalyze.engine import EngineOptions
 from kanalyze.roles import _names_client, judge, request_ids
 from tests.support import packets as P
@@ -84,6 +85,24 @@ def test_broker_on_a_higher_port_mid_stream(
     assert [(e.api_key, e.correlation_id) for e in paired] == [(18, 5)]
     assert paired[0].conn.broker.endswith(f":{bport}")
     assert paired[0].latency_ns is not None and paired[0].latency_ns > 0
+
+
+def test_a_first_frame_longer_than_the_hold_does_not_hand_the_roles_to_the_port(
+    tmp_path: Path,
+) -> None:
+    """Mid-stream, broker above the client's port, and only the broker speaks for more packets
+    than the first hold (a 60 KB response whose body says nothing): the bytes cannot tell
+    yet, and the lower port would make the broker the client. The connection stays held until
+    the client's request and its answer tell."""
+    c = P.Conversation(cport=30120, bport=65000)
+    big = P.response_frame(5, bytes(60_000))  # reads as a Produce v5 header naming nobody
+    pkts = [c.send(False, big[i : i + 1400]) for i in range(0, len(big), 1400)]
+    assert len(pkts) > ROLE_PACKETS
+    pkts += [c.send(True, apiv_request(6)), c.send(False, apiv_response(6))]
+    exs, s = run_pcap(tmp_path, pkts)
+    assert [(e.correlation_id, e.status) for e in exs if e.status == "ok"] == [(6, "ok")]
+    assert {e.conn.broker for e in exs} == {"10.0.0.2:65000"}
+    assert s.engine is not None and s.engine.stalled_bytes == 0
 
 
 def test_port_hint_wins_over_content(tmp_path: Path) -> None:
