@@ -196,6 +196,16 @@ class Undecided:
         mine, theirs = self.data.get(k, b""), self.data.get((k[2], k[3], k[0], k[1]), b"")
         return judge_later(mine, theirs, max_frame)
 
+    def long_first_frame(self, max_frame: int) -> bool:
+        """Whether a direction starts with a plausible frame size whose frame is longer than
+        what it held: the one case holding on can help (the frames after it will tell). Other
+        traffic -- TLS, text protocols, a start mid-frame -- is not held longer."""
+        for data in self.data.values():
+            size = int.from_bytes(data[:4], "big") if len(data) >= 4 else 0
+            if 8 <= size <= max_frame and len(data) < 4 + size:
+                return True
+        return False
+
     def out_of_patience(self) -> bool:
         return len(self.held) >= ROLE_PACKETS or self.nbytes >= ROLE_BYTES
 

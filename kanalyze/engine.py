@@ -305,12 +305,12 @@ class Engine:
         verdict = und.verdict(mf)
         if verdict is None and und.out_of_patience():
             verdict = und.verdict(mf, final=True)
-            if verdict is None:
+            if verdict is None and und.long_first_frame(mf):
                 und.stalled = True
                 self.stalled_bytes += und.nbytes
                 self._stalled(und, False)
                 return
-        if verdict is not None:
+        if verdict is not None or und.out_of_patience():
             self._decide(und, verdict)
 
     def _stalled(self, und: Undecided, grew: bool) -> None:

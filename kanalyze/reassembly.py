@@ -219,16 +219,18 @@ class HalfStream:
 
     def _drain(self, pkt_no: int, ts_ns: int, own: bool = False) -> None:
         """Deliver waiting segments that now connect; they count as arriving with the current
-        packet (the one that completed them), as tshark reports reassembled data, unless one
-        was captured later than that packet (a capture that lists packets out of time order):
-        data is complete when its last byte arrived, so the later packet dates it and what
-        follows it. After a gap (`own`) nothing completed them: each keeps its own packet
-        number and time."""
+        packet (the one that completed them), as tshark reports reassembled data. Their time
+        is the latest of theirs and that packet's: a capture that lists packets out of time
+        order may fill a hole with an earlier-stamped packet, and data is complete only when
+        its last byte arrived. After a gap (`own`) nothing completed them: each keeps its own
+        packet number and time."""
         heap = self.heap
         while heap and heap[0][0] <= self.next:
             rel, _, payload, pno, ts, cut = heapq.heappop(heap)
-            if own or ts > ts_ns:
+            if own:
                 pkt_no, ts_ns = pno, ts
+            elif ts > ts_ns:
+                ts_ns = ts
             self.ooo_bytes -= len(payload)
             nxt = self.next
             end = rel + len(payload)

@@ -252,18 +252,22 @@ def test_mid_stream_cuts_with_the_broker_above_the_ephemeral_range(corpus: dict)
     assert conns > 20 and compared > 50
 
 
+@pytest.mark.slow  # ~35 s: 30 tshark runs
 @pytest.mark.tshark
 @pytest.mark.skipif(tshark_binary() is None, reason="tshark is not installed")
 def test_tshark_requests_found_without_hint(corpus: dict) -> None:
     """Every request tshark finds when told the (moved) broker port, kanalyze finds with no hint;
-    on the remapped capture and on two cuts of each."""
+    per capture on the remapped capture, a cut, a remapped cut, a drop and snaplen 200.
+    (Reordered windows are left out: when a request's packet is listed after the broker's
+    answer that acknowledges it, kanalyze has already declared its bytes a gap -- the policy
+    that keeps drops exact -- while tshark reassembles them late.)"""
     checked = 0
     for clean, variants in corpus.values():
-        chosen = [(k, p) for k, p in variants if k == "remap"] + [
-            (k, p) for k, p in variants if k.startswith("cut")
-        ][1:3]
+        chosen = [(k, p) for k, p in variants if k in ("remap", "snap200")]
+        for prefix in ("cut", "remapcut", "drop"):
+            chosen += [(k, p) for k, p in variants if k.startswith(prefix)][1:2]
         for kind, path in chosen:
-            port = D.ABOVE_EPHEMERAL if kind == "remap" else clean.port
+            port = D.ABOVE_EPHEMERAL if kind.startswith("remap") else clean.port
             t = {
                 (p.frame, p.api_key, p.api_version, p.correlation_id)
                 for p in tshark_pdus(path, port)
@@ -277,7 +281,8 @@ def test_tshark_requests_found_without_hint(corpus: dict) -> None:
             }
             assert t <= k, (path.name, sorted(t - k)[:5])
             checked += len(t)
-    assert checked > 50
+    print(f"tshark: {checked} requests found")
+    assert checked > 300
 
 
 @pytest.mark.parametrize("name", ["lib_idempotent", "lib_acks"])
