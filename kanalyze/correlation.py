@@ -196,7 +196,7 @@ class Correlator:
         self.arrivals: list[tuple[int, Message]] = []
         self.history: list[tuple[int, int, int]] = []  # (corr, api, version), last HISTORY-2x
         # responses without a request, held until later requests tell what they answered:
-        # [message, correlation id, requests seen since]
+        # [message, correlation id, requests seen since, the response layouts that fit it]
         self.orphans: deque[list] = _EMPTY
 
     def expects(self, corr: int) -> bool:
@@ -300,7 +300,7 @@ class Correlator:
             resp = Message(pdu, orphan.fields, orphan.body_offset)
             if self.orphans is _EMPTY:
                 self.orphans = deque()
-            self.orphans.append([resp, corr, 0])
+            self.orphans.append([resp, corr, 0, None])
             self.on_pending(resp)  # the output waits for it like for a pending request
             if len(self.orphans) > MAX_ORPHANS:
                 self._settle_orphan(self.orphans.popleft())
@@ -358,8 +358,9 @@ class Correlator:
             )
             anywhere = list(self.peers.get(ANY_CLIENT, ()))
             recent = self.history[-HISTORY:]
-            found = infer(pdu.data, corr, recent, self.client_id, elsewhere, anywhere)
+            found = infer(pdu.data, corr, recent, self.client_id, elsewhere, anywhere, entry[3])
             if found.api is None and not final:
+                entry[3] = found.fits  # the layouts that fit, kept for the next try
                 return False
         resp.done = True
         if found is None or found.api is None:

@@ -42,6 +42,9 @@ class Inference:
     evidence: str = ""  # which requests pointed to it (the "from" in the output)
     confidence: str = ""
     reason: str = ""
+    # the response layouts that fit the bytes, once tried: an orphan asked again after more
+    # requests passes them back (`infer(..., fits=)`) instead of trying every layout again
+    fits: tuple[tuple[int, int], ...] | None = None
 
     def to_json(self) -> dict[str, object]:
         return {"from": self.evidence, "confidence": self.confidence}
@@ -72,6 +75,7 @@ def infer(
     client_id: str | None = None,
     elsewhere: list[tuple[int, int]] | None = None,
     anywhere: list[tuple[int, int]] | None = None,
+    fits: tuple[tuple[int, int], ...] | None = None,
 ) -> Inference:
     """Infer the api and version of the response `data` (correlation id `corr`) from the
     connection's requests, given as (correlation id, api, version); failing that, from the
@@ -87,6 +91,7 @@ def infer(
             (elsewhere, f"client id {client_id!r} sent it on another connection"),
             (anywhere, "another client in this capture sent it"),
         ),
+        tuple(response_fits(data)) if fits is None else fits,
     )
 
 
@@ -97,20 +102,23 @@ def response_fits(data: bytes) -> list[tuple[int, int]]:
 
 
 def _by_layout(
-    data: bytes, why: str, pools: tuple[tuple[list[tuple[int, int]] | None, str], ...]
+    data: bytes,
+    why: str,
+    pools: tuple[tuple[list[tuple[int, int]] | None, str], ...],
+    fits: tuple[tuple[int, int], ...],
 ) -> Inference:
     """Weaker evidence, stricter test: the response layouts of every api kanalyze knows are
     tried, and exactly one api may fit the bytes exactly. Its versions often share a layout:
     the version is the one requests elsewhere used (the first pool that sent this api in one
     of the fitting versions, and in one only), or the only fitting one when the frame is long
     enough to tell layouts apart. Confidence `low`."""
-    fits = response_fits(data)
     apis = sorted({a for a, _v in fits})
     if not apis:
-        return Inference(reason=f"{why}; no response layout kanalyze knows fits it")
+        return Inference(reason=f"{why}; no response layout kanalyze knows fits it", fits=fits)
     if len(apis) > 1:
         names = ", ".join(str(API_NAMES.get(a, a)) for a in apis[:6])
-        return Inference(reason=f"{why}; ambiguous: the response layouts of {names} fit it")
+        why = f"{why}; ambiguous: the response layouts of {names} fit it"
+        return Inference(reason=why, fits=fits)
     api = apis[0]
     name = API_NAMES.get(api, api)
     versions = [v for _a, v in fits]
@@ -120,11 +128,13 @@ def _by_layout(
             return _layout(data, api, sent[0], f"{name} v{sent[0]}: {said}")
         if sent:
             listed = ", ".join(f"v{v}" for v in sent)
-            return Inference(reason=f"{why}; only {name} fits, sent as {listed}: ambiguous")
+            why = f"{why}; only {name} fits, sent as {listed}: ambiguous"
+            return Inference(reason=why, fits=fits)
     if len(versions) == 1 and len(data) >= MIN_UNSEEN:
         return _layout(data, api, versions[0], f"{name} v{versions[0]}: the only layout that fits")
     listed = ", ".join(f"v{v}" for v in versions)
-    return Inference(reason=f"{why}; only {name} fits, as {listed}, and no request tells which")
+    why = f"{why}; only {name} fits, as {listed}, and no request tells which"
+    return Inference(reason=why, fits=fits)
 
 
 def _layout(data: bytes, api: int, version: int, evidence: str) -> Inference:
