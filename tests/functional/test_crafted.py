@@ -70,8 +70,12 @@ def test_crafted_case(case):
         assert key in by_key, f"{key} ({x['api_key']} v{x['api_version']}) missing"
         ex = by_key[key]
         if status == "request_missing":
-            # the request's bytes were not captured, so its api is unknowable from the wire
-            assert ex.status == "request_missing" and ex.api_key is None
+            # the request's bytes were not captured: its api is left unknown, or inferred
+            # (marked so) and then right
+            assert ex.status == "request_missing"
+            if ex.api_key is not None:
+                assert ex.inferred is not None
+                assert (ex.api_key, ex.api_version) == (x["api_key"], x["api_version"])
             continue
         assert (ex.api_key, ex.api_version) == (x["api_key"], x["api_version"])
         if status == "response_lost":
