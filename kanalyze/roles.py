@@ -31,7 +31,6 @@ roles to the port.
 from __future__ import annotations
 
 from dissectors.context import DecodeContext
-from dissectors.decoder import decode_body
 from kanalyze.headers import plausible_request, read_request_header
 from kanalyze.inference import response_fits
 from kanalyze.resync import request_candidates
@@ -171,6 +170,9 @@ def request_decodes(frame: bytes) -> bool:
     if h is None or h.diagnostics:
         return False
     ctx = DecodeContext(decode_records=False)
+    from dissectors import decode_body  # asked rarely: not imported with the engine
+    from dissectors import records as _records  # noqa: F401 - registers the records decoder
+
     node = decode_body(h.api_key, h.api_version, True, frame, h.body_offset, len(frame), ctx)
     if any(x.diagnostics for x in node.walk()):
         return False
