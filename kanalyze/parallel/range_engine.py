@@ -108,6 +108,8 @@ class RangeEngine(Engine):
     def __init__(self, on_exchange: Callable[[Exchange], None], opts: EngineOptions,
                  res: RangeResult, boundary: int) -> None:
         super().__init__(on_exchange, opts)
+        # the notes below are taken in `_segment`, which the engine's fused path skips
+        self.fast = False
         self.res = res
         self.boundary = boundary  # last packet of the range proper (the overlap follows)
         self.cur = 0
