@@ -140,7 +140,7 @@ class _Unmade(deque):
 
     appendleft = append
 
-    def __reduce__(self) -> str:
+    def __reduce__(self) -> str:  # type: ignore[override]
         return "_EMPTY"  # pickled (Spark streaming keeps engines in its state) as the one stand-in
 
 

@@ -49,9 +49,10 @@ def _inert(v: object) -> bool:
     t = type(v)
     if t is str or v is None:
         return True
-    return t is dict and v.keys() <= _BYTES_KEYS and all(  # type: ignore[union-attr]
-        type(x) in _SCALARS for x in v.values()  # type: ignore[union-attr]
-    )
+    if t is not dict:
+        return False
+    d: dict = v  # type: ignore[assignment]
+    return d.keys() <= _BYTES_KEYS and all(type(x) in _SCALARS for x in d.values())
 
 
 def plain_records(items: list) -> bool:
