@@ -15,6 +15,7 @@ many rotated files or byte ranges they came from.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from kanalyze.spark.tables import (
 )
 from kanalyze.spark.units import (
     SPLIT_BYTES,
+    FileInfo,
     Plan,
     RangeResult,
     balanced_split,
@@ -82,6 +84,18 @@ def make_plan(
     Counting walks every record header of the files being split: on the driver when they are
     local and small enough (a Spark job costs more below a few GB), else as a Spark job.
     """
+    files, skipped = rank_inputs(spark, inputs, capture_id, skip_file_ids)
+    return plan_files(spark, files, skipped, split_bytes, driver_walk_bytes)
+
+
+def rank_inputs(
+    spark: SparkSession,
+    inputs: Sequence[str],
+    capture_id: str | None = None,
+    skip_file_ids: frozenset[str] = frozenset(),
+) -> tuple[list[FileInfo], list[str]]:
+    """The input files ranked in capture order, without those an earlier run wrote (and
+    those, by path)."""
     use_hadoop(spark)
     files = rank_files(list_inputs(list(inputs)), capture_id)
     skipped = [f.path for f in files if f.file_id and f.file_id in skip_file_ids and not f.error]
@@ -89,6 +103,17 @@ def make_plan(
         files = [f for f in files if f.path not in set(skipped)]
         for r, f in enumerate(files):
             f.rank = r
+    return files, skipped
+
+
+def plan_files(
+    spark: SparkSession,
+    files: list[FileInfo],
+    skipped: list[str],
+    split_bytes: int = SPLIT_BYTES,
+    driver_walk_bytes: int = DRIVER_WALK_BYTES,
+) -> Plan:
+    """`make_plan` after the ranking: cut, verify, count and pack."""
     parallelism = spark.sparkContext.defaultParallelism
     split = balanced_split(sum(f.size for f in files), split_bytes, parallelism)
     ranges = {f.rank: candidate_ranges(f, split) for f in files}
@@ -289,6 +314,7 @@ class Tables:
     topics: DataFrame
     segments: DataFrame  # stage 1's rows (persisted: read by the flow census and the shuffle)
     placement: Placement  # which flows were shuffled, and each stage-2 task's bytes
+    balance: dict[str, float] | None = None  # set by the range path (no placement)
 
     def aggregates(self) -> dict[str, DataFrame]:
         return aggregates(self.exchanges, self.partitions)
@@ -311,22 +337,39 @@ def build(
     max_frame: int = 256 * 1024 * 1024,
     topic_ids: dict[str, str] | None = None,
     skip_file_ids: frozenset[str] = frozenset(),
+    ranges: bool | None = None,
 ) -> Tables:
     """Plan, run both stages and return every table as a DataFrame (the public API's core).
 
-    Raises `kanalyze.spark.inputs.InputError` at once for a missing or unreadable input."""
+    `ranges` (default: the environment's KANALYZE_SPARK_RANGES=1, else off): one local
+    capture file is decoded by byte ranges and stitched, without a shuffle
+    (`kanalyze.spark.range_stage`); anything that path cannot prove equal to one process runs
+    the shuffle pipeline. Raises `kanalyze.spark.inputs.InputError` at once for a missing or
+    unreadable input."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    from kanalyze.spark.range_stage import RANGES_ENV, plan_file, run_ranges
     from kanalyze.spark.session import register
 
     register(spark)
-    plan = make_plan(spark, inputs, split_bytes, capture_id, skip_file_ids=skip_file_ids)
+    if ranges is None:
+        ranges = os.environ.get(RANGES_ENV, "") == "1"
+    files, skipped = rank_inputs(spark, inputs, capture_id, skip_file_ids)
     opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
-    seg = segments(spark, plan, opts).persist(StorageLevel.MEMORY_AND_DISK)
-    decoded, placement = decode_segments(
-        spark, seg, plan, opts, decode_bodies, shuffle_partitions, topic_ids, with_bodies
-    )
+    cut = plan_file(files, spark.sparkContext.defaultParallelism) if ranges else None
+    got = cut and run_ranges(spark, cut, files[0], opts, decode_bodies, topic_ids, with_bodies)
+    balance = None
+    if got:
+        plan = Plan(files, [], [], skipped)
+        seg, placement, balance = got.tasks, Placement(), got.balance
+        decoded = got.decoded
+    else:
+        plan = plan_files(spark, files, skipped, split_bytes)
+        seg = segments(spark, plan, opts).persist(StorageLevel.MEMORY_AND_DISK)
+        decoded, placement = decode_segments(
+            spark, seg, plan, opts, decode_bodies, shuffle_partitions, topic_ids, with_bodies
+        )
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     exchanges = decoded.where(F.col("kind") == "exchange").select(*R.EXCHANGE_COLUMNS)
     topics = (
@@ -344,7 +387,7 @@ def build(
     )
     return Tables(
         plan, decoded, exchanges, partitions_table(exchanges, topics), conns,
-        files_table(spark, decoded, plan), topics, seg, placement,
+        files_table(spark, decoded, plan), topics, seg, placement, balance,
     )  # fmt: skip
 
 
@@ -401,6 +444,7 @@ def run_pipeline(
     max_frame: int = 256 * 1024 * 1024,
     topic_ids: dict[str, str] | None = None,
     mode: str = "overwrite",
+    ranges: bool | None = None,
 ) -> PipelineResult:
     """Run both stages over `inputs` and write every table under `out_dir` (Parquet).
 
@@ -419,12 +463,12 @@ def run_pipeline(
     t = build(
         spark, inputs, ports=ports, split_bytes=split_bytes, decode_bodies=decode_bodies,
         with_bodies=with_bodies, capture_id=capture_id, shuffle_partitions=shuffle_partitions,
-        max_frame=max_frame, topic_ids=topic_ids, skip_file_ids=skip,
+        max_frame=max_frame, topic_ids=topic_ids, skip_file_ids=skip, ranges=ranges,
     )  # fmt: skip
     plan = t.plan
     res = PipelineResult(out, plan)
     res.skipped = list(plan.skipped)
-    res.balance = balance_report(plan, t.placement)
+    res.balance = t.balance or balance_report(plan, t.placement)
     res.seconds["plan"] = time.perf_counter() - t0
     res.problems.extend(f"{f.path}: {f.error}" for f in plan.files if f.error)
     if not plan.files:  # everything was written by an earlier run

@@ -1,0 +1,114 @@
+"""The Spark pipeline's work-sharded stage 1 (task side): one byte range of one capture file
+(`kanalyze.parallel.ranges.run_range`) becomes exchange rows keyed by (range, index) and one
+*edge row* carrying the range's `RangeResult` (the stitch's input: a few hundred bytes per
+exchange, no payload). The driver stitches the edge rows and keeps the rows that stand
+(`kanalyze.spark.range_stage`). Pure Python plus pyarrow (no pyspark).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from kanalyze.bodies import BodyDecoder
+from kanalyze.capture import CaptureError, CaptureStats
+from kanalyze.correlation import Exchange
+from kanalyze.engine import EngineOptions
+from kanalyze.flows import FlowStats, decode_segment
+from kanalyze.parallel.ranges import Range, RangeResult, read_range, run_range
+from kanalyze.parallel.worker import RecordingNames
+from kanalyze.spark.rows import RowBuilder, row_context
+from kanalyze.spark.schemas import BATCH_ROWS, DECODED_SCHEMA
+
+# stage 2's columns plus where a row came from: (range, exchange index, local connection id)
+RANGED_SCHEMA = pa.schema([*DECODED_SCHEMA, ("rng", pa.int32()), ("idx", pa.int32()),
+                           ("lid", pa.int32())])
+
+
+@dataclass(slots=True)
+class Edge:
+    """What one range ships to the driver besides its rows (pickled into the edge row)."""
+
+    result: RangeResult
+    # per exchange index: (topic-id names its decode read, names it taught), when any
+    names: dict[int, tuple[dict[str, str | None], dict[str, str]]] = field(default_factory=dict)
+    roles: dict[int, tuple[str, str]] = field(default_factory=dict)  # lid -> (client, broker)
+
+
+def pack_edge(edge: Edge) -> str:
+    return base64.b64encode(pickle.dumps(edge, protocol=pickle.HIGHEST_PROTOCOL)).decode()
+
+
+def unpack_edge(text: str) -> Edge:
+    return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own tasks' rows
+
+
+def _unit_row(rng: Range, capture_id: str, whole: bool) -> dict:
+    """The range's reading statistics (the `files` table), walked again without the engine:
+    the range's own packets only, so the ranges' counts add up to the file's."""
+    stats, flows = CaptureStats(), FlowStats()
+    tcp = other = 0
+    first = last = None
+    error = ""
+    try:
+        for pkt in read_range(rng):
+            first = pkt.ts_ns if first is None else first
+            last = pkt.ts_ns
+            if decode_segment(pkt.linktype, pkt.data, flows) is None:
+                other += 1
+            else:
+                tcp += 1
+    except CaptureError as e:
+        error = str(e)
+    stat = {
+        "rank": 0, "unit": rng.index, "whole": whole, "start": rng.start, "end": rng.end,
+        "packets": tcp + other, "tcp_packets": tcp, "other_packets": other,
+        "fragments": flows.fragments, "not_ip": flows.not_ip, "first_ns": first,
+        "last_ns": last, "error": error,
+        "diagnostics": [f"offset {d.offset}: {d.message}" for _n, d in stats.diagnostics],
+    }  # fmt: skip
+    return {"kind": "unit", "capture_id": capture_id, "extra": json.dumps(stat)}
+
+
+def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: str,
+               whole: bool = False, decode: bool = True,
+               topic_ids: dict[str, str] | None = None,
+               with_bodies: bool = False) -> Iterator[pa.RecordBatch]:
+    """One range's exchange rows (conn_id left empty: the driver names them after the
+    stitch), its topic rows, its unit row and last its edge row."""
+    names = RecordingNames(dict(topic_ids or {}))
+    builder = RowBuilder(files, capture_id=capture_id, decode=decode, with_bodies=with_bodies)
+    builder.bodies = BodyDecoder(replace(row_context(topic_ids), topic_names=names))
+    edge = Edge(RangeResult(rng.index, rng.base, rng.base))
+    rows: list[dict] = []
+    batches: list[pa.RecordBatch] = []
+    count = 0
+
+    def on_exchange(ex: Exchange) -> None:
+        nonlocal count, rows
+        names.reads, names.writes = {}, {}
+        row = builder.row(ex, None)  # type: ignore[arg-type]
+        if names.reads or names.writes:
+            edge.names[count] = (names.reads, names.writes)
+        c = ex.conn
+        edge.roles.setdefault(c.id, (c.client, c.broker))
+        row.update(kind="exchange", rng=rng.index, idx=count, lid=c.id)
+        rows.append(row)
+        count += 1
+        if len(rows) >= BATCH_ROWS:  # run_range drives the loop: batches wait here
+            batches.append(pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA))
+            rows = []
+
+    edge.result = run_range(rng, opts, on_exchange)
+    yield from batches
+    for tid, name in builder.bodies.names.items():
+        rows.append({"kind": "topic", "capture_id": capture_id, "extra": json.dumps([tid, name])})
+    rows.append(_unit_row(rng, capture_id, whole))
+    rows.append({"kind": "edge", "capture_id": capture_id, "rng": rng.index,
+                 "extra": pack_edge(edge)})
+    yield pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA)
