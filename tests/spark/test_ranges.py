@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,9 @@ from tests.spark.support import LONG_CAPTURE, offline_keys, spark_keys
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
-from kanalyze.spark.pipeline import run_pipeline  # noqa: E402
+from kanalyze.spark.pipeline import build  # noqa: E402
+from kanalyze.spark.range_stage import plan_file  # noqa: E402
+from kanalyze.spark.units import list_inputs, rank_files  # noqa: E402
 
 pytestmark = pytest.mark.spark
 CAPTURES = [LONG_CAPTURE, LONG_CAPTURE.with_name("kp_codecs.pcap")]
@@ -32,8 +35,15 @@ def _offline_topics(path: Path) -> Counter:
     )
 
 
-def _rows(spark, out: Path, table: str = "exchanges") -> list[dict]:
-    return [r.asDict() for r in spark.read.parquet(str(out / table)).collect()]
+def _build(spark, path: Path, ranges: bool) -> tuple[dict, list[dict], list[dict]]:
+    """(balance, exchanges rows, files rows) without writing tables (keeps the test short)."""
+    t = build(spark, [str(path)], ranges=ranges)
+    try:
+        rows = [r.asDict() for r in t.exchanges.collect()]
+        files = [r.asDict() for r in t.files.collect()]
+    finally:
+        t.unpersist()
+    return t.balance or {}, rows, files
 
 
 @pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.stem)
@@ -41,35 +51,37 @@ def test_many_ranges_give_exactly_the_offline_exchanges(spark, tmp_path, monkeyp
     path = tmp_path / capture.name
     shutil.copy(capture, path)
     monkeypatch.setenv(RANGE_BYTES_ENV, "2048")  # ~20 ranges: connections cross many edges
-    res = run_pipeline(spark, [str(path)], str(tmp_path / "out"), ranges=True)
-    assert res.balance["ranges"] >= 15 and res.balance["bytes_shuffled_est"] == 0
-    assert res.balance["handovers"] >= 3  # connections really were handed across ranges
-    rows = _rows(spark, tmp_path / "out")
+    balance, rows, files = _build(spark, path, ranges=True)
+    assert balance["ranges"] >= 15 and balance["bytes_shuffled_est"] == 0
+    assert balance["handovers"] >= 3  # connections really were handed across ranges
     assert spark_keys(rows) == offline_keys(path)
     assert all(r["conn_id"] for r in rows)
     # topic names a Metadata response in an earlier range taught are filled in, as offline
     got = Counter((r["client"], r["correlation_id"], r["request_frame"], tuple(r["topics"]))
                   for r in rows)
     assert got == _offline_topics(path)
-    files = _rows(spark, tmp_path / "out", "files")
-    assert files[0]["units"] == res.balance["ranges"] and files[0]["error"] == ""
+    assert files[0]["units"] == balance["ranges"] and files[0]["error"] == ""
     if capture != LONG_CAPTURE:
         return
     # the same connection ids as the shuffle path (content identity + first frame + roles)
     monkeypatch.delenv(RANGE_BYTES_ENV)
-    shuffled = run_pipeline(spark, [str(path)], str(tmp_path / "shuffled"), ranges=False)
-    assert "ranges" not in shuffled.balance
-    base = _rows(spark, tmp_path / "shuffled")
+    shuffled, base, base_files = _build(spark, path, ranges=False)
+    assert "ranges" not in shuffled
 
     def ids(rs: list[dict]) -> Counter:
         return Counter((r["conn_id"], r["correlation_id"], r["request_frame"]) for r in rs)
 
     assert ids(rows) == ids(base)
-    assert files[0]["packets"] == _rows(spark, tmp_path / "shuffled", "files")[0]["packets"]
+    assert files[0]["packets"] == base_files[0]["packets"]
 
 
-def test_several_files_fall_back_to_the_shuffle(spark, tmp_path, monkeypatch):
+def test_only_one_local_uncompressed_capture_is_cut(monkeypatch):
     monkeypatch.setenv(RANGE_BYTES_ENV, "2048")
-    paths = [CAPTURES[1], LONG_CAPTURE.with_name("lib_acks.pcap")]
-    res = run_pipeline(spark, [str(p) for p in paths], str(tmp_path / "out"), ranges=True)
-    assert "ranges" not in res.balance and res.counts["exchanges"] > 0
+    one = rank_files(list_inputs([str(LONG_CAPTURE)]), None)
+    assert plan_file(one, 2) is not None
+    two = rank_files(list_inputs([str(p) for p in CAPTURES]), None)
+    assert plan_file(two, 2) is None
+    gz = [replace(one[0], compressed=True)]
+    assert plan_file(gz, 2) is None
+    remote = [replace(one[0], path="s3a://bucket/x.pcap")]
+    assert plan_file(remote, 2) is None
