@@ -20,6 +20,7 @@ from kanalyze.capture import CaptureError, CaptureStats
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.flows import FlowStats, decode_segment
+from kanalyze.parallel.range_engine import conn_key
 from kanalyze.parallel.ranges import Range, RangeResult, read_range, run_range
 from kanalyze.parallel.worker import RecordingNames
 from kanalyze.spark.rows import RowBuilder, row_context
@@ -38,6 +39,9 @@ class Edge:
     # per exchange index: (topic-id names its decode read, names it taught), when any
     names: dict[int, tuple[dict[str, str | None], dict[str, str]]] = field(default_factory=dict)
     roles: dict[int, tuple[str, str]] = field(default_factory=dict)  # lid -> (client, broker)
+    # per 4-tuple (`range_engine.conn_key`), over the range's own packets: [first ts, last ts,
+    # packets, TCP flags seen] (the connections table; the ranges' counts add up to the file's)
+    flows: dict[tuple, list[int]] = field(default_factory=dict)
 
 
 def pack_edge(edge: Edge) -> str:
@@ -48,7 +52,7 @@ def unpack_edge(text: str) -> Edge:
     return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own tasks' rows
 
 
-def _unit_row(rng: Range, capture_id: str, whole: bool) -> dict:
+def _unit_row(rng: Range, capture_id: str, whole: bool, per: dict[tuple, list[int]]) -> dict:
     """The range's reading statistics (the `files` table), walked again without the engine:
     the range's own packets only, so the ranges' counts add up to the file's."""
     stats, flows = CaptureStats(), FlowStats()
@@ -59,10 +63,19 @@ def _unit_row(rng: Range, capture_id: str, whole: bool) -> dict:
         for pkt in read_range(rng):
             first = pkt.ts_ns if first is None else first
             last = pkt.ts_ns
-            if decode_segment(pkt.linktype, pkt.data, flows) is None:
+            seg = decode_segment(pkt.linktype, pkt.data, flows)
+            if seg is None:
                 other += 1
+                continue
+            tcp += 1
+            key = conn_key((seg.src, seg.sport, seg.dst, seg.dport))
+            got = per.get(key)
+            if got is None:
+                per[key] = [pkt.ts_ns, pkt.ts_ns, 1, seg.flags]
             else:
-                tcp += 1
+                got[1] = max(got[1], pkt.ts_ns)
+                got[2] += 1
+                got[3] |= seg.flags
     except CaptureError as e:
         error = str(e)
     stat = {
@@ -108,7 +121,7 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
     yield from batches
     for tid, name in builder.bodies.names.items():
         rows.append({"kind": "topic", "capture_id": capture_id, "extra": json.dumps([tid, name])})
-    rows.append(_unit_row(rng, capture_id, whole))
+    rows.append(_unit_row(rng, capture_id, whole, edge.flows))
     rows.append({"kind": "edge", "capture_id": capture_id, "rng": rng.index,
                  "extra": pack_edge(edge)})
     yield pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA)

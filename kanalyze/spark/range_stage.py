@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kanalyze.capture import CaptureError
 from kanalyze.engine import EngineOptions
+from kanalyze.flows import FIN, RST, SYN
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
 from kanalyze.parallel.ranges import Range, Unstitchable, plan_ranges, stitch
 from kanalyze.spark import schemas as R
@@ -95,6 +96,20 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
     for edge, local in zip(edges, ids, strict=True):
         for lid, role in edge.roles.items():
             roles.setdefault(local.get(lid, -1), role)
+    flows: dict[tuple, list[int]] = {}  # 4-tuple -> [first ts, last ts, packets, flags]
+    for edge in edges:
+        for key, (t0, t1, n, flg) in edge.flows.items():
+            got = flows.get(key)
+            if got is None:
+                flows[key] = [t0, t1, n, flg]
+            else:
+                got[0], got[1] = min(got[0], t0), max(got[1], t1)
+                got[2] += n
+                got[3] |= flg
+    incarnations: dict[tuple, int] = {}
+    for _o, r, lid in first.values():
+        key = edges[r].result.conns[lid].key
+        incarnations[key] = incarnations.get(key, 0) + 1
     names: dict[int, str] = {}
     rows: list[dict] = []
     seen: dict[tuple, int] = {}  # 4-tuple -> incarnations so far
@@ -108,10 +123,14 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
         n = seen[conn.key] = seen.get(conn.key, 0) + 1
         info = {
             "capture_id": f.capture_id, "conn_id": cid, "client": client, "broker": broker,
-            "incarnation": n, "first_ns": None, "last_ns": None, "packets": None,
-            "exchanges": counts.get(gid, 0), "first_file": f.path, "first_frame": opened,
-            "kafka": conn.kafka or gid in roles, "syn_seen": conn.syn,
+            "incarnation": n, "exchanges": counts.get(gid, 0), "first_file": f.path,
+            "first_frame": opened, "kafka": conn.kafka or gid in roles, "syn_seen": conn.syn,
         }  # fmt: skip
+        flow = flows.get(conn.key)
+        if flow is not None and incarnations[conn.key] == 1:  # the 4-tuple's packets are its
+            info.update(first_ns=flow[0], last_ns=flow[1], packets=flow[2],
+                        syn_seen=bool(flow[3] & SYN), fin_seen=bool(flow[3] & FIN),
+                        rst_seen=bool(flow[3] & RST), files_spanned=1, incarnations=1)
         rows.append({"kind": "connection", "capture_id": f.capture_id, "extra": json.dumps(info)})
     return names, rows
 

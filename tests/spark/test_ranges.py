@@ -41,8 +41,10 @@ def _build(spark, path: Path, ranges: bool) -> tuple[dict, list[dict], list[dict
     try:
         rows = [r.asDict() for r in t.exchanges.collect()]
         files = [r.asDict() for r in t.files.collect()]
+        conns = [r.asDict() for r in t.connections.collect()]
     finally:
         t.unpersist()
+    files[0]["connections"] = conns
     return t.balance or {}, rows, files
 
 
@@ -73,6 +75,13 @@ def test_many_ranges_give_exactly_the_offline_exchanges(spark, tmp_path, monkeyp
 
     assert ids(rows) == ids(base)
     assert files[0]["packets"] == base_files[0]["packets"]
+    cols = ("conn_id", "client", "broker", "first_ns", "last_ns", "packets", "first_frame",
+            "exchanges", "syn_seen", "fin_seen")
+
+    def conns(fs: list[dict]) -> set:
+        return {tuple(c[k] for k in cols) for c in fs[0]["connections"] if c["exchanges"]}
+
+    assert len(conns(files)) >= 5 and conns(files) == conns(base_files)
 
 
 def test_only_one_local_uncompressed_capture_is_cut(monkeypatch):
