@@ -29,6 +29,7 @@ from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
 from kanalyze.engine_types import DirectionTotals, EngineOptions, EngineStats
 from kanalyze.flows import ACK, FIN, RST, SYN, Segment, decode_segment, format_endpoint
 from kanalyze.framing import StreamEvent
+from kanalyze.inference import BUDGET as LAYOUT_BUDGET
 from kanalyze.reassembly import HALF as SEQ_HALF
 from kanalyze.reassembly import MASK as SEQ_MASK
 from kanalyze.reassembly import TAIL_KEPT
@@ -100,6 +101,7 @@ class Engine:
             str | None, dict[tuple[int, int], None]
         ] = {}  # client id -> (api, version)s sent
         self.fast = self.opts.fast_path
+        LAYOUT_BUDGET.reset()  # one run, one budget of layout searches (kanalyze/inference.py)
         # called with (connection, from client, segment, packet number) for every segment of a
         # connection whose roles are known, held ones when they are replayed (`export -w` maps
         # each packet to its stream bytes with it); None costs one test per segment. Only the
@@ -676,6 +678,8 @@ class Engine:
         for conn in list(self.order.values()):
             self._close(conn, None)
         self._release(final=True)
+        if LAYOUT_BUDGET.refused:
+            self.stats.limit_hits["layout_search"] = LAYOUT_BUDGET.refused
 
 
 def _exchange_cost(ex: Exchange) -> int:

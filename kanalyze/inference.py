@@ -85,6 +85,12 @@ def infer(
     local = _infer_local(data, corr, requests)
     if local.api is not None or local.reason.startswith("ambiguous"):
         return local
+    if fits is None:
+        found = response_fits(data)
+        if found is None:
+            why = f"{local.reason}; layout search skipped: the run's budget is spent"
+            return Inference(reason=why)
+        fits = tuple(found)
     return _by_layout(
         data,
         local.reason,
@@ -92,14 +98,54 @@ def infer(
             (elsewhere, f"client id {client_id!r} sent it on another connection"),
             (anywhere, "another client in this capture sent it"),
         ),
-        tuple(response_fits(data)) if fits is None else fits,
+        fits,
     )
 
 
-def response_fits(data: bytes) -> list[tuple[int, int]]:
+class LayoutBudget:
+    """How many more layout searches (`response_fits`: every response layout tried, a few ms
+    each) this run may make. Orphans and SYN-less connections ask for them; a capture of 100k
+    such connections would otherwise take hours. A new `Engine` resets it; once spent, orphans
+    stay undecoded and roles wait for other evidence, and the engine reports the searches
+    refused as the `layout_search` limit (docs/limits.md). Identical frames are looked up, not
+    searched again, and cost nothing."""
+
+    LIMIT = 500
+    MEMO_FRAMES = 4096  # frames remembered (each at most MEMO_BYTES long)
+    MEMO_BYTES = 4096
+
+    def __init__(self) -> None:
+        self.left = self.LIMIT
+        self.refused = 0
+        self.memo: dict[bytes, tuple[tuple[int, int], ...]] = {}
+
+    def reset(self) -> None:
+        self.left, self.refused = self.LIMIT, 0
+        self.memo.clear()
+
+
+BUDGET = LayoutBudget()
+
+
+def response_fits(data: bytes) -> list[tuple[int, int]] | None:
     """Every (api, version) whose response layout decodes `data` (a frame without its size)
-    exactly, with no diagnostic."""
-    return [(a, v) for a, v in _universe() if _clean(data, a, v) is not None]
+    exactly, with no diagnostic; None when the run's layout budget is spent."""
+    b = BUDGET
+    key = bytes(data) if len(data) <= b.MEMO_BYTES else None
+    if key is not None:
+        known = b.memo.get(key)
+        if known is not None:
+            return list(known)
+    if b.left <= 0:
+        b.refused += 1
+        return None
+    b.left -= 1
+    fits = [(a, v) for a, v in _universe() if _clean(data, a, v) is not None]
+    if key is not None:
+        if len(b.memo) >= b.MEMO_FRAMES:
+            b.memo.clear()
+        b.memo[key] = tuple(fits)
+    return fits
 
 
 def _by_layout(

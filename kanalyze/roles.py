@@ -156,7 +156,10 @@ def _side(data: bytes, max_frame: int) -> bool | None:
         if size < 4 or size > max_frame or p + 4 + size > n:
             return None
         frame = bytes(data[p + 4 : p + 4 + size])
-        request, response = request_decodes(frame), bool(response_fits(frame))
+        fits = response_fits(frame)
+        if fits is None:
+            return None  # the run's layout budget is spent: the bodies say nothing
+        request, response = request_decodes(frame), bool(fits)
         if request != response:
             return request
         p += 4 + size

@@ -158,6 +158,8 @@ class Summary:
             "max_array_count": d.get("array_too_large", 0),
             "decode_budget": d.get("decode_budget", 0),
             "max_events": engine.events_dropped,
+            # orphans and SYN-less connections whose response layouts went unsearched
+            "layout_search": hits.get("layout_search", 0),
         }
 
 

@@ -53,3 +53,42 @@ def test_short_frames_are_not_decoded_by_layout_alone() -> None:
     assert len(data) < MIN_UNSEEN
     got = infer(data, 7, [])
     assert got.api is None and got.reason
+
+
+def test_layout_searches_are_bounded_per_run(monkeypatch, capsys) -> None:
+    """With the run's layout budget spent, the crafted mid-stream orphan (Metadata v9, found
+    by its layout alone) stays undecoded with the reason, and summary counts the refusal: a
+    capture of many SYN-less connections costs a bounded number of searches."""
+    import json
+
+    from kanalyze import cli
+    from kanalyze.inference import LayoutBudget
+
+    cap = str(ROOT / "captures" / "crafted" / "midstream.pcap")
+
+    def orphans() -> list[dict]:
+        cli.main(["export", cap])
+        lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        return [d for d in lines if d["status"] == "request_missing"]
+
+    assert [d["api"] for d in orphans()] == ["Metadata"]
+    monkeypatch.setattr(LayoutBudget, "LIMIT", 0)
+    (left,) = orphans()
+    assert left["api"] is None
+    assert "layout search skipped" in json.dumps(left["response"]["diagnostics"])
+    cli.main(["summary", cap, "--json"])
+    assert json.loads(capsys.readouterr().out)["limits"]["layout_search"] >= 1
+
+
+def test_identical_frames_are_looked_up_not_searched(frames: dict) -> None:
+    from kanalyze.inference import BUDGET
+
+    BUDGET.reset()
+    data = frames[(APIV, 3)]
+    first = response_fits(data)
+    assert BUDGET.left == BUDGET.LIMIT - 1
+    assert response_fits(data) == first and BUDGET.left == BUDGET.LIMIT - 1
+    BUDGET.left = 0
+    assert response_fits(data) == first  # remembered: no search needed
+    assert response_fits(data + b"\x00") is None and BUDGET.refused == 1
+    BUDGET.reset()
