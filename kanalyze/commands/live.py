@@ -21,6 +21,7 @@ from kanalyze.commands.common import (
     decode_context,
     port,
     positive_int,
+    positive_seconds,
 )
 from kanalyze.commands.live_output import exchange_writer, live_options, worker_pcap, write_summary
 from kanalyze.live.errors import LiveError
@@ -44,14 +45,7 @@ __all__ = [
 ]
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
+positive_float = positive_seconds  # the name tests and older code use
 
 
 def listen_address(text: str) -> tuple[str, int]:

@@ -10,21 +10,13 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from kanalyze.commands.common import positive_int
+from kanalyze.commands.common import positive_int, positive_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def add_stream_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import mmap
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from kanalyze.engine import EngineOptions
 from kanalyze.parallel.worker import FINAL, LINE_PREFIX, ShardResult
@@ -110,6 +110,18 @@ def check_names(results: Sequence[ShardResult], sequence: list[tuple[int, int]],
 def write(out, results: Sequence[ShardResult], paths: Sequence[str],  # noqa: ANN001
           ids: list[dict[int, int]], sequence: list[tuple[int, int]]) -> None:
     """The lines in `sequence`, from the shards' scratch files, with the run's connection ids."""
+    items = []
+    for s, i in sequence:
+        _pkt, _f, _seq, _ts, lid, off, size = results[s].done[i]
+        items.append((s, off, size, lid, ids[s][lid]))
+    write_spliced(out, paths, items)
+
+
+def write_spliced(out, paths: Sequence[str],  # noqa: ANN001
+                  items: Iterable[tuple[int, int, int, int, int]]) -> None:
+    """Lines copied from the scratch files in `paths`, each given as (file, offset, size, its
+    connection id there, the run's), with the run's connection id written in (mapped: a read
+    per line costs twice the copying; the mapped pages are page cache, counted in RSS)."""
     maps: list[mmap.mmap | None] = []
     for p in paths:
         with open(p, "rb") as f:
@@ -119,10 +131,9 @@ def write(out, results: Sequence[ShardResult], paths: Sequence[str],  # noqa: AN
     try:
         cut = len(LINE_PREFIX)
         w = out.write
-        for s, i in sequence:
-            _pkt, _f, _seq, _ts, lid, off, size = results[s].done[i]
+        for s, off, size, lid, cid in items:
             w(LINE_PREFIX)
-            w(b"%d" % ids[s][lid])
+            w(b"%d" % cid)
             w(views[s][off + cut + len(b"%d" % lid) : off + size])
     finally:
         for v in views:

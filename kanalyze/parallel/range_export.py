@@ -6,7 +6,6 @@ written) when the stitch refuses: the caller runs one process.
 
 from __future__ import annotations
 
-import mmap
 import multiprocessing as mp
 import os
 import time
@@ -20,6 +19,7 @@ from dissectors.context import DecodeContext
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.export import ExchangeEncoder
+from kanalyze.parallel.merge import write_spliced
 from kanalyze.parallel.ranges import Range, RangeResult, run_range
 from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
 from kanalyze.parallel.worker import LINE_PREFIX, RecordingNames
@@ -90,28 +90,12 @@ def _check_names(outs: Sequence[RangeOutput], st: Stitched, preloaded: dict[str,
 
 def _write(out: BinaryIO, outs: Sequence[RangeOutput], paths: Sequence[str],
            st: Stitched) -> None:
-    """The lines in the stitched order, from the mapped scratch files (a read per line costs
-    twice the copying; the mapped pages are page cache, counted in this process's RSS)."""
-    maps: list[mmap.mmap | None] = []
-    for p in paths:
-        with open(p, "rb") as f:
-            size = f.seek(0, 2)
-            maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None)
-    views = [memoryview(m if m is not None else b"") for m in maps]
-    try:
-        cut = len(LINE_PREFIX)
-        w = out.write
-        for r, i in st.sequence:
-            off, size, lid = outs[r].lines[i]
-            w(LINE_PREFIX)
-            w(b"%d" % st.ids[r][lid])
-            w(views[r][off + cut + len(b"%d" % lid) : off + size])
-    finally:
-        for v in views:
-            v.release()
-        for m in maps:
-            if m is not None:
-                m.close()
+    """The lines in the stitched order, from the ranges' scratch files."""
+    items = []
+    for r, i in st.sequence:
+        off, size, lid = outs[r].lines[i]
+        items.append((r, off, size, lid, st.ids[r][lid]))
+    write_spliced(out, paths, items)
 
 
 def _child(tasks: list[RangeTask], conn: Connection) -> None:
