@@ -23,7 +23,13 @@ from kanalyze.commands.common import (
     positive_int,
     positive_seconds,
 )
-from kanalyze.commands.live_output import exchange_writer, live_options, worker_pcap, write_summary
+from kanalyze.commands.live_output import (
+    exchange_writer,
+    live_options,
+    opened,
+    worker_pcap,
+    write_summary,
+)
 from kanalyze.live.errors import LiveError
 from kanalyze.live.output import NdjsonOutput
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, build_selection
@@ -236,14 +242,13 @@ class _Outputs:
                         f"cannot serve Prometheus metrics on {host}:{mport}: {e.strerror or e}"
                     ) from e
             if args.write_pcap:
-                try:
-                    pcap = PcapWriter(args.write_pcap, linktype, args.snaplen)
-                except OSError as e:
-                    raise LiveError(f"cannot write {args.write_pcap}: {e.strerror or e}") from e
-            try:
-                ndjson = NdjsonOutput(args.output, args.rotate_bytes, args.rotate_seconds)
-            except OSError as e:
-                raise LiveError(f"cannot write {args.output}: {e.strerror or e}") from e
+                pcap = opened(
+                    args.write_pcap, lambda: PcapWriter(args.write_pcap, linktype, args.snaplen)
+                )
+            ndjson = opened(
+                args.output,
+                lambda: NdjsonOutput(args.output, args.rotate_bytes, args.rotate_seconds),
+            )
         except LiveError:
             if pcap is not None:
                 pcap.close()

@@ -10,9 +10,10 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kanalyze.commands.common import engine_options
+from kanalyze.live.errors import LiveError
 
 if TYPE_CHECKING:
     from dissectors import DecodeContext
@@ -22,7 +23,25 @@ if TYPE_CHECKING:
     from kanalyze.live.report import LiveReport
     from kanalyze.query.selection import Selection
 
-__all__ = ["LineOut", "Observer", "exchange_writer", "live_options", "worker_pcap", "write_summary"]
+__all__ = [
+    "LineOut",
+    "Observer",
+    "exchange_writer",
+    "live_options",
+    "opened",
+    "worker_pcap",
+    "write_summary",
+]
+
+T = TypeVar("T")
+
+
+def opened(name: str, make: Callable[[], T]) -> T:
+    """`make()`, an output file opened; a failure is the one-line `LiveError` naming `name`."""
+    try:
+        return make()
+    except OSError as e:
+        raise LiveError(f"cannot write {name}: {e.strerror or e}") from e
 
 
 def live_options(args: argparse.Namespace) -> LiveOptions:

@@ -22,6 +22,7 @@ from kanalyze.commands.common import decode_context
 from kanalyze.commands.live_output import (
     exchange_writer,
     live_options,
+    opened,
     worker_pcap,
     write_summary,
 )
@@ -43,14 +44,11 @@ def _open_outputs(args: argparse.Namespace, linktype: int) -> tuple[NdjsonOutput
         if args.write_pcap:
             for i in range(args.workers):
                 name = worker_pcap(args.write_pcap, i)
-                try:
-                    pcaps.append(PcapWriter(name, linktype, args.snaplen))
-                except OSError as e:
-                    raise LiveError(f"cannot write {name}: {e.strerror or e}") from e
-        try:
-            ndjson = NdjsonOutput(args.output, args.rotate_bytes, args.rotate_seconds)
-        except OSError as e:
-            raise LiveError(f"cannot write {args.output}: {e.strerror or e}") from e
+                pcaps.append(opened(name, lambda n=name: PcapWriter(n, linktype, args.snaplen)))
+        ndjson = opened(
+            args.output,
+            lambda: NdjsonOutput(args.output, args.rotate_bytes, args.rotate_seconds),
+        )
     except LiveError:
         for p in pcaps:
             if p is not None:
