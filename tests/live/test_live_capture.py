@@ -112,9 +112,10 @@ def read_ndjson(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def produced(exchanges: list[dict]) -> dict[str, tuple[int, int]]:
-    """value -> (partition, offset) from Produce requests and their responses, as kanalyze saw
-    them."""
+def produced(exchanges: list[dict], topic: str = TOPIC) -> dict[str, tuple[int, int]]:
+    """value -> (partition, offset) from Produce requests to `topic` and their responses, as
+    kanalyze saw them (only the test's topic: a client another test left behind may still
+    reach a broker port that test had, which this broker now has)."""
     out: dict[str, tuple[int, int]] = {}
     for d in exchanges:
         if d["api"] != "Produce" or d["status"] != "ok":
@@ -125,6 +126,8 @@ def produced(exchanges: list[dict]) -> dict[str, tuple[int, int]]:
                 if p["error_code"] == 0:
                     base[(t["name"], p["index"])] = p["base_offset"]
         for t in d["request"]["body"]["topic_data"]:
+            if t["name"] != topic:
+                continue
             for p in t["partition_data"]:
                 b = base.get((t["name"], p["index"]))
                 if b is None:
