@@ -142,7 +142,7 @@ def test_two_workers_match_client_truth(broker: int, tmp_path: Path) -> None:
 
     ex = read_ndjson(out)
     # every record the clients produced, at the offsets their delivery reports gave, once
-    assert produced(ex) == acked
+    assert produced(ex, TOPIC) == acked
     k = Counter((d["connection"]["id"], d["correlation_id"]) for d in ex)
     assert [x for x, n in k.items() if n > 1] == []
     commits = {
