@@ -52,9 +52,10 @@ class WorkerPool:
         self.subscriber = subscriber
         self.pcaps = pcaps or [None] * len(sources)
         self.control = Control(
-            stop=self.ctx.Event(),
-            hurry=self.ctx.Event(),
-            stop_ns=self.ctx.Value("q", 0),
+            stopped=self.ctx.RawValue("b", 0),
+            hurried=self.ctx.RawValue("b", 0),
+            stop_ns=self.ctx.RawValue("q", 0),
+            lock=self.ctx.RLock(),  # re-entrant: stop() may run in a signal handler
             fed=self.ctx.Value("q", 0) if opts.max_packets is not None else None,
             max_packets=opts.max_packets,
         )
@@ -108,15 +109,15 @@ class WorkerPool:
     # -- stopping -------------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
         """Stop every worker (safe from a signal handler); a second call: stop draining."""
-        if not self.control.stop.is_set():
+        if not self.control.stopping:
             self.reason = reason
             self.control.request_stop(time.time_ns())
         else:
-            self.control.hurry.set()
+            self.control.hurry()
 
     @property
     def stopping(self) -> bool:
-        return self.control.stop.is_set()
+        return self.control.stopping
 
     # -- merging --------------------------------------------------------------------------------
     def run(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.sharedctypes import Synchronized
-from multiprocessing.synchronize import Event
+from multiprocessing.synchronize import RLock
 from typing import TYPE_CHECKING, Protocol
 
 from kanalyze.correlation import Exchange
@@ -35,23 +35,38 @@ BATCH_ITEMS = 256
 BATCH_BYTES = 1 << 20  # lines of big Fetch responses: keep both sides' buffers small
 BATCH_AGE_S = 0.1
 BY_PARENT = "stopped with the other workers"
+WATCH_S = 0.02  # how often a worker's watcher looks at the shared stop flags
 
 
 @dataclass(slots=True)
 class Control:
-    """What the parent and the workers share (made before the fork)."""
+    """What the parent and the workers share (made before the fork).
 
-    stop: Event  # set once: every worker drains up to `stop_ns` and ends
-    hurry: Event  # a second SIGINT: stop draining
-    stop_ns: Synchronized[int]
+    The flags are lock-free shared integers, polled by each worker's watcher thread: a
+    multiprocessing `Event` is a lock and a condition, and a worker process that ends while its
+    watcher thread holds that lock (waking from `wait`) leaves it held for good, so the parent
+    hung on the next `is_set()`. The one lock here is taken only by main threads (a request to
+    stop) and never by a thread that can die with its process."""
+
+    stopped: Synchronized[int]  # raw (no lock): 1 once a stop was requested
+    hurried: Synchronized[int]  # raw: 1 after a second SIGINT (stop draining)
+    stop_ns: Synchronized[int]  # raw: the shared stop time, written before `stopped`
+    lock: RLock  # orders concurrent stop requests: the first one's time wins
     fed: Synchronized[int] | None  # packets fed, all workers (with --max-packets)
     max_packets: int | None
 
+    @property
+    def stopping(self) -> bool:
+        return bool(self.stopped.value)
+
     def request_stop(self, at_ns: int) -> None:
-        with self.stop_ns.get_lock():
-            if not self.stop.is_set():
+        with self.lock:
+            if not self.stopped.value:
                 self.stop_ns.value = at_ns
-                self.stop.set()
+                self.stopped.value = 1
+
+    def hurry(self) -> None:
+        self.hurried.value = 1
 
 
 class _Sink(Protocol):
@@ -160,11 +175,14 @@ class WorkerSource:
 
 
 def _watch(control: Control, session: LiveSession) -> None:
-    """Stop the session when the parent (or another worker) says so; hurry on a second word."""
-    control.stop.wait()
+    """Stop the session when the parent (or another worker) says so; hurry on a second word.
+    Polls the lock-free flags (see `Control`)."""
+    while not control.stopping:
+        time.sleep(WATCH_S)
     if not session.stopping:
         session.stop(BY_PARENT, at_ns=int(control.stop_ns.value))
-    control.hurry.wait()
+    while not control.hurried.value:
+        time.sleep(WATCH_S)
     session.stop(BY_PARENT)  # the second call: stop reading the kernel's backlog
 
 
