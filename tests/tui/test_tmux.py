@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -82,7 +83,9 @@ class Tmux:
 
 @pytest.fixture
 def tmux():
-    t = Tmux(f"kanalyze-test-{os.getpid()}")
+    # a server name per test: the previous test's server, killed at its teardown, may still be
+    # going away on a reused name, and a new server on it then "exited unexpectedly"
+    t = Tmux(f"kanalyze-test-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     yield t
     t.run("kill-server", check=False)
 
