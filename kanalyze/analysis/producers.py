@@ -92,9 +92,9 @@ class ProducerAnalyzer:
         self.in_flight: Counter[int] = (
             Counter()
         )  # connection -> produce requests awaiting a response
-        self.by_request: dict[
-            int, list[tuple[Producer, str, int]]
-        ] = {}  # item id -> (producer, tp, base seq)
+        # request's bodies id -> (producer, tp, base seq; -1 for a non-idempotent batch): who a
+        # response's per-partition results (acks, errors) belong to
+        self.by_request: dict[int, list[tuple[Producer, str, int]]] = {}
         self.topic_producers: dict[str, set[str]] = {}
 
     def producer(self, client_id: str | None, pid: int, epoch: int) -> Producer | None:
@@ -149,6 +149,7 @@ class ProducerAnalyzer:
                     self._sequence(ev, prod, key, ps, seq, n)
                     touched.append((prod, key, seq))
                 else:
+                    touched.append((prod, key, -1))
                     ident = (b.get("crc"), n, b.get("base_timestamp"))
                     if ident in ps.recent:
                         ps.retries += 1
@@ -252,13 +253,16 @@ class ProducerAnalyzer:
             if r is None:
                 continue
             err = r.get("error_code", 0)
-            if not err:
+            if not err and seq >= 0:
                 prod.partitions[key].acked.add(seq)
         for key, r in results.items():
             err = r.get("error_code", 0)
             if not err:
                 continue
-            owners = [p for p, k, _s in touched if k == key] or list(producers.values())
+            # each producer once, however many batches (legacy: messages) it sent to the key
+            owners = list({id(p): p for p, k, _s in touched if k == key}.values()) or list(
+                producers.values()
+            )
             for prod in owners:
                 prod.errors[error_name(err)] += 1
             sev = "error" if err in SEQUENCE_ERRORS else "warning"

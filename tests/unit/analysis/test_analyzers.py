@@ -237,6 +237,23 @@ def test_sequences_duplicates_gaps_retries() -> None:
     } <= found
 
 
+def test_refused_produce_counts_once_for_a_non_idempotent_producer() -> None:
+    """A broker refusing a plain (producer id -1) produce is an error of that producer, counted
+    once per partition result however many batches (legacy: messages) the request carried."""
+    f = Findings()
+    pa = ProducerAnalyzer(f)
+    plain = [batch(-1, -1, -1, 1, crc=c) for c in (1, 2, 3, 4)]
+    feed(
+        pa,
+        exchange(0, produce(None, "t", 0, plain), produce_ok("t", 0, -1, 59), 1, client="kn"),
+        exchange(0, produce(None, "t", 0, [batch(-1, -1, -1, 4)]), produce_ok("t", 0, 8), 3),
+    )
+    refused, fine = pa.to_json()
+    assert refused["errors"] == {"UNKNOWN_PRODUCER_ID": 1}
+    assert refused["partitions"]["t-0"]["batches"] == 4 and fine["errors"] == {}
+    assert [x["kind"] for x in f.to_json()] == ["produce_error"]
+
+
 def test_classic_group_generations_and_heartbeat_errors() -> None:
     f = Findings()
     ga = GroupAnalyzer(f, hw_of=lambda t, p: 100)
