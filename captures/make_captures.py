@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import foreign  # captures/foreign.py
 from realstack import Broker, Tcpdump, tansu_binary  # captures/realstack.py
 
 HERE = Path(__file__).resolve().parent
@@ -1245,6 +1246,167 @@ def sc_sasl_scram(ctx: Ctx) -> None:
     ctx.note(
         "SCRAM never reaches the client-final message (proof), so neither the password nor a "
         "proof is on the wire; the username and client nonce are"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios: clients outside Python (Sarama, kafkajs, kafka-node, kcat; see captures/foreign.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def foreign_truth(ctx: Ctx, name: str, out: dict[str, Any]) -> None:
+    """Record a client program's output (captures/clients/*) as this scenario's truth."""
+    for e in out["produced"]:
+        e = dict(e)
+        ctx.produced(name, e.pop("codec"), [e])
+    for e in out["consumed"]:
+        ctx.consumed(name, out.get("group"), [e])
+    for e in out["committed"]:
+        if e["offset"] >= 0:  # -1: nothing committed for that partition
+            ctx.committed(name, e.pop("group"), [e])
+    if out["admin"]:
+        ctx.truth.setdefault("admin", []).extend({"client": name, **a} for a in out["admin"])
+    for err in out["errors"]:
+        ctx.note(f"{name}: {err}")
+
+
+@scenario(
+    "go_sarama",
+    "Sarama 1.22 (Go) producer per codec (none/gzip/snappy/lz4/zstd), partition consumer, "
+    "simple-consumer offset commits, cluster admin",
+)
+def sc_go_sarama(ctx: Ctx) -> None:
+    binary = foreign.sarama_client(LOG_DIR / "sarama")
+    topics = {f"go-{c}": 1 for c in CODECS}
+    create_topics_cfk(ctx.port, topics)
+    ctx.truth["topics"] = {**topics, "go-admin": 3}
+    info = {
+        "library": "sarama",
+        "version": foreign.debian_version("golang-github-shopify-sarama-dev"),
+        "go": foreign.debian_version("golang-go"),
+    }
+    job = {
+        "bootstrap": ctx.bootstrap,
+        "client_id": "go-sarama",
+        "produce": [
+            {"codec": c, "topic": f"go-{c}", "records": make_records(f"go-{c}", 8)} for c in CODECS
+        ],
+        "consume": list(topics),
+        "group": "go-group",
+        "admin": True,
+        "new_topic": "go-admin",
+    }
+    name = ctx.client("sarama", info, {"client_id": "go-sarama", "version": "2.1.0"})
+    ctx.start_capture()
+    out = foreign.run_job([str(binary)], job, LOG_DIR / "go_sarama.client.log")
+    out["group"] = None  # Sarama's partition consumer: no group membership, commits only
+    foreign_truth(ctx, name, out)
+    ctx.note(
+        "one producer per codec (SendMessages: all 8 records in one request); the consumer is "
+        "a partition consumer (no group membership); offsets are committed with OffsetCommit v2 "
+        "as a simple consumer (generation -1) to group go-group and read back with OffsetFetch v1"
+    )
+    ctx.note(
+        "describe_config fails with 'No error.': tansu's DescribeConfigs v0 response has error "
+        "code 0 with error message 'No error.', which Sarama 1.22 takes as an error"
+    )
+
+
+@scenario(
+    "kjs_group",
+    "kafkajs producer (none/gzip/snappy), consumer group with commits, admin calls",
+)
+def sc_kjs_group(ctx: Ctx) -> None:
+    topics = {"kjs-a": 1, "kjs-b": 2}
+    create_topics_cfk(ctx.port, topics)
+    ctx.truth["topics"] = {**topics, "kjs-admin": 2}
+    info = {"library": "kafkajs", "version": foreign.node_package_version("kafkajs")}
+    steps = [
+        {"topic": "kjs-a", "partition": 0, "codec": c, "records": make_records(f"kjs-{c}", 6)}
+        for c in ("none", "gzip", "snappy")
+    ]
+    steps.append(
+        {"topic": "kjs-b", "partition": 1, "codec": "gzip", "records": make_records("kjs-b", 6)}
+    )
+    job = {
+        "bootstrap": ctx.bootstrap,
+        "client_id": "kjs",
+        "snappy": True,
+        "produce": steps,
+        "consume": 24,
+        "consume_topics": list(topics),
+        "group": "kjs-group",
+        "admin": True,
+        "new_topic": "kjs-admin",
+    }
+    name = ctx.client("kafkajs", info, {"clientId": "kjs", "groupId": "kjs-group"})
+    ctx.start_capture()
+    out = foreign.run_job(foreign.node_script("kafkajs_client.js"), job, LOG_DIR / "kjs.log")
+    out["group"] = "kjs-group"
+    foreign_truth(ctx, name, out)
+    ctx.truth["groups"].append({"group_id": "kjs-group", "members": [name], "protocol": "classic"})
+    ctx.note("snappy through the kafkajs-snappy codec; committed offsets read back by the admin")
+
+
+@scenario(
+    "kn_legacy",
+    "kafka-node 5 (Node.js): ApiVersions v0, Metadata v1, Produce v2 (magic 1, none/gzip; "
+    "tansu rejects), ListOffsets v0 (tansu's response lacks the offsets array)",
+)
+def sc_kn_legacy(ctx: Ctx) -> None:
+    topics = {"kn-a": 1}
+    create_topics_cfk(ctx.port, topics)
+    ctx.truth["topics"] = topics
+    info = {"library": "kafka-node", "version": foreign.node_package_version("kafka-node")}
+    job = {
+        "bootstrap": ctx.bootstrap,
+        "client_id": "kn",
+        "topic": "kn-a",
+        "api_versions": True,
+        "produce": [
+            {"topic": "kn-a", "codec": c, "records": make_records(f"kn-{c}", 4, headers=False)}
+            for c in ("none", "gzip")
+        ],
+    }
+    name = ctx.client("kafka-node", info, {"clientId": "kn", "requireAcks": -1})
+    ctx.start_capture()
+    out = foreign.run_job(foreign.node_script("kafka_node_client.js"), job, LOG_DIR / "kn.log")
+    foreign_truth(ctx, name, out)
+    ctx.note(
+        "tansu answers Produce v2 (magic 1 message sets) with UNKNOWN_PRODUCER_ID (59); its "
+        "ListOffsets v0 response ends after each partition's error code (the old_style_offsets "
+        "array is missing), so kafka-node reads no offsets"
+    )
+
+
+@scenario(
+    "kcat_apiversions",
+    "kcat 1.7.1 on librdkafka 2.0.2: -L fails parsing tansu's ApiVersions v3 response "
+    "(tagged fields) and gives up",
+)
+def sc_kcat_apiversions(ctx: Ctx) -> None:
+    topics = {"kcat-a": 1}
+    create_topics_cfk(ctx.port, topics)
+    ctx.truth["topics"] = topics
+    info = {"library": "kcat", "version": foreign.kcat_version()}
+    name = ctx.client("kcat", info, {"client.id": "kcat-meta"})
+    ctx.start_capture()
+    out = subprocess.run(
+        ["kcat", "-b", ctx.bootstrap, "-L", "-m", "2", "-X", "client.id=kcat-meta"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    errors = sorted({ln.split(": ", 1)[-1] for ln in out.stderr.splitlines() if "ERROR" in ln})
+    ctx.truth["admin"] = [
+        {"client": name, "op": "metadata", "ok": out.returncode == 0, "error": errors}
+    ]
+    ctx.note(
+        "librdkafka 2.0.2 reports 'ApiVersionRequest failed: Local: Read underflow' on the "
+        "ApiVersions v3 response, which follows the Kafka spec: it carries the tagged fields "
+        "SupportedFeatures, FinalizedFeaturesEpoch, FinalizedFeatures and ZkMigrationReady, "
+        "and that librdkafka skips a tagged field's value one byte short"
     )
 
 

@@ -25,6 +25,9 @@ KNOWN_CLIENT_DEVIATIONS = {
     # librdkafka's admin client sends 3 bytes more than Metadata v12 defines. tshark 4.0 reads
     # them as IncludeClusterAuthorizedOperations (a v8-10 field) plus an empty tag 0.
     ("Metadata", 12, "request", "trailing_bytes", "3 bytes after the body"),
+    # ... and bytes a real broker sends: tansu 0.6.0's ListOffsets v0 response ends after each
+    # partition's error code (no old_style_offsets array; kn_legacy). tshark 4.0: Malformed.
+    ("ListOffsets", 0, "response", "truncated", "Partitions: 1 elements: need 10 bytes, 6 left"),
 }
 
 
