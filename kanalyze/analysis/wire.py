@@ -6,6 +6,10 @@ from collections.abc import Iterator
 
 from kanalyze.bodies import replica_id
 
+# the analyses read these from here too
+from kanalyze.bodies.batches import batch_count as batch_count
+from kanalyze.bodies.batches import batch_end as batch_end
+
 
 def topic_of(t: dict) -> str:
     """A topic's name: `name`/`topic` by version, else the name resolved from its id, else
@@ -23,39 +27,6 @@ def batches(records: object) -> list[dict]:
         if isinstance(b, list):
             return [x for x in b if isinstance(x, dict)]
     return []
-
-
-def _legacy(b: dict) -> bool:
-    """A magic 0/1 message (a "batch" of one record, or a compressed wrapper of several)."""
-    magic = b.get("magic")
-    return isinstance(magic, int) and magic < 2
-
-
-def batch_end(b: dict) -> int | None:
-    """The offset after a batch (base offset + last offset delta + 1); for a magic 0/1 message,
-    after its offset (a compressed wrapper carries its last inner message's offset)."""
-    base, delta = b.get("base_offset"), b.get("last_offset_delta")
-    if isinstance(base, int) and isinstance(delta, int):
-        return base + delta + 1
-    if _legacy(b):
-        offsets = [r.get("offset") for r in b.get("records") or () if isinstance(r, dict)]
-        offsets.append(b.get("offset"))
-        ints = [o for o in offsets if isinstance(o, int) and o >= 0]
-        return max(ints) + 1 if ints else None
-    return None
-
-
-def batch_count(b: dict) -> int:
-    n = b.get("record_count")
-    if isinstance(n, int) and n >= 0:
-        return n
-    d = b.get("last_offset_delta")
-    if isinstance(d, int):
-        return d + 1
-    if _legacy(b):  # its records: the message itself, or a wrapper's inner messages
-        records = b.get("records")
-        return len(records) if isinstance(records, list) else 1
-    return 0
 
 
 def produce_partitions(req: dict | None) -> Iterator[tuple[str, int, list[dict]]]:

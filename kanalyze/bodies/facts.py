@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from kanalyze.bodies.batches import batch_bytes, batch_count, batch_end
 from kanalyze.bodies.names import TopicNames
 
 # JSON keys (snake_case spec names) that name a topic in a struct, in preference order
@@ -296,12 +297,12 @@ def _records(rec: object, out: dict) -> None:
         for b in batches:
             if not isinstance(b, dict):
                 continue
-            cnt += b.get("record_count") or 0
-            size += (b.get("batch_length") or 0) + 12
-            base = b.get("base_offset")
+            cnt += batch_count(b)
+            size += batch_bytes(b)
+            base, end = b.get("base_offset"), batch_end(b)
             if isinstance(base, int):
                 lo = base if lo is None else min(lo, base)
-                last = base + (b.get("last_offset_delta") or 0)
+                last = end - 1 if end is not None else base
                 hi = last if hi is None else max(hi, last)
         out["record_count"] = cnt
         out["records_bytes"] = size

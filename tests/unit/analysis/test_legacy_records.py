@@ -46,3 +46,26 @@ def test_console_producer_v2_moves_the_leo() -> None:
     (part,) = doc["replication"]
     assert part["final"]["leader_leo"] == 1  # base offset 0 + one magic-1 record
     assert doc["producers"][0]["partitions"]["topic2-0"]["records"] == 1
+
+
+def test_legacy_records_count_in_the_exchange_facts() -> None:
+    """The `records` filter field, `stats` and the event export count magic 0/1 messages too:
+    kafka-node's Produce v2 requests carry 4 plain messages, then one gzip wrapper of 4."""
+    from kanalyze.bodies import facts_of
+    from kanalyze.bodies.names import TopicNames
+    from kanalyze.export import ExchangeEncoder
+
+    enc = ExchangeEncoder()
+    produces = [
+        enc.encode(ex)
+        for ex in Session([str(ROOT / "captures" / "kn_legacy.pcap")]).exchanges()
+        if ex.api == "Produce"
+    ]
+    facts = [
+        facts_of(p["request"]["body"], p["response"]["body"], TopicNames()) for p in produces
+    ]
+    assert [f.record_count for f in facts] == [4, 4]
+    (plain,), (gzip,) = (f.partitions for f in facts)
+    # 12 bytes of offset and size before each message
+    assert (plain.record_batches, plain.records_bytes) == (4, 4 * 12 + 52 + 53 + 54 + 55)
+    assert (gzip.record_batches, gzip.first_offset, gzip.last_offset) == (1, 0, 0)
