@@ -1296,7 +1296,7 @@ def sc_go_sarama(ctx: Ctx) -> None:
         "admin": True,
         "new_topic": "go-admin",
     }
-    name = ctx.client("sarama", info, {"client_id": "go-sarama", "version": "2.1.0"})
+    name = ctx.client("sarama", info, {"client_id": "go-sarama", "version": "2.1.0", "acks": -1})
     ctx.start_capture()
     out = foreign.run_job([str(binary)], job, LOG_DIR / "go_sarama.client.log")
     out["group"] = None  # Sarama's partition consumer: no group membership, commits only
@@ -1339,7 +1339,7 @@ def sc_kjs_group(ctx: Ctx) -> None:
         "admin": True,
         "new_topic": "kjs-admin",
     }
-    name = ctx.client("kafkajs", info, {"clientId": "kjs", "groupId": "kjs-group"})
+    name = ctx.client("kafkajs", info, {"client_id": "kjs", "group_id": "kjs-group", "acks": -1})
     ctx.start_capture()
     out = foreign.run_job(foreign.node_script("kafkajs_client.js"), job, LOG_DIR / "kjs.log")
     out["group"] = "kjs-group"
@@ -1368,7 +1368,7 @@ def sc_kn_legacy(ctx: Ctx) -> None:
             for c in ("none", "gzip")
         ],
     }
-    name = ctx.client("kafka-node", info, {"clientId": "kn", "requireAcks": -1})
+    name = ctx.client("kafka-node", info, {"client_id": "kn", "acks": -1})
     ctx.start_capture()
     out = foreign.run_job(foreign.node_script("kafka_node_client.js"), job, LOG_DIR / "kn.log")
     foreign_truth(ctx, name, out)

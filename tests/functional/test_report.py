@@ -163,7 +163,16 @@ def test_transactions_equal_client_truth() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["lib_group_rebalance", "aio_group", "kp_codecs", "lib_codecs", "kp_v25"]
+    "name",
+    [
+        "lib_group_rebalance",
+        "aio_group",
+        "kp_codecs",
+        "lib_codecs",
+        "kp_v25",
+        "go_sarama",
+        "kjs_group",
+    ],
 )
 def test_committed_offsets_equal_client_truth(name: str) -> None:
     cap = ROOT / "captures" / f"{name}.pcap"
