@@ -1273,7 +1273,7 @@ def foreign_truth(ctx: Ctx, name: str, out: dict[str, Any]) -> None:
 @scenario(
     "go_sarama",
     "Sarama 1.22 (Go) producer per codec (none/gzip/snappy/lz4/zstd), partition consumer, "
-    "simple-consumer offset commits, cluster admin",
+    "simple-consumer offset commits, a refused consumer group join, cluster admin",
 )
 def sc_go_sarama(ctx: Ctx) -> None:
     binary = foreign.sarama_client(LOG_DIR / "sarama")
@@ -1293,6 +1293,7 @@ def sc_go_sarama(ctx: Ctx) -> None:
         ],
         "consume": list(topics),
         "group": "go-group",
+        "join_group": ["go-none"],
         "admin": True,
         "new_topic": "go-admin",
     }
@@ -1305,6 +1306,10 @@ def sc_go_sarama(ctx: Ctx) -> None:
         "one producer per codec (SendMessages: all 8 records in one request); the consumer is "
         "a partition consumer (no group membership); offsets are committed with OffsetCommit v2 "
         "as a simple consumer (generation -1) to group go-group and read back with OffsetFetch v1"
+    )
+    ctx.note(
+        "join_group fails: Sarama 1.22's consumer group sends JoinGroup v1, tansu answers "
+        "MEMBER_ID_REQUIRED (79), which KIP-394 reserves for v4+, and Sarama gives up"
     )
     ctx.note(
         "describe_config fails with 'No error.': tansu's DescribeConfigs v0 response has error "

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -32,10 +33,12 @@ type job struct {
 	ClientID  string `json:"client_id"`
 	Steps     []step `json:"produce"`
 	// Consume names topics read from partition 0 up to the number of records produced there
-	Consume  []string `json:"consume"`
-	Group    string   `json:"group"`
-	Admin    bool     `json:"admin"`
-	NewTopic string   `json:"new_topic"`
+	Consume []string `json:"consume"`
+	Group   string   `json:"group"`
+	// JoinGroup names topics a consumer group member subscribes to (one attempt, no retries)
+	JoinGroup []string `json:"join_group"`
+	Admin     bool     `json:"admin"`
+	NewTopic  string   `json:"new_topic"`
 }
 
 type out struct {
@@ -183,6 +186,36 @@ loop:
 	}
 }
 
+// groupHandler consumes nothing: the group session is only there to see the join on the wire
+type groupHandler struct{}
+
+func (groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (groupHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+func (groupHandler) ConsumeClaim(sarama.ConsumerGroupSession, sarama.ConsumerGroupClaim) error {
+	return nil
+}
+
+// joinGroup tries once to join j.Group as a consumer group member; Sarama 1.22 speaks JoinGroup
+// v1 and gives up on an error it does not know (such as MEMBER_ID_REQUIRED)
+func joinGroup(j job, o *out) {
+	c := config(j, "none")
+	c.Consumer.Group.Rebalance.Retry.Max = 0
+	group, err := sarama.NewConsumerGroup([]string{j.Bootstrap}, j.Group, c)
+	if err != nil {
+		o.Errors = append(o.Errors, "consumer group: "+err.Error())
+		return
+	}
+	defer group.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = group.Consume(ctx, j.JoinGroup, groupHandler{})
+	e := map[string]interface{}{"client": j.ClientID, "op": "join_group " + j.Group, "ok": err == nil}
+	if err != nil {
+		e["error"] = err.Error()
+	}
+	o.Admin = append(o.Admin, e)
+}
+
 func admin(j job, o *out) {
 	ca, err := sarama.NewClusterAdmin([]string{j.Bootstrap}, config(j, "none"))
 	topic := j.Consume[0]
@@ -257,6 +290,9 @@ func main() {
 	}
 	for _, topic := range j.Consume {
 		consume(j, topic, produced[topic], o)
+	}
+	if len(j.JoinGroup) > 0 {
+		joinGroup(j, o)
 	}
 	if j.Admin && len(j.Consume) > 0 {
 		admin(j, o)
