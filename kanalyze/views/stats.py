@@ -213,7 +213,7 @@ class ClientsCollector:
             c.software.add(sw)
         if ex.response is not None:
             for code in x.facts.error_codes:
-                if expected_error(ex.api_key, code, x.bodies.request):
+                if expected_error(ex.api_key, code, x.bodies.request, ex.api_version):
                     c.expected_errors += 1
                 else:
                     c.errors += 1
@@ -304,7 +304,7 @@ class ErrorsCollector:
         if not codes:
             return
         for code in set(codes):
-            reason = expected_error(ex.api_key, code, x.bodies.request)
+            reason = expected_error(ex.api_key, code, x.bodies.request, ex.api_version)
             key = (ex.api, code, reason is not None)
             e = self.errors.get(key)
             if e is None:

@@ -140,7 +140,7 @@ class IoCollector:
             b.errors += sum(
                 1
                 for c in x.facts.error_codes
-                if not expected_error(ex.api_key, c, x.bodies.request)
+                if not expected_error(ex.api_key, c, x.bodies.request, ex.api_version)
             )
 
     def _topics(self, i: int, x: Exch) -> None:

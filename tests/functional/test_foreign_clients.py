@@ -243,3 +243,23 @@ def test_tshark_sees_the_same_records_errors_and_generations(name: str) -> None:
     assert seen["kafka.header_key"] == 2 * n
     assert seen["kafka.generation_id"] == {"go_sarama": 6, "kjs_group": 5}[name]
 
+
+def test_member_id_required_below_join_group_v4_is_a_real_error() -> None:
+    """Sarama 1.22 joins with JoinGroup v1; tansu answers MEMBER_ID_REQUIRED, which KIP-394
+    reserves for v4+ (the two-step join), and Sarama gives up: not the expected first join."""
+    from kanalyze.views.expected import expected_error
+
+    (join,) = [r for r in rows("go_sarama") if r["api"] == "JoinGroup"]
+    assert (join["api_version"], join["response"]["body"]["error_code"]) == (1, 79)
+    failed = {a["op"]: a for a in truth("go_sarama")["admin"]}["join_group go-group"]
+    assert not failed["ok"] and "79" in failed["error"]
+    stats = json.loads(kanalyze_cli("stats", "-z", "errors", "--json", "captures/go_sarama.pcap"))
+    assert [(e["error"], e["expected"]) for e in stats["tables"]["errors"]] == [
+        ("MEMBER_ID_REQUIRED", False)
+    ]
+    text = kanalyze_cli("report", "captures/go_sarama.pcap")
+    assert "MEMBER_ID_REQUIRED" in text and "expected: first JoinGroup" not in text
+    # v4+ (kjs_group: v5) stays expected; an unknown version is judged by the code alone
+    assert expected_error(11, 79, {"member_id": ""}, 4) is not None
+    assert expected_error(11, 79, {"member_id": ""}, 3) is None
+    assert expected_error(11, 79, None) is not None
