@@ -1308,6 +1308,10 @@ def sc_go_sarama(ctx: Ctx) -> None:
         "as a simple consumer (generation -1) to group go-group and read back with OffsetFetch v1"
     )
     ctx.note(
+        "Sarama 1.22 sends zstd batches with Produce v3 (the specs allow zstd from Produce v7, "
+        "KIP-110) and tansu accepts them and serves them to Fetch v4 (zstd from v10)"
+    )
+    ctx.note(
         "join_group fails: Sarama 1.22's consumer group sends JoinGroup v1, tansu answers "
         "MEMBER_ID_REQUIRED (79), which KIP-394 reserves for v4+, and Sarama gives up"
     )
@@ -1356,12 +1360,16 @@ def sc_kjs_group(ctx: Ctx) -> None:
 @scenario(
     "kn_legacy",
     "kafka-node 5 (Node.js): ApiVersions v0, Metadata v1, Produce v2 (magic 1, none/gzip; "
-    "tansu rejects), ListOffsets v0 (tansu's response lacks the offsets array)",
+    "tansu rejects), ListOffsets v0 (tansu's response lacks the offsets array), Fetch v0 "
+    "(answered with magic 2 batches), commits, admin calls",
 )
 def sc_kn_legacy(ctx: Ctx) -> None:
     topics = {"kn-a": 1}
     create_topics_cfk(ctx.port, topics)
     ctx.truth["topics"] = topics
+    # what kafka-node reads: written by librdkafka BEFORE the capture (magic 2 batches)
+    seed = {"client.id": "kn-seed"}
+    seeded = cfk_produce(ctx.port, "kn-a", make_records("kn-seed", 5, headers=False), seed, 0)
     info = {"library": "kafka-node", "version": foreign.node_package_version("kafka-node")}
     job = {
         "bootstrap": ctx.bootstrap,
@@ -1372,11 +1380,25 @@ def sc_kn_legacy(ctx: Ctx) -> None:
             {"topic": "kn-a", "codec": c, "records": make_records(f"kn-{c}", 4, headers=False)}
             for c in ("none", "gzip")
         ],
+        "consume": len(seeded),
+        "group": "kn-group",
+        "admin": True,
     }
     name = ctx.client("kafka-node", info, {"client_id": "kn", "acks": -1})
     ctx.start_capture()
     out = foreign.run_job(foreign.node_script("kafka_node_client.js"), job, LOG_DIR / "kn.log")
+    out["group"] = None  # kafka-node's plain Consumer: commits for kn-group, no membership
     foreign_truth(ctx, name, out)
+    ctx.note(
+        "the 5 records kafka-node fetches were written before the capture started by librdkafka "
+        f"(client.id kn-seed, offsets {[e['offset'] for e in seeded]}); they are not in produced"
+    )
+    ctx.note(
+        "kafka-node fetches with Fetch v0 and tansu answers with magic 2 record batches (the "
+        "specs: a requester handles message format v2 from Fetch v4; Kafka down-converts): "
+        "kafka-node fails with 'Not a message set. Magic byte is 2' and consumes nothing; its "
+        "DescribeConfigs v2 result is garbage (it misreads the response's error message)"
+    )
     ctx.note(
         "tansu answers Produce v2 (magic 1 message sets) with UNKNOWN_PRODUCER_ID (59); its "
         "ListOffsets v0 response ends after each partition's error code (the old_style_offsets "

@@ -19,6 +19,70 @@ function call (fn) {
   return new Promise((resolve) => fn((err, res) => resolve([err, res])))
 }
 
+// records written before the capture by another client, read from offset 0 of partition 0;
+// then the position is committed for job.group (OffsetCommit) and read back (OffsetFetch)
+async function consume (client, job, out) {
+  const consumer = new kafka.Consumer(client, [{ topic: job.topic, partition: 0, offset: 0 }], {
+    groupId: job.group, autoCommit: false, fromOffset: true, fetchMaxWaitMs: 200,
+  })
+  let done = false
+  await new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      out.errors.push('consume: timed out')
+      resolve()
+    }, 5000)
+    consumer.on('message', (m) => {
+      out.consumed.push({
+        topic: m.topic, partition: m.partition, offset: m.offset, key: m.key, value: m.value,
+        headers: [], timestamp_ms: m.timestamp ? new Date(m.timestamp).getTime() : null,
+      })
+      if (out.consumed.length >= job.consume) {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    // kafka-node fetches again at once after a failed fetch: stop at the first error
+    consumer.on('error', (e) => {
+      if (!done) out.errors.push(`consume: ${e.message || e}`)
+      clearTimeout(timer)
+      resolve()
+    })
+  })
+  done = true
+  consumer.pause()
+  const next = out.consumed.length ? out.consumed[out.consumed.length - 1].offset + 1 : 0
+  consumer.setOffset(job.topic, 0, next)
+  const [cErr] = await call((cb) => consumer.commit(true, cb))
+  if (cErr) out.errors.push(`commit: ${cErr.message || cErr}`)
+  const offset = new kafka.Offset(client)
+  const [fErr, got] = await call((cb) => offset.fetchCommitsV1(job.group, [
+    { topic: job.topic, partition: 0 },
+  ], cb))
+  if (fErr) {
+    out.errors.push(`offset fetch: ${fErr.message || fErr}`)
+  } else {
+    out.committed.push({ group: job.group, topic: job.topic, partition: 0,
+      offset: got[job.topic][0] })
+  }
+  await call((cb) => consumer.close(false, () => cb(null)))
+}
+
+async function admin (client, job, out) {
+  const a = new kafka.Admin(client)
+  const op = async (name, fn) => {
+    const [err, res] = await call(fn)
+    out.admin.push(err ? { op: name, ok: false, error: String(err.message || err) }
+      : { op: name, ok: true, result: res })
+  }
+  await op('list_groups', (cb) => a.listGroups(cb))
+  await op('describe_groups', (cb) => a.describeGroups([job.group], (err, res) => cb(err,
+    res && Object.values(res).map((g) => [g.groupId, g.state]))))
+  await op('describe_configs', (cb) => a.describeConfigs({
+    resources: [{ resourceType: 'topic', resourceName: job.topic, configNames: [] }],
+    includeSynonyms: false,
+  }, (err, res) => cb(err, res && res.map((r) => [r.resourceName, r.configEntries.length]))))
+}
+
 async function main () {
   const job = await readStdin()
   const out = { produced: [], consumed: [], committed: [], admin: [], errors: [],
@@ -51,6 +115,9 @@ async function main () {
     const [oErr, offs] = await call((cb) => offset.fetchLatestOffsets([job.topic], cb))
     out.admin.push(oErr ? { op: 'latest_offsets', ok: false, error: String(oErr.message || oErr) }
       : { op: 'latest_offsets', ok: true, result: offs[job.topic] })
+    if (job.admin) await admin(client, job, out)
+    // last: closing kafka-node's consumer closes its client
+    if (job.consume) await consume(client, job, out)
   } catch (e) {
     out.errors.push(`job: ${e.message || e}`)
   } finally {
