@@ -10,6 +10,7 @@ from dissectors.context import DecodeContext
 from kanalyze.analysis.consumers import ConsumerAnalyzer
 from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
+from kanalyze.analysis.formats import RecordFormatAnalyzer
 from kanalyze.analysis.groups import GroupAnalyzer
 from kanalyze.analysis.producers import ProducerAnalyzer
 from kanalyze.analysis.replication import ReplicationAnalyzer
@@ -63,7 +64,17 @@ def analyze(
     consumers = ConsumerAnalyzer(findings)
     groups = GroupAnalyzer(findings, hw_of=hw_of)
     stats = StatsAnalyzer()
-    analyzers = (stats, replication, producers, transactions, consumers, groups, *observers)
+    formats = RecordFormatAnalyzer(findings)
+    analyzers = (
+        stats,
+        replication,
+        producers,
+        transactions,
+        consumers,
+        groups,
+        formats,
+        *observers,
+    )
     first_ts = last_ts = None
     strict = bool(ctx and ctx.strict)  # tests: re-raise, as the dissectors do
     for ev in ordered_events(exchanges, decoder):

@@ -19,6 +19,7 @@ _RECORDS = ("records",)
 FIELDS: dict[str, tuple[str, ...]] = {
     "produce_error": ("error_code",),
     "heartbeat_error": ("error_code",),
+    "record_format_version": _RECORDS,
     "read_committed_got_aborted": ("aborted_transactions", "records"),
     "sequence_gap": _RECORDS,
     "duplicate_sequence": _RECORDS,

@@ -263,3 +263,23 @@ def test_member_id_required_below_join_group_v4_is_a_real_error() -> None:
     assert expected_error(11, 79, {"member_id": ""}, 4) is not None
     assert expected_error(11, 79, {"member_id": ""}, 3) is None
     assert expected_error(11, 79, None) is not None
+
+
+def test_record_formats_the_versions_exclude() -> None:
+    """Sarama 1.22 produces zstd with Produce v3 and tansu serves it to Fetch v4; tansu answers
+    kafka-node's Fetch v0 with magic 2 batches (kafka-node: "Not a message set")."""
+
+    def found(name: str) -> list[tuple[str, int, str, str]]:
+        return [
+            (f["api"], f["api_version"], f["records_format"], f["partition_key"])
+            for f in report(name)["findings"]
+            if f["kind"] == "record_format_version"
+        ]
+
+    assert found("go_sarama") == [
+        ("Produce", 3, "zstd-compressed records", "go-zstd-0"),
+        ("Fetch", 4, "zstd-compressed records", "go-zstd-0"),
+    ]
+    assert found("kn_legacy") == [("Fetch", 0, "magic 2 record batches", "kn-a-0")]
+    assert any("Magic byte is 2" in n for n in truth("kn_legacy")["notes"])
+    assert found("kjs_group") == [] and found("kcat_apiversions") == []

@@ -8,6 +8,7 @@ import pytest
 from kanalyze.analysis.consumers import _markers, aborted_batch
 from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
+from kanalyze.analysis.formats import RecordFormatAnalyzer
 from kanalyze.analysis.groups import GroupAnalyzer, burrow_status
 from kanalyze.analysis.producers import ProducerAnalyzer
 from kanalyze.analysis.transactions import TransactionAnalyzer
@@ -30,13 +31,14 @@ def exchange(
     client: str = "c",
     conn: int = 1,
     acks: int | None = None,
+    version: int = 0,
 ) -> tuple[Event, Event]:
     if api == 0 and acks is None:
         acks = (req or {}).get("acks")
     ex = Exchange(
         ConnInfo(conn, "10.0.0.1:5000", "10.0.0.2:9092"),
         api,
-        0,
+        version,
         frame,
         client,
         "ok",
@@ -252,6 +254,39 @@ def test_refused_produce_counts_once_for_a_non_idempotent_producer() -> None:
     assert refused["errors"] == {"UNKNOWN_PRODUCER_ID": 1}
     assert refused["partitions"]["t-0"]["batches"] == 4 and fine["errors"] == {}
     assert [x["kind"] for x in f.to_json()] == ["produce_error"]
+
+
+def test_record_formats_the_version_excludes() -> None:
+    """zstd needs Produce v7 / Fetch v10, magic 2 Produce v3 / Fetch v4, magic 1 Fetch v2
+    (the specs' version notes); each (client, api, version, format, partition) once."""
+
+    def fetched(*bs: dict) -> dict:
+        parts = [{"partition_index": 0, "records": {"batches": list(bs)}}]
+        return {"responses": [{"topic": "t", "partitions": parts}]}
+
+    zstd = {**batch(-1, -1, -1, 2), "magic": 2, "codec": "zstd"}
+    plain = {**batch(-1, -1, -1, 2), "magic": 2, "codec": "none"}
+    old = {"magic": 1, "codec": "gzip", "offset": 3, "records": [{"offset": 3}]}
+    f = Findings()
+    fa = RecordFormatAnalyzer(f)
+    feed(
+        fa,
+        exchange(0, produce(None, "t", 0, [zstd]), produce_ok("t", 0, 0), 1, version=3),
+        exchange(0, produce(None, "t", 0, [zstd]), produce_ok("t", 0, 2), 3, version=3),
+        exchange(0, produce(None, "t", 0, [zstd]), produce_ok("t", 0, 4), 5, version=7),
+        exchange(1, {}, fetched(plain), 7, version=0),
+        exchange(1, {}, fetched(old), 9, version=2),
+        exchange(1, {}, fetched(zstd), 11, version=10),
+        exchange(1, {}, fetched(plain, old), 13, version=1),
+    )
+    got = [(x["api"], x["api_version"], x["records_format"]) for x in f.to_json()]
+    assert got == [
+        ("Produce", 3, "zstd-compressed records"),
+        ("Fetch", 0, "magic 2 record batches"),
+        ("Fetch", 1, "magic 1 messages"),
+        ("Fetch", 1, "magic 2 record batches"),
+    ]
+    assert {x["frames"][0] for x in f.to_json()} == {1, 8, 14}
 
 
 def test_classic_group_generations_and_heartbeat_errors() -> None:
