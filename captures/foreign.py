@@ -12,7 +12,8 @@ Where the clients come from (none is a Python package):
   offline in GOPATH mode against ``/usr/share/gocode``.
 * kafkajs, kafkajs-snappy, kafka-node: npm packages installed in a directory OUTSIDE the repo,
   named by the ``KANALYZE_NODE_MODULES`` environment variable (its ``node_modules`` folder).
-* kcat: Debian's ``kcat`` (1.7.1, linked against the system librdkafka).
+* kcat: Debian's ``kcat`` (1.7.1), on the system librdkafka (2.0.2) or, through
+  LD_LIBRARY_PATH, on the one confluent-kafka bundles.
 """
 
 from __future__ import annotations
@@ -115,10 +116,30 @@ def node_script(name: str) -> list[str]:
     return ["node", str(CLIENTS / name)]
 
 
-def kcat_version() -> str:
+def kcat_env(build_dir: Path | None = None) -> dict[str, str]:
+    """Environment for kcat: as installed (None), or running on the librdkafka that
+    confluent-kafka's wheel bundles (a `librdkafka.so.1` link to it in build_dir)."""
+    env = {**os.environ}
+    if build_dir is None:
+        return env
+    import confluent_kafka
+
+    libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
+    found = sorted(libs.glob("librdkafka-*.so.1"))
+    if not found:
+        raise RuntimeError(f"no bundled librdkafka in {libs}")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    link = build_dir / "librdkafka.so.1"
+    link.unlink(missing_ok=True)
+    link.symlink_to(found[0])
+    env["LD_LIBRARY_PATH"] = str(build_dir)
+    return env
+
+
+def kcat_version(env: dict[str, str] | None = None) -> str:
     """kcat's own version line, which names the librdkafka it runs on."""
     if not shutil.which("kcat"):
         raise RuntimeError("kcat is missing: apt-get install kcat")
-    out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, check=False)
+    out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, check=False, env=env)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("Version")]
     return lines[0].split(" builtin.features")[0] if lines else "unknown"

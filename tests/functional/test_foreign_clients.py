@@ -178,6 +178,25 @@ def test_kcat_gives_up_after_a_valid_api_versions_response() -> None:
         assert r["request"]["body"]["client_software_version"] == "2.0.2"
 
 
+def test_kcat_transaction_timestamp_query_and_telemetry() -> None:
+    """kcat on librdkafka 2.16: `-X transactional.id` puts the zstd records in one committed
+    transaction; `-Q` is a ListOffsets by timestamp; librdkafka asks for telemetry (KIP-714)."""
+    t = truth("kcat_tool")
+    (txn,) = report("kcat_tool")["transactions"]
+    assert (txn["transactional_id"], txn["outcome"]) == ("kcat-txn", "committed")
+    assert txn["partitions"] == ["kcat-zstd-0"]
+    (query,) = [
+        r for r in rows("kcat_tool") if r["client_id"] == "kcat-query" and r["api"] == "ListOffsets"
+    ]
+    asked = query["request"]["body"]["topics"][0]["partitions"][0]["timestamp"]
+    answer = query["response"]["body"]["topics"][0]["partitions"][0]
+    op = {a["op"]: a for a in t["admin"]}[f"offsets_for_times kcat-gzip:0:{asked}"]
+    assert op["result"] == f"kcat-gzip [0] offset {answer['offset']}"
+    telemetry = [r for r in rows("kcat_tool") if r["api"] == "GetTelemetrySubscriptions"]
+    assert telemetry and all(r["status"] == "ok" for r in telemetry)
+    assert all(r["response"]["diagnostics"] == [] for r in telemetry)
+
+
 # ------------------------------------------------------------------------------------------
 # field by field against tshark (versions tshark 4.0 dissects completely)
 # ------------------------------------------------------------------------------------------
@@ -282,4 +301,4 @@ def test_record_formats_the_versions_exclude() -> None:
     ]
     assert found("kn_legacy") == [("Fetch", 0, "magic 2 record batches", "kn-a-0")]
     assert any("Magic byte is 2" in n for n in truth("kn_legacy")["notes"])
-    assert found("kjs_group") == [] and found("kcat_apiversions") == []
+    assert found("kjs_group") == found("kcat_apiversions") == found("kcat_tool") == []

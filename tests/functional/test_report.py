@@ -178,6 +178,7 @@ def test_transactions_equal_client_truth() -> None:
         "kp_v25",
         "go_sarama",
         "kjs_group",
+        "kcat_tool",
     ],
 )
 def test_committed_offsets_equal_client_truth(name: str) -> None:
