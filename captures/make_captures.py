@@ -1389,6 +1389,7 @@ def sc_kn_legacy(ctx: Ctx) -> None:
     out = foreign.run_job(foreign.node_script("kafka_node_client.js"), job, LOG_DIR / "kn.log")
     out["group"] = None  # kafka-node's plain Consumer: commits for kn-group, no membership
     foreign_truth(ctx, name, out)
+    ctx.truth["seeded"] = [{"client": "kn-seed", "codec": "none", **e} for e in seeded]
     ctx.note(
         "the 5 records kafka-node fetches were written before the capture started by librdkafka "
         f"(client.id kn-seed, offsets {[e['offset'] for e in seeded]}); they are not in produced"

@@ -9,6 +9,8 @@ Intended differences, handled by the field mapping below:
 - tshark files Metadata's ControllerId under kafka.node_id; we keep
   `controller_id` apart (the mapping counts both).
 - tshark omits empty strings from its field output; we emit "" (dropped here).
+- FindCoordinator v0's Key is a group id: tshark files it under kafka.consumer_group
+  (v1+: kafka.coordinator_key, not compared).
 - Consumer-protocol bytes inside JoinGroup/SyncGroup/DescribeGroups are
   decoded by us (topics, partitions, generation ids) and left opaque by
   tshark 4.0; values under those embedded structs are not compared.
@@ -98,6 +100,11 @@ def _ours(path: Path) -> tuple[dict[int, dict[str, list[str]]], set[str]]:
         for msg, is_request in ex.messages():
             m = enc.message(ex, msg, is_request)
             _collect(m["body"], frames[m["frame"]])
+            if ex.api_key == 10 and ex.api_version == 0 and is_request:
+                # FindCoordinator v0's Key (a group id): tshark's kafka.consumer_group
+                key = (m["body"] or {}).get("key")
+                if key:
+                    frames[m["frame"]]["kafka.consumer_group"].append(key)
     return frames, ports
 
 
