@@ -1308,6 +1308,11 @@ def sc_go_sarama(ctx: Ctx) -> None:
         "as a simple consumer (generation -1) to group go-group and read back with OffsetFetch v1"
     )
     ctx.note(
+        "tansu answers ListOffsets for the latest offset with the last batch's base offset + 1: "
+        "Sarama's partition consumer is told 1 for each go-* partition, which holds 8 records "
+        "in one batch"
+    )
+    ctx.note(
         "Sarama 1.22 sends zstd batches with Produce v3 (the specs allow zstd from Produce v7, "
         "KIP-110) and tansu accepts them and serves them to Fetch v4 (zstd from v10)"
     )
@@ -1355,6 +1360,12 @@ def sc_kjs_group(ctx: Ctx) -> None:
     foreign_truth(ctx, name, out)
     ctx.truth["groups"].append({"group_id": "kjs-group", "members": [name], "protocol": "classic"})
     ctx.note("snappy through the kafkajs-snappy codec; committed offsets read back by the admin")
+    ctx.note(
+        "tansu answers ListOffsets for the latest offset with the last batch's base offset + 1: "
+        "fetch_topic_offsets reports high 13 for kjs-a, whose 18 records (3 batches of 6) its "
+        "Fetch responses count in the high watermark 18; alter_configs and create_partitions "
+        "fail in kafkajs (tansu does not offer the APIs)"
+    )
 
 
 @scenario(

@@ -119,6 +119,22 @@ async function admin (kafka, job, out) {
       resources: [{ type: 2, name: job.consume_topics[0] }], includeSynonyms: false,
     })).resources.map((r) => [r.resourceName, r.errorCode]))
     await op('list_groups', async () => (await a.listGroups()).groups.map((g) => g.groupId).sort())
+    await op(`fetch_topic_offsets ${job.consume_topics[0]}`, async () => (await a.fetchTopicOffsets(
+      job.consume_topics[0])).map((p) => [p.partition, Number(p.low), Number(p.high)]))
+    await op(`fetch_topic_offsets_by_timestamp ${job.consume_topics[0]}`, async () => (
+      await a.fetchTopicOffsetsByTimestamp(job.consume_topics[0], 0)).map((p) => [
+      p.partition, Number(p.offset)]))
+    if (job.new_topic) {
+      await op(`alter_configs ${job.new_topic}`, () => a.alterConfigs({
+        validateOnly: false,
+        resources: [{ type: 2, name: job.new_topic, configEntries: [
+          { name: 'retention.ms', value: '3600000' }] }],
+      }).then((r) => r.resources.map((x) => [x.resourceName, x.errorCode])))
+      await op(`create_partitions ${job.new_topic}`, () => a.createPartitions({
+        topicPartitions: [{ topic: job.new_topic, count: 3 }],
+      }))
+      await op(`delete_topics ${job.new_topic}`, () => a.deleteTopics({ topics: [job.new_topic] }))
+    }
     if (job.group) {
       await op('describe_groups', async () => (await a.describeGroups([job.group])).groups.map(
         (g) => [g.groupId, g.state, g.members.length]))

@@ -56,7 +56,8 @@ FIELDS: dict[str, tuple[set[str], set[str]]] = {
         {"partition_index", "partition", "index"},
         {"partition_indexes", "partitions"},
     ),
-    "kafka.topic_name": (set(), set()),  # special: name/topic inside a topic array
+    # special: name/topic inside a topic array; DeleteTopics v0-5 lists plain names
+    "kafka.topic_name": (set(), {"topic_names"}),
 }
 
 
