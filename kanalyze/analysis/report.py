@@ -12,6 +12,7 @@ from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.formats import RecordFormatAnalyzer
 from kanalyze.analysis.groups import GroupAnalyzer
+from kanalyze.analysis.offsets import ListOffsetsAnalyzer
 from kanalyze.analysis.producers import ProducerAnalyzer
 from kanalyze.analysis.replication import ReplicationAnalyzer
 from kanalyze.analysis.stats import StatsAnalyzer
@@ -65,6 +66,7 @@ def analyze(
     groups = GroupAnalyzer(findings, hw_of=hw_of)
     stats = StatsAnalyzer()
     formats = RecordFormatAnalyzer(findings)
+    offsets = ListOffsetsAnalyzer(findings)
     analyzers = (
         stats,
         replication,
@@ -73,6 +75,7 @@ def analyze(
         consumers,
         groups,
         formats,
+        offsets,
         *observers,
     )
     first_ts = last_ts = None

@@ -20,6 +20,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "produce_error": ("error_code",),
     "heartbeat_error": ("error_code",),
     "record_format_version": _RECORDS,
+    "list_offsets_behind": ("offset", "old_style_offsets"),
     "read_committed_got_aborted": ("aborted_transactions", "records"),
     "sequence_gap": _RECORDS,
     "duplicate_sequence": _RECORDS,

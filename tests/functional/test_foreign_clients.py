@@ -197,6 +197,26 @@ def test_kcat_transaction_timestamp_query_and_telemetry() -> None:
     assert all(r["response"]["diagnostics"] == [] for r in telemetry)
 
 
+def test_latest_offsets_below_the_high_watermark() -> None:
+    """tansu answers ListOffsets latest with the last batch's base offset + 1 (the truth: kafkajs'
+    fetch_topic_offsets says high 13 for kjs-a's 18 records)."""
+    high = {a["op"]: a for a in truth("kjs_group")["admin"]}["fetch_topic_offsets kjs-a"]
+    assert high["result"] == [[0, 0, 13]]
+
+    def found(name: str) -> list[tuple[str, int, int]]:
+        return [
+            (f["partition_key"], f["offset"], f["reported"])
+            for f in report(name)["findings"]
+            if f["kind"] == "list_offsets_behind"
+        ]
+
+    assert found("kjs_group") == [("kjs-a-0", 13, 18)]
+    assert found("go_sarama") == [
+        (f"go-{c}-0", 1, 8) for c in ("none", "gzip", "snappy", "lz4", "zstd")
+    ]
+    assert found("kcat_tool") == found("kn_legacy") == []
+
+
 # ------------------------------------------------------------------------------------------
 # field by field against tshark (versions tshark 4.0 dissects completely)
 # ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.formats import RecordFormatAnalyzer
 from kanalyze.analysis.groups import GroupAnalyzer, burrow_status
+from kanalyze.analysis.offsets import ListOffsetsAnalyzer
 from kanalyze.analysis.producers import ProducerAnalyzer
 from kanalyze.analysis.transactions import TransactionAnalyzer
 from kanalyze.bodies import Bodies
@@ -287,6 +288,58 @@ def test_record_formats_the_version_excludes() -> None:
         ("Fetch", 1, "magic 2 record batches"),
     ]
     assert {x["frames"][0] for x in f.to_json()} == {1, 8, 14}
+
+
+def test_latest_offset_below_a_known_high_watermark() -> None:
+    """A latest-offset answer below the HW a Fetch reported (or an acks=all ack implies) is
+    wrong; above it is new data; earliest answers and other partitions are not compared."""
+
+    def listed(ts: int, offset: int, isolation: int = 0) -> tuple[dict, dict]:
+        req = {
+            "isolation_level": isolation,
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "timestamp": ts}]}],
+        }
+        rsp = {
+            "topics": [
+                {
+                    "name": "t",
+                    "partitions": [{"partition_index": 0, "error_code": 0, "offset": offset}],
+                }
+            ]
+        }
+        return req, rsp
+
+    fetched = {
+        "responses": [
+            {
+                "topic": "t",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "error_code": 0,
+                        "high_watermark": 9,
+                        "last_stable_offset": 7,
+                    }
+                ],
+            }
+        ]
+    }
+    f = Findings()
+    oa = ListOffsetsAnalyzer(f)
+    feed(
+        oa,
+        exchange(2, *listed(-1, 0), 1),  # nothing known yet
+        exchange(0, produce(None, "t", 0, [batch(-1, -1, -1, 4)]), produce_ok("t", 0, 0), 3),
+        exchange(2, *listed(-1, 1), 5),  # below the acks=all batch end 4
+        exchange(1, {}, fetched, 7),
+        exchange(2, *listed(-1, 9), 9),  # = HW: right
+        exchange(2, *listed(-1, 7, isolation=1), 11),  # = LSO for read_committed: right
+        exchange(2, *listed(-2, 0), 13),  # earliest: not compared
+        exchange(2, *listed(-1, 8), 15),  # below HW 9
+        exchange(2, *listed(-1, 8), 17),  # the same wrong answer again: once
+    )
+    got = [(x["offset"], x["reported"], x["frames"]) for x in f.to_json()]
+    assert got == [(1, 4, [4, 6]), (8, 9, [8, 16])]
 
 
 def test_classic_group_generations_and_heartbeat_errors() -> None:
