@@ -108,8 +108,6 @@ class RangeEngine(Engine):
     def __init__(self, on_exchange: Callable[[Exchange], None], opts: EngineOptions,
                  res: RangeResult, boundary: int) -> None:
         super().__init__(on_exchange, opts)
-        # the notes below are taken in `_segment`, which the engine's fused path skips
-        self.fast = False
         self.res = res
         self.boundary = boundary  # last packet of the range proper (the overlap follows)
         self.cur = 0
@@ -216,6 +214,23 @@ class RangeEngine(Engine):
         conn.forced = self.joining.pop(conn.info.id)
         conn.cf.skip = conn.cf.skipped = 0  # (only differences after a handover are counted)
 
+    def _fast(self, conn: Connection, key, seq: int, ack: int, flags: int,  # noqa: ANN001
+              payload: bytes, pkt) -> bool:  # noqa: ANN001
+        """The engine's fused path where this run notes nothing but the output's waits: a
+        connection neither joining nor marking (marks and joins are taken in `_segment`, so
+        those segments go the general way). Half the packets of a range took the general path
+        when it was off for every connection: 0.08 s more per range on the benchmark."""
+        cid = conn.info.id
+        edge = self.res.conns.get(cid)
+        if edge is None or cid in self.joining or self.cur > self.boundary \
+                or not edge.syn and len(edge.head) < MAX_HEAD:
+            return False
+        self.cid = cid
+        if not super()._fast(conn, key, seq, ack, flags, payload, pkt):
+            return False
+        self._settle(cid)
+        return True
+
     def _segment(self, seg: Segment, key, conn: Connection | None, pkt) -> None:  # noqa: ANN001
         if conn is not None:
             self.cid = conn.info.id
@@ -318,7 +333,7 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
     eng = RangeEngine(emit, opts, res, res.end_pkt)
     latest = 0
     try:
-        for pkt in read_range(rng):
+        for pkt in read_range(rng, views=True):
             if pkt.ts_ns > latest:
                 latest = pkt.ts_ns
             eng.feed(pkt)

@@ -224,13 +224,15 @@ def _pcapng_cuts(f, lay: Layout, span: int) -> list[tuple[int, int, int]] | None
 
 
 def read_range(rng: Range, until: int | None = None, start: int | None = None,
-               base: int | None = None) -> Iterator[Packet]:
+               base: int | None = None, views: bool = False) -> Iterator[Packet]:
     """The packets of [start, until) (by default the range's own), numbered as one process
-    numbers them."""
+    numbers them; with `views`, a pcap's packet data are views of the read blocks, as the
+    one-process reader's (`iter_range`)."""
     res = WalkResult()
     with open(rng.path, "rb") as f:
         for pkt in iter_range(f, rng.layout, rng.start if start is None else start,
-                              until or rng.end, res, rng.base if base is None else base):
+                              until or rng.end, res, rng.base if base is None else base,
+                              views=views):
             pkt.no = pkt.file_no
             yield pkt
     if res.error:
