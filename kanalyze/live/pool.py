@@ -2,10 +2,10 @@
 
 The workers are forked (not spawned): the sockets, already in their fanout group, and the
 decode context pass as they are, and a worker is capturing milliseconds after the start. The
-parent writes each batch of lines as it arrives (each worker's lines are in start-time order,
-and a connection is always in one worker, so each connection's lines are in order; across
-workers lines are interleaved by arrival), applies the metric observations to the one
-`Metrics` it serves, keeps each worker's latest `LiveReport`, and decides when to stop: a
+parent merges the workers' lines in start-time order (`kanalyze.live.merge`: each worker's
+lines are in start-time order and carry the worker's watermark; a line waits at most a second
+for a silent worker), applies the metric observations (as they arrive) to the one `Metrics`
+it serves, keeps each worker's latest `LiveReport`, and decides when to stop: a
 signal, the duration, the output closing, or a worker stopping on its own (packet limit, the
 interface gone) stops them all at one shared stop time.
 """
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING
 
+from kanalyze.live.merge import HOLD_S, StartMerge
 from kanalyze.live.report import LiveReport, merged
 from kanalyze.live.worker import BY_PARENT, Control, Subscriber, run_worker
 
@@ -45,6 +46,7 @@ class WorkerPool:
         opts: LiveOptions,
         subscriber: Subscriber,
         pcaps: list[PcapWriter | None] | None = None,
+        hold_s: float = HOLD_S,
     ) -> None:
         self.ctx = mp.get_context("fork")
         self.sources = sources
@@ -64,6 +66,7 @@ class WorkerPool:
         self.conns: list[Connection] = []
         self.procs: list[mp.process.BaseProcess] = []
         self.started = 0.0
+        self.merge = StartMerge(len(sources), hold_s)
 
     # -- starting -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -132,30 +135,37 @@ class WorkerPool:
         alive = {c: i for i, c in enumerate(self.conns)}
         done: set[int] = set()
         next_tick = time.monotonic() + self.opts.tick_s
+        merge = self.merge
         while alive:
-            for c in wait(list(alive), timeout=0.2):
+            due = merge.due_in(time.monotonic())
+            for c in wait(list(alive), timeout=0.2 if due is None else min(0.2, due + 0.001)):
                 assert isinstance(c, Connection)
                 i = alive[c]
                 try:
                     msg = c.recv()
                 except (EOFError, OSError):
                     del alive[c]
+                    merge.end(i)
                     if i not in done:  # died without its final report: stop the others
                         self.reports[i].failed = True
                         self.stop(f"worker {i} ended unexpectedly")
                     continue
                 kind = msg[0]
                 if kind == "batch":
-                    if msg[1]:
-                        on_lines(msg[1])
-                    if msg[2] and on_observations is not None:
-                        on_observations(msg[2])
+                    _kind, lines, obs, starts, mark = msg
+                    merge.add(i, lines, starts, mark, time.monotonic())
+                    if obs and on_observations is not None:
+                        on_observations(obs)
                 elif kind in ("report", "done"):
                     self.reports[i] = msg[1]
                     if kind == "done":
                         done.add(i)
+                        merge.end(i)
                         if not self.stopping:  # it stopped on its own: the others follow
                             self.control.request_stop(time.time_ns())
+            out = merge.take(time.monotonic())
+            if out:
+                on_lines(out)
             now = time.monotonic()
             if deadline is not None and now >= deadline and not self.stopping:
                 self.stop("duration reached")
@@ -163,6 +173,9 @@ class WorkerPool:
                 next_tick = now + self.opts.tick_s
                 if on_tick is not None:
                     on_tick()
+        out = merge.drain()
+        if out:
+            on_lines(out)
         for p in self.procs:
             p.join(10)
             if p.exitcode is None:

@@ -4,7 +4,10 @@ socket of the fanout group.
 It sends the parent, over a pipe, batches of (NDJSON lines, metric observations) and once per
 tick and at the end its `LiveReport`. Batches go out when 256 items or 1 MiB of lines are
 waiting, when the oldest is 0.1 s old, when the socket has nothing to read, and at every
-tick, so a line waits little longer than in one process. Signals are the parent's business: a
+tick, so a line waits little longer than in one process. Each batch carries the lines' start
+times and the worker's watermark (`low_water`), by which the parent merges the workers' lines in
+start-time order (`kanalyze.live.merge`); an idle worker sends its watermark alone, at most every
+0.1 s, so it holds the others' lines back no longer. Signals are the parent's business: a
 worker ignores SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole process group) and stops
 when the shared `Control` says so, draining its socket up to the shared stop time. If the
 parent goes away (the pipe breaks) it stops at once.
@@ -28,6 +31,7 @@ from kanalyze.live.session import LiveOptions, LiveSession, Source
 
 if TYPE_CHECKING:
     from kanalyze.capture.writer import PcapWriter
+    from kanalyze.engine import Engine
     from kanalyze.live.afpacket import CaptureCounters
     from kanalyze.metrics import Observation
 
@@ -36,6 +40,8 @@ BATCH_BYTES = 1 << 20  # lines of big Fetch responses: keep both sides' buffers 
 BATCH_AGE_S = 0.1
 BY_PARENT = "stopped with the other workers"
 WATCH_S = 0.02  # how often a worker's watcher looks at the shared stop flags
+# a packet the kernel stamped just before a read found the socket empty may show up after it
+CLOCK_SLACK_NS = 5_000_000
 
 
 @dataclass(slots=True)
@@ -77,19 +83,29 @@ class Batcher:
     """Lines and observations on their way to the parent; an `NdjsonOutput` and a `Metrics`
     look-alike for the exchange writer (`write(line)`, `broken`, `observe(ex, d)`)."""
 
-    def __init__(self, conn: _Sink) -> None:
+    def __init__(self, conn: _Sink, low_water: Callable[[], int | None] | None = None) -> None:
         self.conn = conn
         self.lines: list[str] = []
+        self.starts: list[int] = []  # per line, its exchange's start time
         self.observations: list[Observation] = []
         self.first = 0.0
         self.size = 0  # characters of the waiting lines
         self.broken = False  # the parent is gone
         self.on_broken: Callable[[], None] | None = None
+        self.low_water = low_water  # the worker's watermark (None: no promise)
+        self.start_ts = 0  # of the exchange being written (`note`)
+        self.sent = 0.0  # when the last batch went out
+        self.sent_mark: int | None = None
+
+    def note(self, ex: Exchange) -> None:
+        """Subscribed before the writer: the start time of the lines `ex` writes."""
+        self.start_ts = ex.start_ts
 
     def write(self, line: str) -> None:
         if not self.lines and not self.observations:
             self.first = time.monotonic()
         self.lines.append(line)
+        self.starts.append(self.start_ts)
         self.size += len(line)
         self._maybe_flush()
 
@@ -110,12 +126,22 @@ class Batcher:
         ):
             self.flush()
 
-    def flush(self) -> None:
-        if not self.lines and not self.observations:
-            return
-        lines, obs = self.lines, self.observations
-        self.lines, self.observations, self.size = [], [], 0
-        self.send(("batch", lines, obs))
+    def flush(self, idle: bool = False) -> None:
+        """Send what is waiting, with the watermark; `idle` (the socket is empty): with
+        nothing waiting, the watermark alone when it moved and 0.1 s went by."""
+        low = self.low_water
+        if self.lines or self.observations:
+            mark = low() if low is not None else None
+        else:
+            if not idle or low is None or time.monotonic() - self.sent < BATCH_AGE_S:
+                return
+            mark = low()
+            if mark == self.sent_mark:
+                return
+        lines, starts, obs = self.lines, self.starts, self.observations
+        self.lines, self.starts, self.observations, self.size = [], [], [], 0
+        self.sent, self.sent_mark = time.monotonic(), mark
+        self.send(("batch", lines, obs, starts, mark))
 
     def send(self, msg: object) -> None:
         if self.broken:
@@ -134,6 +160,7 @@ class WorkerSource:
     N packets are fed across the workers)."""
 
     def __init__(self, inner: Source, batch: Batcher, control: Control) -> None:
+        self.floor = 0  # no packet read later is older (kernel time, ns)
         self.inner = inner
         self.batch = batch
         self.control = control
@@ -142,14 +169,19 @@ class WorkerSource:
         self.session: LiveSession | None = None
 
     def read(self, timeout: float | None) -> tuple[int, bytes] | None:
+        before = time.time_ns() - CLOCK_SLACK_NS
         got = self.inner.read(0)
         if got is None:
-            self.batch.flush()
+            # caught up: what the kernel stamps from now on is no older than the clock
+            self.floor = max(self.floor, before)
+            self.batch.flush(idle=True)
             if timeout == 0:
                 return None
             got = self.inner.read(timeout)
             if got is None:
                 return None
+        if got[0] > self.floor:  # behind (or a packet now): the next is no older than this one
+            self.floor = got[0]
         c = self.control
         if c.fed is not None and c.max_packets is not None:
             with c.fed.get_lock():
@@ -172,6 +204,21 @@ class WorkerSource:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def low_water(engine: Engine, floor: int) -> int:
+    """No exchange `engine` outputs later starts before this: it is at most `floor` (the
+    packets not fed yet) and the engine's own bound (its release rule: held exchanges, the
+    oldest pending request unless it waited the order window, undecided connections)."""
+    mark = floor
+    if engine.done:
+        mark = min(mark, engine.done[0][0])
+    pending = [t for t, _seq, msg in engine.waiting if not msg.done]
+    if pending:
+        mark = min(mark, max(min(pending), engine.now - engine.opts.order_window_ns))
+    if engine.undecided:
+        mark = min(mark, min(u.first_ts for u in engine.undecided.values()))
+    return mark
 
 
 def _watch(control: Control, session: LiveSession) -> None:
@@ -204,6 +251,8 @@ def run_worker(
     wsrc = WorkerSource(source, batch, control)
     session = LiveSession(wsrc, opts, pcap)
     wsrc.session = session
+    batch.low_water = lambda: low_water(session.engine, wsrc.floor)
+    session.subscribe(batch.note)  # first: the start time of the lines the writer writes
     session.subscribe(subscriber(session, batch))
 
     def parent_gone() -> None:
