@@ -1,11 +1,12 @@
 """`kanalyze live --workers N` (N > 1): the command around `kanalyze.live.pool.WorkerPool`.
 
 Same arguments, outputs and exit statuses as one process (kanalyze/commands/live.py); what
-differs: the NDJSON lines come from N engines (in start-time order per connection, interleaved
-across workers as they complete), `--write-pcap live.pcap` writes one file per worker
-(`live.w0.pcap`, ...), the summary adds a per-worker line, and `/metrics` adds
-`kanalyze_worker_*{worker}` series. Each worker learns topic ids from the Metadata responses it
-sees itself: pass `--topic-ids` to name them in every worker.
+differs: the NDJSON lines come from N engines, merged in start-time order by the workers'
+watermarks (`kanalyze.live.merge`: a silent worker holds the others' lines at most a second),
+`--write-pcap live.pcap` writes one file per worker (`live.w0.pcap`, ...), the summary adds
+a per-worker line, and `/metrics` adds `kanalyze_worker_*{worker}` series. Each worker learns
+topic ids from the Metadata responses it sees itself: pass `--topic-ids` to name them in every
+worker.
 """
 
 from __future__ import annotations
