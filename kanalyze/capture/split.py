@@ -197,42 +197,27 @@ def sync(f: BinaryIO, info: Layout, x: int) -> int:
 
 # --------------------------------------------------------------------------- range walking
 class _Reader:
-    """Sequential reads from an absolute offset, in large blocks; with `views`, what `take`
-    returns is a read-only view of the block (read into a fresh buffer: no copy per record
-    and none per block; a block lives while a view of it does)."""
+    """Sequential reads from an absolute offset, in large blocks."""
 
-    __slots__ = ("f", "buf", "mv", "pos", "offset")
+    __slots__ = ("f", "buf", "pos", "offset")
 
-    def __init__(self, f: BinaryIO, start: int, views: bool = False) -> None:
+    def __init__(self, f: BinaryIO, start: int) -> None:
         f.seek(start)
         self.f, self.buf, self.pos, self.offset = f, b"", 0, start
-        self.mv: memoryview | None = memoryview(b"") if views else None
 
-    def take(self, n: int) -> bytes | memoryview | None:
+    def take(self, n: int) -> bytes | None:
         end = self.pos + n
         if end > len(self.buf):
-            self._fill(n)
+            rest = self.buf[self.pos :]
+            more = self.f.read(max(4 << 20, n - len(rest)))
+            self.buf, self.pos = rest + more, 0
             end = n
             if end > len(self.buf):
                 return None
-        mv = self.mv
-        out = self.buf[self.pos : end] if mv is None else mv[self.pos : end]
+        out = self.buf[self.pos : end]
         self.pos = end
         self.offset += n
         return out
-
-    def _fill(self, n: int) -> None:
-        rest = self.buf[self.pos :]
-        size = max(4 << 20, n - len(rest))
-        if self.mv is None:
-            self.buf, self.pos = rest + self.f.read(size), 0
-            return
-        buf = bytearray(len(rest) + size)
-        buf[: len(rest)] = rest
-        with memoryview(buf) as whole, whole[len(rest) :] as free:
-            got = self.f.readinto(free)
-        del buf[len(rest) + got :]  # no view of it exists yet
-        self.buf, self.pos, self.mv = buf, 0, memoryview(buf).toreadonly()
 
 
 @dataclass(slots=True)
@@ -255,15 +240,12 @@ def iter_range(
     result: RangeResult,
     base: int = 0,
     data: bool = True,
-    views: bool = False,
 ) -> Iterator[Packet]:
     """Packets whose record starts in [start, end) (start must be a sync point); numbered base+1...
 
     Reads past `end` to finish the last record. `result.stop` says where the walk stopped.
-    With `views`, a pcap's packet data are read-only views of the read blocks (a pcapng's
-    stay bytes).
     """
-    rd = _Reader(f, start, views and info.format == "pcap")
+    rd = _Reader(f, start)
     walk = _pcap_records if info.format == "pcap" else _pcapng_blocks
     no = base
     rank = info.rank

@@ -228,7 +228,8 @@ class RangeEngine(Engine):
         self.cid = cid
         if not super()._fast(conn, key, seq, ack, flags, payload, pkt):
             return False
-        self._settle(cid)
+        if self.out.get(cid):
+            self._settle(cid)
         return True
 
     def _segment(self, seg: Segment, key, conn: Connection | None, pkt) -> None:  # noqa: ANN001
@@ -291,8 +292,8 @@ class RangeEngine(Engine):
 
 
 def _duplicate(msg: Message | None) -> bool:
-    return msg is not None and any(d.code == Code.DUPLICATE_CORRELATION_ID
-                                   for d in msg.diagnostics)
+    return msg is not None and bool(msg.diagnostics) and any(
+        d.code == Code.DUPLICATE_CORRELATION_ID for d in msg.diagnostics)
 
 
 def _overlap(rng: Range, eng: RangeEngine, res: RangeResult) -> None:

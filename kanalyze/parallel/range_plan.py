@@ -227,16 +227,60 @@ def read_range(rng: Range, until: int | None = None, start: int | None = None,
                base: int | None = None, views: bool = False) -> Iterator[Packet]:
     """The packets of [start, until) (by default the range's own), numbered as one process
     numbers them; with `views`, a pcap's packet data are views of the read blocks, as the
-    one-process reader's (`iter_range`)."""
+    one-process reader's (`_pcap_views`)."""
+    first = rng.start if start is None else start
+    no = rng.base if base is None else base
+    if views and rng.layout.format == "pcap":
+        yield from _pcap_views(rng, first, until or rng.end, no)
+        return
     res = WalkResult()
     with open(rng.path, "rb") as f:
-        for pkt in iter_range(f, rng.layout, rng.start if start is None else start,
-                              until or rng.end, res, rng.base if base is None else base,
-                              views=views):
+        for pkt in iter_range(f, rng.layout, first, until or rng.end, res, no):
             pkt.no = pkt.file_no
             yield pkt
     if res.error:
         raise CaptureError(res.error)
+
+
+VIEW_BLOCK = 4 << 20
+
+
+def _pcap_views(rng: Range, start: int, end: int, no: int) -> Iterator[Packet]:
+    """The pcap records starting in [start, end), as the split walker reads them (the same
+    errors), in one loop over blocks read into fresh buffers: each packet's data is a view of
+    its block (no copy per record, none per block; a block lives while a view of it does).
+    The general walker took 0.1-0.2 s more per 100 MB (two reads and a copy per record)."""
+    lay = rng.layout
+    unpack = struct.Struct(lay.endian + "IIII").unpack_from
+    mult, lt, rank = lay.ns_mult, lay.linktype, lay.rank
+    buf = memoryview(b"")
+    pos, base = 0, start  # base: the file offset of buf[0]
+    with open(rng.path, "rb") as f:
+        f.seek(start)
+        while base + pos < end:
+            n = len(buf)
+            need = 16 if n - pos < 16 else 16 + unpack(buf, pos)[2]
+            if need > 16 and need - 16 > MAX_RECORD:
+                raise CaptureError(f"offset {base + pos}: record claims {need - 16} bytes")
+            if n - pos < need:
+                rest = buf[pos:]
+                block = bytearray(len(rest) + max(VIEW_BLOCK, need))
+                block[: len(rest)] = rest
+                with memoryview(block) as whole, whole[len(rest) :] as free:
+                    got = f.readinto(free)
+                del block[len(rest) + got :]  # no view of it exists yet
+                buf, base, pos = memoryview(block).toreadonly(), base + pos, 0
+                if len(buf) < need:
+                    if need > 16:
+                        raise CaptureError(f"offset {base}: truncated record")
+                    return  # a partial record header at the end of the file is ignored
+                continue
+            sec, frac, incl, _orig = unpack(buf, pos)
+            stop = pos + 16 + incl
+            no += 1
+            yield Packet(no, sec * 1_000_000_000 + frac * mult, lt, buf[pos + 16 : stop], rank,
+                         no)  # type: ignore[arg-type]
+            pos = stop
 
 
 class Wanted:
