@@ -55,18 +55,21 @@ def export_range(task: RangeTask) -> RangeOutput:
     pos = 0
     bad = False
     with open(task.out_path, "wb") as out:
+        write = out.write
 
         def on_exchange(ex: Exchange) -> None:
             nonlocal pos, bad
             names.reads, names.writes = {}, {}
-            line = line_of(ex) + b"\n"
+            line = line_of(ex)  # and the newline written apart: a line may be megabytes
             if names.reads or names.writes:
                 recorded[len(lines)] = (names.reads, names.writes)
             cid = ex.conn.id
             bad = bad or not line.startswith(LINE_PREFIX + b"%d," % cid)
-            lines.append((pos, len(line), cid))
-            out.write(line)
-            pos += len(line)
+            size = len(line) + 1
+            lines.append((pos, size, cid))
+            write(line)
+            write(b"\n")
+            pos += size
 
         res = run_range(task.rng, task.opts, on_exchange)
     return RangeOutput(res, lines, recorded, bad)
