@@ -3,14 +3,15 @@ socket of the fanout group.
 
 It sends the parent, over a pipe, batches of (NDJSON lines, metric observations) and once per
 tick and at the end its `LiveReport`. Batches go out when 256 items or 1 MiB of lines are
-waiting, when the oldest is 0.1 s old, when the socket has nothing to read, and at every
-tick, so a line waits little longer than in one process. Each batch carries the lines' start
-times and the worker's watermark (`low_water`), by which the parent merges the workers' lines in
-start-time order (`kanalyze.live.merge`); an idle worker sends its watermark alone, at most every
-0.1 s, so it holds the others' lines back no longer. Signals are the parent's business: a
-worker ignores SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole process group) and stops
-when the shared `Control` says so, draining its socket up to the shared stop time. If the
-parent goes away (the pipe breaks) it stops at once.
+waiting, when the oldest is 0.1 s old (checked at each line and each packet read), when the
+socket has nothing to read, and at every tick, so a line waits little longer than in one
+process. Each batch carries the lines' start times and the worker's watermark (`low_water`),
+by which the parent merges the workers' lines in start-time order (`kanalyze.live.merge`); a
+worker with nothing to send sends its watermark alone, at most every 0.1 s, so it holds the
+others' lines back no longer. Signals are the parent's business: a worker ignores
+SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole process group) and stops when the shared
+`Control` says so, draining its socket up to the shared stop time. If the parent goes away
+(the pipe breaks) it stops at once.
 """
 
 from __future__ import annotations
@@ -126,6 +127,17 @@ class Batcher:
         ):
             self.flush()
 
+    def poll(self) -> None:
+        """For every packet read: lines waiting 0.1 s go out, and with none waiting the
+        watermark alone every 0.1 s (a worker busy with a backlog that completes nothing
+        would otherwise hold the others' lines back until it writes or catches up)."""
+        now = time.monotonic()
+        if self.lines or self.observations:
+            if now - self.first >= BATCH_AGE_S:
+                self.flush()
+        elif now - self.sent >= BATCH_AGE_S:
+            self.flush(idle=True)
+
     def flush(self, idle: bool = False) -> None:
         """Send what is waiting, with the watermark; `idle` (the socket is empty): with
         nothing waiting, the watermark alone when it moved and 0.1 s went by."""
@@ -182,6 +194,7 @@ class WorkerSource:
                 return None
         if got[0] > self.floor:  # behind (or a packet now): the next is no older than this one
             self.floor = got[0]
+        self.batch.poll()
         c = self.control
         if c.fed is not None and c.max_packets is not None:
             with c.fed.get_lock():

@@ -157,3 +157,25 @@ def test_the_floor_follows_the_packets_read_then_the_clock_once_caught_up(
     assert src.floor == 3_000
     assert src.read(0) is None
     assert src.floor == 9_000_000_000 - worker.CLOCK_SLACK_NS
+
+
+def test_a_busy_worker_sends_aged_lines_and_its_watermark_at_packet_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [50.0]
+    monkeypatch.setattr(worker.time, "monotonic", lambda: clock[0])
+    mark = [1]
+    pipe = _Pipe()
+    b = Batcher(pipe, low_water=lambda: mark[0])
+    b.write("x")
+    b.poll()  # a packet read: the line is not 0.1 s old yet
+    assert pipe.sent == []
+    clock[0] += 0.1
+    b.poll()
+    assert pipe.sent == [("batch", ["x"], [], [0], 1)]
+    mark[0] = 2
+    clock[0] += 0.05
+    b.poll()  # nothing waiting, but the last word is recent
+    clock[0] += 0.06
+    b.poll()  # a backlog that completes nothing: the watermark alone
+    assert pipe.sent[1:] == [("batch", [], [], [], 2)]
