@@ -284,8 +284,8 @@ def _pcap_views(rng: Range, start: int, end: int, no: int) -> Iterator[Packet]:
             sec, frac, incl, _orig = unpack(buf, pos)
             stop = pos + 16 + incl
             no += 1
-            yield Packet(no, sec * 1_000_000_000 + frac * mult, lt, buf[pos + 16 : stop], rank,
-                         no)  # type: ignore[arg-type]
+            data = buf[pos + 16 : stop]  # a view: Packet.data is read as bytes-like only
+            yield Packet(no, sec * 1_000_000_000 + frac * mult, lt, data, rank, no)  # type: ignore[arg-type]
             pos = stop
 
 
