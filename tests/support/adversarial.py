@@ -260,10 +260,11 @@ def metadata_names(topics: int = 50_000) -> bytes:
     return struct.pack(">i", topics) + b"".join(string("t") for _ in range(topics))
 
 
-def metadata_response_tags(tags: int = 70_000) -> bytes:
+def metadata_response_tags(tags: int = 150_000) -> bytes:
     """A Metadata v12 request answered by a response whose body ends with `tags` unknown (empty)
-    tagged fields: ~3 wire bytes each, over the default decode budget at 70,000 (summary
-    decodes responses: its `limits.decode_budget` counts the cut)."""
+    tagged fields: ~3 wire bytes each (1 KiB each decoded: ~340 x), over the default decode
+    budget (128 x frame + 64 MiB) past ~105,000 (summary decodes responses: its
+    `limits.decode_budget` counts the cut)."""
     req = P.request_frame(3, 12, 1, "amp", b"\0\1\0\0", flexible=True)
     tag_bytes = b"".join(uvarint(100 + t) + b"\0" for t in range(tags))
     body = struct.pack(">i", 0) + b"\1" + b"\0" + struct.pack(">i", 1) + b"\1"
