@@ -162,6 +162,16 @@ def test_metadata_unknown_tags_node_tree(tmp_path: Path) -> None:
     assert tree_rss(cap) < baseline() + 2 * budget(frame)
 
 
+@pytest.mark.parametrize("mode", ["export", "summary"])
+def test_frames_held_behind_a_waiting_request_are_parked(tmp_path: Path, mode: str) -> None:
+    """400 frames of 256 KiB (100 MiB) held behind one unanswered request: parked in a
+    temporary file (kanalyze.held) past 16 MiB held, so RSS stays near the baseline (was
+    ~2 x 100 MiB: every frame in memory until the end). ~5 s."""
+    cap = _capture(tmp_path, "big_behind_one")
+    rss = peak_rss([mode, str(cap)], tmp_path)
+    assert rss < baseline() + 16 * MB + 40 * MB
+
+
 # docs/limits.md "Worst-case memory": RSS per open connection (4.0 KB measured with 100,000 open)
 # and of what --max-buffered bounds (EngineStats.held: 1.0-1.4 x, allocator slack included)
 CONN_RSS = 4608

@@ -219,6 +219,18 @@ def answered_behind_one(n: int = 100_000) -> bytes:
     return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
 
 
+def big_behind_one(n: int = 400, size: int = 256 * 1024) -> bytes:
+    """One request never answered, then `n` Produce requests of `size` bytes each answered: a
+    consumer's long poll holding a minute of traffic back (the order window). Before held
+    frames were parked (kanalyze.held), every one of them stayed in memory until the end."""
+    frames = [(True, P.request_frame(18, 0, 0, "amp", b""))]  # never answered
+    body = b"x" * size
+    for i in range(1, n + 1):
+        frames.append((True, P.request_frame(18, 0, i, "amp", body)))
+        frames.append((False, P.response_frame(i, struct.pack(">h", 0) + b"\0" * 4)))
+    return big_capture(frames)
+
+
 def tiny_segments(conns: int = 1000, size: int = 2000) -> bytes:
     """`conns` connections, each sending `size` bytes of a large frame in 1-byte segments: the
     buffered bytes are few, their per-chunk bookkeeping is not."""
@@ -275,6 +287,7 @@ def metadata_response_tags(tags: int = 150_000) -> bytes:
 AMPLIFIERS = {
     "midstream_flood": midstream_flood,
     "answered_behind_one": answered_behind_one,
+    "big_behind_one": big_behind_one,
     "tiny_segments": tiny_segments,
     "legacy_gzip_flood": legacy_gzip_flood,
     "legacy_nested": legacy_nested,
