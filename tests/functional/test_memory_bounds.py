@@ -121,6 +121,29 @@ def test_decode_budget_max_bounds_a_frame_whatever_its_size(tmp_path: Path) -> N
     assert rss < baseline() + 1.5 * cap_max
 
 
+@pytest.mark.parametrize("mode", ["export", "report"])
+def test_small_frames_claiming_huge_arrays_cost_nothing(tmp_path: Path, mode: str) -> None:
+    """Metadata v12 responses of a few bytes whose arrays claim 2**31 brokers, topics or
+    partitions (1,000 of them): a count over the bytes left is `array_too_large` before
+    anything is allocated, whatever the budget allows."""
+    huge = A.uvarint(2**31)
+    bodies = [
+        b"\0\0\0\0" + huge + b"\0" * 8,  # brokers
+        b"\0\0\0\0\1\0\0\0\0\1" + huge + b"\0" * 8,  # topics
+        b"\0\0\0\0\1\0\0\0\0\1\2\0\0\2t" + b"\0" * 17 + huge,  # partitions
+    ]
+    frames: list[tuple[bool, bytes]] = []
+    for i in range(1000):
+        corr = i + 1
+        frames.append((True, A.P.request_frame(3, 12, corr, "amp", b"\0\1\0\0", True)))
+        frames.append((False, A.P.response_frame(corr, bodies[i % 3], True)))
+    cap = tmp_path / "claims.pcap"
+    cap.write_bytes(A.big_capture(frames))
+    assert peak_rss([mode, str(cap)], tmp_path) < baseline() + 16 * MB
+    if mode == "export":
+        assert b"array_too_large" in (tmp_path / "out").read_bytes()
+
+
 def test_big_legit_metadata_response_decodes_in_proportion(tmp_path: Path) -> None:
     """A 2 MB Metadata v12 response of 50,000 partitions (kio-encoded) decodes whole on the
     tree path (the TUI's, report's): its cost is ~68 x its bytes, under 128 x."""
