@@ -109,7 +109,7 @@ class HeldFrames:
             self._buf = bytearray()
         if req is ex.request and resp is ex.response:
             return ex
-        return Exchange(*ex[:6], req, resp, *ex[8:])
+        return ex._replace(request=req, response=resp)  # frames of 4 KiB or more: rare enough
 
     def _back(self, msg: Message) -> Message:
         pdu = msg.pdu
