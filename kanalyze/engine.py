@@ -130,14 +130,16 @@ class Engine:
         """Whether `_release` will keep an exchange starting at `start_ts`: a request listed
         before it still waits, within the order window (`_release`'s own test; a response
         later in the same packet may still free it: then its frames were moved for nothing)."""
+        return self.waits_before(start_ts) and start_ts > self.now - self.opts.order_window_ns
+
+    def waits_before(self, ts: int) -> bool:
+        """Whether a request listed before `ts` still waits for its response (the requests
+        answered after it stay in the pending heap and their connection's arrivals until it
+        goes: kanalyze.held gives their frames on without leaving them there)."""
         waiting = self.waiting
         while waiting and waiting[0][2].done:
             heapq.heappop(waiting)
-        return (
-            bool(waiting)
-            and start_ts > waiting[0][0]
-            and start_ts > self.now - self.opts.order_window_ns
-        )
+        return bool(waiting) and ts > waiting[0][0]
 
     def _pending(self, msg: Message) -> None:
         self.seq += 1

@@ -57,26 +57,28 @@ class Session:
         for pkt in packets:
             feed(pkt)
             if out:
-                if held is not None and held.parked:
-                    yield from _unparked(out, held)
-                else:
+                if held is None:
                     yield from out
+                else:
+                    yield from _handed_on(out, held, engine)
                 out.clear()
         engine.close()
-        if held is not None and held.parked:
-            yield from _unparked(out, held)
-        else:
+        if held is None:
             yield from out
+        else:
+            yield from _handed_on(out, held, engine)
         out.clear()
 
 
-def _unparked(out: list[Exchange], held: HeldFrames) -> Iterator[Exchange]:
-    """The exchanges one packet released, each with its frames put back as it is yielded and
-    dropped from `out` after: a request answered after a minute releases a minute of exchanges
-    at once, which must not all come back into memory together."""
+def _handed_on(out: list[Exchange], held: HeldFrames, engine: Engine) -> Iterator[Exchange]:
+    """The exchanges one packet released, each with its frames put back as it is yielded
+    (`HeldFrames.hand_on`) and dropped from `out` after: a request answered after a minute
+    releases a minute of exchanges at once, which must not all come back into memory
+    together."""
+    hand_on, waits_before = held.hand_on, engine.waits_before
     for i, ex in enumerate(out):
         out[i] = None  # type: ignore[call-overload]  # the caller holds it while it works
-        yield held.unpark(ex)
+        yield hand_on(ex, waits_before)
 
 
 def _tapped(packets: Iterator[Packet], tap: Callable[[Packet], None]) -> Iterator[Packet]:

@@ -195,6 +195,14 @@ def test_frames_held_behind_a_waiting_request_are_parked(tmp_path: Path, mode: s
     assert rss < baseline() + 16 * MB + 40 * MB
 
 
+def test_frames_released_behind_a_waiting_request_are_not_kept(tmp_path: Path) -> None:
+    """1,000 requests of 100 KB released by the order window behind one never answered: the
+    engine's lists of answered requests keep stubs, not their frames (was ~2 x 100 MB: every
+    frame until the end). ~3 s."""
+    cap = _capture(tmp_path, "released_behind_one")
+    assert peak_rss(["summary", str(cap)], tmp_path) < baseline() + 40 * MB
+
+
 # docs/limits.md "Worst-case memory": RSS per open connection (4.0 KB measured with 100,000 open)
 # and of what --max-buffered bounds (EngineStats.held: 1.0-1.4 x, allocator slack included)
 CONN_RSS = 4608

@@ -231,6 +231,23 @@ def big_behind_one(n: int = 400, size: int = 256 * 1024) -> bytes:
     return big_capture(frames)
 
 
+def released_behind_one(n: int = 1000, size: int = 100_000) -> bytes:
+    """One request never answered, then, 100 s later, one `size`-byte Produce request a second,
+    each answered: the order window (60 s) releases them as they come, but the engine's lists
+    of answered requests (cleaned lazily behind the unanswered one) kept every frame alive until
+    the end (kanalyze.held gives them on without leaving them there)."""
+    conv = P.Conversation()
+    pkts = [(0.0, p) for p in conv.handshake()]
+    pkts.append((0.0, conv.send(True, P.request_frame(18, 0, 0, "amp", b""))))  # never answered
+    body = b"x" * size
+    for i in range(1, n + 1):
+        frame = P.request_frame(18, 0, i, "amp", body)
+        t = 100.0 + i
+        pkts += [(t, conv.send(True, frame[j : j + 60000])) for j in range(0, len(frame), 60000)]
+        pkts.append((t, conv.send(False, P.response_frame(i, struct.pack(">h", 0) + b"\0" * 4))))
+    return P.pcap([(T0 + t + k * 1e-6, p) for k, (t, p) in enumerate(pkts)], 101)
+
+
 def tiny_segments(conns: int = 1000, size: int = 2000) -> bytes:
     """`conns` connections, each sending `size` bytes of a large frame in 1-byte segments: the
     buffered bytes are few, their per-chunk bookkeeping is not."""
@@ -288,6 +305,7 @@ AMPLIFIERS = {
     "midstream_flood": midstream_flood,
     "answered_behind_one": answered_behind_one,
     "big_behind_one": big_behind_one,
+    "released_behind_one": released_behind_one,
     "tiny_segments": tiny_segments,
     "legacy_gzip_flood": legacy_gzip_flood,
     "legacy_nested": legacy_nested,

@@ -103,6 +103,26 @@ def test_small_frames_and_a_light_wait_stay_in_memory() -> None:
     assert light.parked == 0 and light._file is None
 
 
+def test_requests_released_behind_a_waiting_one_leave_stubs_in_the_engine(tmp_path) -> None:  # noqa: ANN001
+    """Released by the order window but still listed behind an unanswered request, a big
+    request is handed on in a new Message; the engine's lists keep an empty stub."""
+    cap = tmp_path / "late.pcap"
+    cap.write_bytes(A.released_behind_one(n=80, size=10_000))
+    session = Session([str(cap)])
+    got = []
+    for ex in session.exchanges():
+        got.append(ex)
+        if ex.request.header["correlation_id"] == 15:  # 1-15 handed on, kept by the engine
+            assert session.engine is not None
+            kept = [w[2] for w in session.engine.waiting if w[2].done]
+            early = [m for m in kept if m.header["correlation_id"] <= 15]
+            assert len(early) == 15 and all(len(m.pdu.data) == 0 for m in early)
+    big = [ex for ex in got if ex.request.header["correlation_id"]]
+    assert len(big) == 80 and all(len(ex.request.pdu.data) == 10_013 for ex in big)
+    ref = list(Session([str(cap)], park_held=False).exchanges())
+    assert [bytes(e.request.pdu.data) for e in got] == [bytes(e.request.pdu.data) for e in ref]
+
+
 def test_a_file_that_cannot_be_written_keeps_the_frames_in_memory(monkeypatch) -> None:  # noqa: ANN001
     def no_space(*a, **k):  # noqa: ANN002, ANN003, ANN202
         raise OSError(28, "No space left on device")
