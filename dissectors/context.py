@@ -25,9 +25,14 @@ class Limits:
     max_nesting_depth: int = 2
     max_value_bytes: int | None = None  # truncate keys/values/header values in output
     # decoded output per frame, in estimated bytes of Python objects (records, unknown tagged
-    # fields: what a few wire bytes can multiply): ratio x frame size + base (docs/limits.md)
-    decode_budget_ratio: int = 16
+    # fields, schema nodes: what a few wire bytes can multiply): ratio x the frame's bytes + base,
+    # at most max (docs/limits.md). The ratio is above what legit bodies cost (a Metadata
+    # response of a big cluster: ~68 x, DescribeConfigs ~41 x, a Fetch of small batches ~31 x),
+    # below what hostile ones do (unknown tags ~512 x, compressed records up to 250 x 1 KiB per
+    # ~26 bytes); the max bounds a frame's decoding whatever its size (--max-frame is 256 MiB)
+    decode_budget_ratio: int = 128
     decode_budget_base: int = 64 * 1024 * 1024
+    decode_budget_max: int = 512 * 1024 * 1024
 
 
 # estimated Python cost (bytes) of one decoded item, measured with RSS (docs/limits.md):
@@ -62,7 +67,10 @@ class DecodeContext:
         if self.budget is not None:
             return False
         lim = self.limits
-        self.budget = lim.decode_budget_ratio * max(frame_bytes, 0) + lim.decode_budget_base
+        self.budget = min(
+            lim.decode_budget_ratio * max(frame_bytes, 0) + lim.decode_budget_base,
+            lim.decode_budget_max,
+        )
         return True
 
     def end_budget(self) -> None:

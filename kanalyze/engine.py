@@ -81,9 +81,11 @@ class Engine:
     ) -> None:
         self.opts = opts or EngineOptions()
         self.on_exchange = on_exchange
-        # called on each completed exchange before the orderer holds it: a request waiting for
-        # a long rebalance can hold every later exchange (and its frames) for up to
-        # `order_window_ns`; the TUI moves the frames to its spill file here
+        # called on each completed exchange the orderer is about to hold back (a request
+        # started before it still waits): a request waiting for a long rebalance can hold every
+        # later exchange (and its frames) for up to `order_window_ns`; the TUI moves the frames
+        # to its spill file here, the offline commands to a temporary file (kanalyze.held).
+        # Exchanges that go out at once are not shown to it (no copy of their frames is made)
         self.hold = hold
         self.stats = EngineStats()
         self.conns: dict[FlowKey, Connection] = {}  # both directions' keys
@@ -110,7 +112,7 @@ class Engine:
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:
-        if self.hold is not None:
+        if self.hold is not None and self._held_back(ex.start_ts):
             self.hold(ex)
         self.seq += 1
         st = self.stats
@@ -123,6 +125,21 @@ class Engine:
             resp.cost = 0
         st.held += _exchange_cost(ex)  # after `hold`, which may have moved the frames out
         heapq.heappush(self.done, (ex.start_ts, self.seq, ex))
+
+    def _held_back(self, start_ts: int) -> bool:
+        """Whether `_release` will keep an exchange starting at `start_ts`: a request listed
+        before it still waits, within the order window (`_release`'s own test; a response
+        later in the same packet may still free it: then its frames were moved for nothing)."""
+        return self.waits_before(start_ts) and start_ts > self.now - self.opts.order_window_ns
+
+    def waits_before(self, ts: int) -> bool:
+        """Whether a request listed before `ts` still waits for its response (the requests
+        answered after it stay in the pending heap and their connection's arrivals until it
+        goes: kanalyze.held gives their frames on without leaving them there)."""
+        waiting = self.waiting
+        while waiting and waiting[0][2].done:
+            heapq.heappop(waiting)
+        return bool(waiting) and ts > waiting[0][0]
 
     def _pending(self, msg: Message) -> None:
         self.seq += 1

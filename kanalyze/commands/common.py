@@ -202,7 +202,16 @@ def add_decode_arguments(p: argparse.ArgumentParser) -> None:
         default=d.decode_budget_ratio,
         metavar="R",
         help="what one frame's decoded tree may cost: R x the frame's size + 64 MiB of estimated "
-             "Python objects; the rest of a frame over it stays raw (default 16)",
+             "Python objects, at most --decode-budget-max; the rest of a frame over it stays raw "
+             "(default 128)",
+    )
+    g.add_argument(
+        "--decode-budget-max",
+        type=positive_int,
+        default=d.decode_budget_max,
+        metavar="BYTES",
+        help="the most one frame's decoded tree may cost, whatever its size, in estimated bytes "
+             "of Python objects (default 512 MiB)",
     )
 
 
@@ -228,6 +237,7 @@ def decode_context(args: argparse.Namespace) -> DecodeContext:
         max_nesting_depth=args.max_nesting,
         max_value_bytes=args.max_value_bytes,
         decode_budget_ratio=args.decode_budget_ratio,
+        decode_budget_max=args.decode_budget_max,
     )
     return DecodeContext(
         limits=limits,

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from dissectors.context import Limits
 from tests.support import adversarial as A
+from tests.support import big_responses
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +75,12 @@ def baseline() -> int:
         )
 
 
+def budget(frame: int, lim: Limits | None = None) -> int:
+    """A frame's decode budget (docs/limits.md): ratio x its bytes + base, at most the max."""
+    lim = lim or Limits()
+    return min(lim.decode_budget_ratio * frame + lim.decode_budget_base, lim.decode_budget_max)
+
+
 def _capture(tmp: Path, name: str, **kw: object) -> Path:
     path = tmp / f"{name}.pcap"
     path.write_bytes(A.AMPLIFIERS[name](**kw))
@@ -84,7 +92,7 @@ def test_legacy_gzip_flood(tmp_path: Path, mode: str) -> None:
     """163 KB: one gzip wrapper of 1.5 M 26-byte messages (was 1.8 GB export, 1.6 GB report)."""
     cap = _capture(tmp_path, "legacy_gzip_flood")
     frame = cap.stat().st_size
-    bound = baseline() + 2 * (16 * frame + 64 * MB)  # docs/limits.md: 2 x the frame's budget
+    bound = baseline() + 2 * budget(frame)  # docs/limits.md: 2 x the frame's budget
     assert peak_rss([mode, str(cap)], tmp_path) < bound
 
 
@@ -100,17 +108,73 @@ def test_metadata_unknown_tags(tmp_path: Path) -> None:
     """1.3 MB Metadata v12 request, 20,000 topics x 20 unknown tagged fields (was 494 MB)."""
     cap = _capture(tmp_path, "metadata_tags")
     frame = cap.stat().st_size
-    assert peak_rss(["export", str(cap)], tmp_path) < baseline() + 2 * (16 * frame + 64 * MB)
+    assert peak_rss(["export", str(cap)], tmp_path) < baseline() + 2 * budget(frame)
+
+
+def test_decode_budget_max_bounds_a_frame_whatever_its_size(tmp_path: Path) -> None:
+    """The same 1.3 MB request under --decode-budget-max 96 MiB (its ratio allows 229 MiB):
+    the max is what bounds it."""
+    cap = _capture(tmp_path, "metadata_tags")
+    cap_max = 96 * MB
+    assert budget(cap.stat().st_size, Limits(decode_budget_max=cap_max)) == cap_max
+    rss = peak_rss(["export", "--decode-budget-max", str(cap_max), str(cap)], tmp_path)
+    assert rss < baseline() + 1.5 * cap_max
+
+
+@pytest.mark.parametrize("mode", ["export", "report"])
+def test_small_frames_claiming_huge_arrays_cost_nothing(tmp_path: Path, mode: str) -> None:
+    """Metadata v12 responses of a few bytes whose arrays claim 2**31 brokers, topics or
+    partitions (1,000 of them): a count over the bytes left is `array_too_large` before
+    anything is allocated, whatever the budget allows."""
+    huge = A.uvarint(2**31)
+    bodies = [
+        b"\0\0\0\0" + huge + b"\0" * 8,  # brokers
+        b"\0\0\0\0\1\0\0\0\0\1" + huge + b"\0" * 8,  # topics
+        b"\0\0\0\0\1\0\0\0\0\1\2\0\0\2t" + b"\0" * 17 + huge,  # partitions
+    ]
+    frames: list[tuple[bool, bytes]] = []
+    for i in range(1000):
+        corr = i + 1
+        frames.append((True, A.P.request_frame(3, 12, corr, "amp", b"\0\1\0\0", True)))
+        frames.append((False, A.P.response_frame(corr, bodies[i % 3], True)))
+    cap = tmp_path / "claims.pcap"
+    cap.write_bytes(A.big_capture(frames))
+    assert peak_rss([mode, str(cap)], tmp_path) < baseline() + 16 * MB
+    if mode == "export":
+        assert b"array_too_large" in (tmp_path / "out").read_bytes()
+
+
+def test_big_legit_metadata_response_decodes_in_proportion(tmp_path: Path) -> None:
+    """A 2 MB Metadata v12 response of 50,000 partitions (kio-encoded) decodes whole on the
+    tree path (the TUI's, report's): its cost is ~68 x its bytes, under 128 x."""
+    body = big_responses.metadata_v12(partitions=50_000)
+    req = A.P.request_frame(3, 12, 1, "big", b"\0\1\0\0", flexible=True)
+    cap = tmp_path / "big.pcap"
+    cap.write_bytes(A.big_capture([(True, req), (False, A.P.response_frame(1, body, True))]))
+    rss = tree_rss(cap, request=False)
+    assert rss < baseline() + 1.5 * 128 * len(body)
 
 
 TREE = (
     "import sys; from kanalyze.session import Session; "
     "from kanalyze.bodies import BodyDecoder; from dissectors import node_to_json; "
-    "dec = BodyDecoder(); n = 0\n"
+    "dec = BodyDecoder(); n = 0; req = sys.argv[2] == 'request'\n"
     "for ex in Session([sys.argv[1]]).exchanges():\n"
-    "    node, ctx = dec.node(ex, ex.request, True); n += len(str(node_to_json(node, ctx)))\n"
+    "    node, ctx = dec.node(ex, ex.request if req else ex.response, req)\n"
+    "    assert 'decode_budget' not in str(node_to_json(node, ctx)) or req\n"
     f"sys.stderr.write('RSS %d\\n' % {HWM})"
 )
+
+
+def tree_rss(cap: Path, request: bool = True) -> int:
+    """Peak RSS of decoding each exchange's request (or response) as the TUI's tree pane does."""
+    r = subprocess.run(
+        [sys.executable, "-c", TREE, str(cap), "request" if request else "response"],
+        capture_output=True, cwd=ROOT, timeout=600,
+    )
+    err = r.stderr.decode(errors="replace")
+    assert r.returncode == 0 and "Traceback" not in err, err[-2000:]
+    return int(err.rsplit("RSS ", 1)[1].split()[0]) * 1024
 
 
 def test_metadata_unknown_tags_node_tree(tmp_path: Path) -> None:
@@ -118,13 +182,25 @@ def test_metadata_unknown_tags_node_tree(tmp_path: Path) -> None:
     pane: `BodyDecoder.node`, then its JSON): within the same bound (was 507 MB)."""
     cap = _capture(tmp_path, "metadata_tags")
     frame = cap.stat().st_size
-    r = subprocess.run(
-        [sys.executable, "-c", TREE, str(cap)], capture_output=True, cwd=ROOT, timeout=600
-    )
-    err = r.stderr.decode(errors="replace")
-    assert r.returncode == 0 and "Traceback" not in err, err[-2000:]
-    rss = int(err.rsplit("RSS ", 1)[1].split()[0]) * 1024
-    assert rss < baseline() + 2 * (16 * frame + 64 * MB)
+    assert tree_rss(cap) < baseline() + 2 * budget(frame)
+
+
+@pytest.mark.parametrize("mode", ["export", "summary"])
+def test_frames_held_behind_a_waiting_request_are_parked(tmp_path: Path, mode: str) -> None:
+    """400 frames of 256 KiB (100 MiB) held behind one unanswered request: parked in a
+    temporary file (kanalyze.held) past 16 MiB held, so RSS stays near the baseline (was
+    ~2 x 100 MiB: every frame in memory until the end). ~5 s."""
+    cap = _capture(tmp_path, "big_behind_one")
+    rss = peak_rss([mode, str(cap)], tmp_path)
+    assert rss < baseline() + 16 * MB + 40 * MB
+
+
+def test_frames_released_behind_a_waiting_request_are_not_kept(tmp_path: Path) -> None:
+    """1,000 requests of 100 KB released by the order window behind one never answered: the
+    engine's lists of answered requests keep stubs, not their frames (was ~2 x 100 MB: every
+    frame until the end). ~3 s."""
+    cap = _capture(tmp_path, "released_behind_one")
+    assert peak_rss(["summary", str(cap)], tmp_path) < baseline() + 40 * MB
 
 
 # docs/limits.md "Worst-case memory": RSS per open connection (4.0 KB measured with 100,000 open)

@@ -219,6 +219,35 @@ def answered_behind_one(n: int = 100_000) -> bytes:
     return P.pcap([(T0 + i * 1e-6, p) for i, p in enumerate(pkts)], 101)
 
 
+def big_behind_one(n: int = 400, size: int = 256 * 1024) -> bytes:
+    """One request never answered, then `n` Produce requests of `size` bytes each answered: a
+    consumer's long poll holding a minute of traffic back (the order window). Before held
+    frames were parked (kanalyze.held), every one of them stayed in memory until the end."""
+    frames = [(True, P.request_frame(18, 0, 0, "amp", b""))]  # never answered
+    body = b"x" * size
+    for i in range(1, n + 1):
+        frames.append((True, P.request_frame(18, 0, i, "amp", body)))
+        frames.append((False, P.response_frame(i, struct.pack(">h", 0) + b"\0" * 4)))
+    return big_capture(frames)
+
+
+def released_behind_one(n: int = 1000, size: int = 100_000) -> bytes:
+    """One request never answered, then, 100 s later, one `size`-byte Produce request a second,
+    each answered: the order window (60 s) releases them as they come, but the engine's lists
+    of answered requests (cleaned lazily behind the unanswered one) kept every frame alive until
+    the end (kanalyze.held gives them on without leaving them there)."""
+    conv = P.Conversation()
+    pkts = [(0.0, p) for p in conv.handshake()]
+    pkts.append((0.0, conv.send(True, P.request_frame(18, 0, 0, "amp", b""))))  # never answered
+    body = b"x" * size
+    for i in range(1, n + 1):
+        frame = P.request_frame(18, 0, i, "amp", body)
+        t = 100.0 + i
+        pkts += [(t, conv.send(True, frame[j : j + 60000])) for j in range(0, len(frame), 60000)]
+        pkts.append((t, conv.send(False, P.response_frame(i, struct.pack(">h", 0) + b"\0" * 4))))
+    return P.pcap([(T0 + t + k * 1e-6, p) for k, (t, p) in enumerate(pkts)], 101)
+
+
 def tiny_segments(conns: int = 1000, size: int = 2000) -> bytes:
     """`conns` connections, each sending `size` bytes of a large frame in 1-byte segments: the
     buffered bytes are few, their per-chunk bookkeeping is not."""
@@ -260,10 +289,11 @@ def metadata_names(topics: int = 50_000) -> bytes:
     return struct.pack(">i", topics) + b"".join(string("t") for _ in range(topics))
 
 
-def metadata_response_tags(tags: int = 70_000) -> bytes:
+def metadata_response_tags(tags: int = 150_000) -> bytes:
     """A Metadata v12 request answered by a response whose body ends with `tags` unknown (empty)
-    tagged fields: ~3 wire bytes each, over the default decode budget at 70,000 (summary
-    decodes responses: its `limits.decode_budget` counts the cut)."""
+    tagged fields: ~3 wire bytes each (1 KiB each decoded: ~340 x), over the default decode
+    budget (128 x frame + 64 MiB) past ~105,000 (summary decodes responses: its
+    `limits.decode_budget` counts the cut)."""
     req = P.request_frame(3, 12, 1, "amp", b"\0\1\0\0", flexible=True)
     tag_bytes = b"".join(uvarint(100 + t) + b"\0" for t in range(tags))
     body = struct.pack(">i", 0) + b"\1" + b"\0" + struct.pack(">i", 1) + b"\1"
@@ -274,6 +304,8 @@ def metadata_response_tags(tags: int = 70_000) -> bytes:
 AMPLIFIERS = {
     "midstream_flood": midstream_flood,
     "answered_behind_one": answered_behind_one,
+    "big_behind_one": big_behind_one,
+    "released_behind_one": released_behind_one,
     "tiny_segments": tiny_segments,
     "legacy_gzip_flood": legacy_gzip_flood,
     "legacy_nested": legacy_nested,

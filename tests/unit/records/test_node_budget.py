@@ -64,8 +64,8 @@ def test_every_path_cuts_the_frame_at_the_same_place(tmp_path) -> None:  # noqa:
 
 
 def test_summary_counts_frames_cut_by_the_budget(tmp_path, capsys) -> None:  # noqa: ANN001
-    """A Metadata response of 70,000 unknown tagged fields (210 KB) passes the default budget
-    (16 x frame + 64 MiB at 1 KiB a tag): `summary --json` counts it in limits.decode_budget."""
+    """A Metadata response of 150,000 unknown tagged fields (450 KB) passes the default budget
+    (128 x frame + 64 MiB at 1 KiB a tag): `summary --json` counts it in limits.decode_budget."""
     cap = tmp_path / "tags.pcap"
     cap.write_bytes(A.metadata_response_tags())
     assert main(["summary", "--json", str(cap)]) == 0
