@@ -59,6 +59,9 @@ class Range:
     count: int  # packets in [start, end)
     last_ts: int
     last: bool
+    # the files after this range's file in a rotated set (`plan_chain`), each as a range of
+    # no packets at its first record: the overlap reads on into them
+    then: tuple[Range, ...] = ()
 
 
 @dataclass(slots=True)
@@ -139,6 +142,58 @@ def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None,
         stop = lay.size  # the overlap may go on to the end (a connection idle for long)
         out.append(Range(i, path, lay, start, end, stop, base, count, last_ts, i == len(cuts) - 1))
         base += count
+    return out
+
+
+RANK_BITS = 40  # plan_chain numbers file r's frame f as r << RANK_BITS | f (Spark's pointer)
+
+
+def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
+               bodies: bool = True, ranks: Sequence[int] | None = None) -> list[Range] | None:
+    """A rotated capture set (`tcpdump -C/-G`, `editcap -c`), `paths` in capture order, cut
+    into about `n` ranges of equal estimated CPU over all files (every file at least one):
+    the ranges of one run over the files read one after the other, which is what one process
+    reads (`read_captures` merges by time) when no file has a packet later than the next
+    file's first. Packets are numbered `rank << RANK_BITS | frame` (file `paths[i]` has rank
+    `ranks[i]`, by default i); each range's overlap reads on into the later files
+    (`Range.then`). None when a file is not a regular uncompressed capture, is damaged or
+    cannot be walked, or the files overlap in time. Raises CaptureError when a file is not a
+    capture."""
+    if not paths or any(p == "-" or not os.path.isfile(p) for p in paths):
+        return None
+    sizes = [os.path.getsize(p) for p in paths]
+    total = sum(sizes) or 1
+    files: list[tuple[Layout, list[tuple[int, int, int]]]] = []
+    for rank, (path, size) in enumerate(zip(paths, sizes, strict=True)):
+        lay = Layout(size=size, rank=rank if ranks is None else ranks[rank])
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                return None
+            f.seek(0)
+            probe_layout(lay, f)
+            k = max(1, min(round(n * size / total), (size - lay.data_start) // MIN_RANGE))
+            if lay.format == "pcap":
+                cuts = _pcap_cuts(path, lay, k, range_bytes, bodies)
+            else:
+                cuts = _pcapng_cuts(f, lay, range_bytes or -(-(size - lay.data_start) // k))
+        if cuts is None:
+            return None
+        files.append((lay, cuts))
+    for (_a, cuts), (lay, _b) in zip(files, files[1:], strict=False):
+        if max(ts for _s, _c, ts in cuts) > lay.first_ts_ns:
+            return None  # overlapping in time: one process interleaves them
+    last_ts = max(ts for _lay, cuts in files for _s, _c, ts in cuts)
+    heads = [Range(-1, p, lay, lay.data_start, lay.data_start, lay.size, lay.rank << RANK_BITS,
+                   0, last_ts, False) for p, (lay, _c) in zip(paths, files, strict=True)]
+    out: list[Range] = []
+    for at, (path, (lay, cuts)) in enumerate(zip(paths, files, strict=True)):
+        base = lay.rank << RANK_BITS
+        for i, (start, count, _ts) in enumerate(cuts):
+            end = cuts[i + 1][0] if i + 1 < len(cuts) else lay.size
+            last = at == len(paths) - 1 and i == len(cuts) - 1
+            out.append(Range(len(out), path, lay, start, end, lay.size, base, count, last_ts,
+                             last, tuple(heads[at + 1:])))
+            base += count
     return out
 
 
@@ -307,9 +362,18 @@ class Wanted:
 
 
 def read_overlap(rng: Range, wanted: Wanted) -> Iterator[Packet]:
-    """The packets after the range that `wanted` may want, numbered on from its last; stops
-    when it wants nothing more. A classic pcap is walked through mmap (the others skipped
-    without a copy); a pcapng through the split walker."""
+    """The packets after the range that `wanted` may want, numbered on from its last, then
+    those of the files that follow it (`Range.then`); stops when it wants nothing more."""
+    yield from _overlap_in(rng, wanted)
+    for nxt in rng.then:
+        if wanted.pattern is None:
+            return
+        yield from _overlap_in(nxt, wanted)
+
+
+def _overlap_in(rng: Range, wanted: Wanted) -> Iterator[Packet]:
+    """`read_overlap` within the range's own file. A classic pcap is walked through mmap (the
+    others skipped without a copy); a pcapng through the split walker."""
     if rng.layout.format != "pcap":
         for pkt in read_range(rng, rng.stop, rng.end, rng.base + rng.count):
             if wanted.pattern is None:
@@ -339,5 +403,5 @@ def read_overlap(rng: Range, wanted: Wanted) -> Iterator[Packet]:
         m.close()
 
 
-__all__ = ["ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult", "Wanted",
-           "plan_ranges", "read_overlap", "read_range"]
+__all__ = ["RANK_BITS", "ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult",
+           "Wanted", "plan_chain", "plan_ranges", "read_overlap", "read_range"]

@@ -341,11 +341,11 @@ def build(
 ) -> Tables:
     """Plan, run both stages and return every table as a DataFrame (the public API's core).
 
-    `ranges` (default: the environment's KANALYZE_SPARK_RANGES=1, else off): one local
-    capture file is decoded by byte ranges and stitched, without a shuffle
-    (`kanalyze.spark.range_stage`); anything that path cannot prove equal to one process runs
-    the shuffle pipeline. Raises `kanalyze.spark.inputs.InputError` at once for a missing or
-    unreadable input."""
+    `ranges` (default on; the environment's KANALYZE_SPARK_RANGES=0 turns it off): local
+    captures (one file or a rotated set per capture group) are decoded by byte ranges and
+    stitched, without a shuffle (`kanalyze.spark.range_stage`); anything that path cannot
+    prove equal to one process runs the shuffle pipeline. Raises
+    `kanalyze.spark.inputs.InputError` at once for a missing or unreadable input."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -354,11 +354,11 @@ def build(
 
     register(spark)
     if ranges is None:
-        ranges = os.environ.get(RANGES_ENV, "") == "1"
+        ranges = os.environ.get(RANGES_ENV, "") != "0"
     files, skipped = rank_inputs(spark, inputs, capture_id, skip_file_ids)
     opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
     cut = plan_file(files, spark.sparkContext.defaultParallelism) if ranges else None
-    got = cut and run_ranges(spark, cut, files[0], opts, decode_bodies, topic_ids, with_bodies)
+    got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies)
     balance = None
     if got:
         plan = Plan(files, [], [], skipped)

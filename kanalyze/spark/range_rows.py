@@ -52,7 +52,7 @@ def unpack_edge(text: str) -> Edge:
     return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own tasks' rows
 
 
-def _unit_row(rng: Range, capture_id: str, whole: bool, per: dict[tuple, list[int]]) -> dict:
+def _unit_row(rng: Range, capture_id: str, per: dict[tuple, list[int]]) -> dict:
     """The range's reading statistics (the `files` table), walked again without the engine:
     the range's own packets only, so the ranges' counts add up to the file's."""
     stats, flows = CaptureStats(), FlowStats()
@@ -79,7 +79,9 @@ def _unit_row(rng: Range, capture_id: str, whole: bool, per: dict[tuple, list[in
     except CaptureError as e:
         error = str(e)
     stat = {
-        "rank": 0, "unit": rng.index, "whole": whole, "start": rng.start, "end": rng.end,
+        "rank": rng.layout.rank, "unit": rng.index,
+        "whole": rng.start == rng.layout.data_start and rng.end == rng.layout.size,
+        "start": rng.start, "end": rng.end,
         "packets": tcp + other, "tcp_packets": tcp, "other_packets": other,
         "fragments": flows.fragments, "not_ip": flows.not_ip, "first_ns": first,
         "last_ns": last, "error": error,
@@ -89,11 +91,13 @@ def _unit_row(rng: Range, capture_id: str, whole: bool, per: dict[tuple, list[in
 
 
 def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: str,
-               whole: bool = False, decode: bool = True,
+               decode: bool = True,
                topic_ids: dict[str, str] | None = None,
-               with_bodies: bool = False) -> Iterator[pa.RecordBatch]:
+               with_bodies: bool = False, key: int | None = None) -> Iterator[pa.RecordBatch]:
     """One range's exchange rows (conn_id left empty: the driver names them after the
-    stitch), its topic rows, its unit row and last its edge row."""
+    stitch), its topic rows, its unit row and last its edge row; `rng` in each row is `key`
+    (the Spark task's number), by default the range's index."""
+    key = rng.index if key is None else key
     names = RecordingNames(dict(topic_ids or {}))
     builder = RowBuilder(files, capture_id=capture_id, decode=decode, with_bodies=with_bodies)
     builder.bodies = BodyDecoder(replace(row_context(topic_ids), topic_names=names))
@@ -110,7 +114,7 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
             edge.names[count] = (names.reads, names.writes)
         c = ex.conn
         edge.roles.setdefault(c.id, (c.client, c.broker))
-        row.update(kind="exchange", rng=rng.index, idx=count, lid=c.id)
+        row.update(kind="exchange", rng=key, idx=count, lid=c.id)
         rows.append(row)
         count += 1
         if len(rows) >= BATCH_ROWS:  # run_range drives the loop: batches wait here
@@ -121,7 +125,7 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
     yield from batches
     for tid, name in builder.bodies.names.items():
         rows.append({"kind": "topic", "capture_id": capture_id, "extra": json.dumps([tid, name])})
-    rows.append(_unit_row(rng, capture_id, whole, edge.flows))
-    rows.append({"kind": "edge", "capture_id": capture_id, "rng": rng.index,
+    rows.append(_unit_row(rng, capture_id, edge.flows))
+    rows.append({"kind": "edge", "capture_id": capture_id, "rng": key,
                  "extra": pack_edge(edge)})
     yield pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA)

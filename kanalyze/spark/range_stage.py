@@ -20,16 +20,18 @@ from kanalyze.capture import CaptureError
 from kanalyze.engine import EngineOptions
 from kanalyze.flows import FIN, RST, SYN
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
-from kanalyze.parallel.ranges import Range, Unstitchable, plan_ranges, stitch
+from kanalyze.parallel.range_plan import RANK_BITS, plan_chain
+from kanalyze.parallel.ranges import Range, Unstitchable, stitch
 from kanalyze.spark import schemas as R
 from kanalyze.spark.range_rows import RANGED_SCHEMA, Edge, unpack_edge
 from kanalyze.spark.rows import stable_conn_id
+from kanalyze.spark.schemas import pointer
 from kanalyze.spark.units import FileInfo, is_uri
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-RANGES_ENV = "KANALYZE_SPARK_RANGES"  # "1": try the range path (default off, docs/spark.md)
+RANGES_ENV = "KANALYZE_SPARK_RANGES"  # "0": never try the range path (docs/spark.md)
 
 
 @dataclass(slots=True)
@@ -42,20 +44,39 @@ class Ranged:
     balance: dict[str, float] = field(default_factory=dict)
 
 
-def plan_file(files: list[FileInfo], parallelism: int) -> list[Range] | None:
-    """The ranges of the one input when it is a local regular uncompressed capture that cuts
-    into at least two ranges; None otherwise."""
-    if len(files) != 1:
+RANGES_PER_CORE = 8  # ranges planned per core: even shares when files are rounded to ranges
+
+
+def plan_file(files: list[FileInfo], parallelism: int) -> list[list[Range]] | None:
+    """Per capture group, the ranges of one run over its inputs (`plan_chain`: one file, or a
+    rotated set whose files do not overlap in time), about `RANGES_PER_CORE` × `parallelism`
+    ranges in all, each file at least one; None (the shuffle pipeline runs) when an input is
+    remote, compressed, not a regular file, damaged, or a group's files overlap in time."""
+    files = sorted(files, key=lambda f: f.rank)
+    if not files or [f.rank for f in files] != list(range(len(files))):
         return None
-    f = files[0]
-    if f.error or f.compressed or is_uri(f.path) or not os.path.isfile(f.path):
-        return None
+    files = [f for f in files if not f.error]  # not captures: only the files table has them
+    for f in files:
+        if f.compressed or is_uri(f.path) or not os.path.isfile(f.path):
+            return None
     range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
-    try:
-        ranges = plan_ranges([f.path], max(parallelism, 2), range_bytes)
-    except CaptureError:
-        return None
-    return ranges if ranges is not None and len(ranges) > 1 else None
+    groups: dict[str, list[FileInfo]] = {}
+    for f in files:
+        groups.setdefault(f.capture_id, []).append(f)
+    total = sum(f.size for f in files) or 1
+    n = RANGES_PER_CORE * max(parallelism, 1)
+    out = []
+    for group in groups.values():
+        share = max(1, round(n * sum(f.size for f in group) / total))
+        try:
+            got = plan_chain([f.path for f in group], share, range_bytes,
+                             ranks=[f.rank for f in group])
+        except CaptureError:
+            return None
+        if got is None:
+            return None
+        out.append(got)
+    return out
 
 
 def name_fixes(edges: list[Edge], sequence: list[tuple[int, int]], preloaded: dict[str, str],
@@ -83,9 +104,10 @@ def name_fixes(edges: list[Edge], sequence: list[tuple[int, int]], preloaded: di
 
 
 def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, int],
-               f: FileInfo) -> tuple[dict[int, str], list[dict]]:
+               files: list[FileInfo]) -> tuple[dict[int, str], list[dict]]:
     """(run connection id -> stable conn_id, the connections-table rows): a connection is
     named by the first packet any range saw of it, as the shuffle path names it."""
+    cap = files[0].capture_id
     first: dict[int, tuple[int, int, int]] = {}  # run id -> (opened, range, local id)
     for r, (edge, local) in enumerate(zip(edges, ids, strict=True)):
         for lid, gid in local.items():
@@ -96,16 +118,18 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
     for edge, local in zip(edges, ids, strict=True):
         for lid, role in edge.roles.items():
             roles.setdefault(local.get(lid, -1), role)
-    flows: dict[tuple, list[int]] = {}  # 4-tuple -> [first ts, last ts, packets, flags]
+    flows: dict[tuple, list] = {}  # 4-tuple -> [first ts, last ts, packets, flags, file ranks]
     for edge in edges:
+        rank = edge.result.base >> RANK_BITS  # a range lies in one file
         for key, (t0, t1, n, flg) in edge.flows.items():
             got = flows.get(key)
             if got is None:
-                flows[key] = [t0, t1, n, flg]
+                flows[key] = [t0, t1, n, flg, {rank}]
             else:
                 got[0], got[1] = min(got[0], t0), max(got[1], t1)
                 got[2] += n
                 got[3] |= flg
+                got[4].add(rank)
     incarnations: dict[tuple, int] = {}
     for _o, r, lid in first.values():
         key = edges[r].result.conns[lid].key
@@ -119,19 +143,20 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
         if gid not in roles and not conn.kafka:
             continue
         client, broker = roles.get(gid, ("", ""))
-        names[gid] = cid = stable_conn_id(f.file_id, opened, client, broker)
+        rank, frame = pointer(opened)
+        names[gid] = cid = stable_conn_id(files[rank].file_id, frame, client, broker)
         n = seen[conn.key] = seen.get(conn.key, 0) + 1
         info = {
-            "capture_id": f.capture_id, "conn_id": cid, "client": client, "broker": broker,
-            "incarnation": n, "exchanges": counts.get(gid, 0), "first_file": f.path,
-            "first_frame": opened, "kafka": conn.kafka or gid in roles, "syn_seen": conn.syn,
+            "capture_id": cap, "conn_id": cid, "client": client, "broker": broker,
+            "incarnation": n, "exchanges": counts.get(gid, 0), "first_file": files[rank].path,
+            "first_frame": frame, "kafka": conn.kafka or gid in roles, "syn_seen": conn.syn,
         }  # fmt: skip
         flow = flows.get(conn.key)
         if flow is not None and incarnations[conn.key] == 1:  # the 4-tuple's packets are its
             info.update(first_ns=flow[0], last_ns=flow[1], packets=flow[2],
                         syn_seen=bool(flow[3] & SYN), fin_seen=bool(flow[3] & FIN),
-                        rst_seen=bool(flow[3] & RST), files_spanned=1, incarnations=1)
-        rows.append({"kind": "connection", "capture_id": f.capture_id, "extra": json.dumps(info)})
+                        rst_seen=bool(flow[3] & RST), files_spanned=len(flow[4]), incarnations=1)
+        rows.append({"kind": "connection", "capture_id": cap, "extra": json.dumps(info)})
     return names, rows
 
 
@@ -153,45 +178,77 @@ def _fill_names(df: DataFrame) -> DataFrame:
                                           F.col("topics")).otherwise(rebuilt))
 
 
-def run_ranges(spark: SparkSession, ranges: list[Range], f: FileInfo, opts: EngineOptions,
-               decode: bool = True, topic_ids: dict[str, str] | None = None,
+@dataclass(slots=True)
+class _Group:
+    """One capture group's stitch: its first task, what to keep, its connection rows."""
+
+    first: int
+    keep: list[tuple] = field(default_factory=list)  # (task, index, conn_id, name fixes)
+    conns: list[dict] = field(default_factory=list)
+    handovers: int = 0
+    stale: int = 0
+
+
+def _stitch_group(edges: list[Edge], first: int, files: list[FileInfo], opts: EngineOptions,
+                  topic_ids: dict[str, str] | None, with_bodies: bool) -> _Group:
+    """Raises Unstitchable."""
+    st = stitch([e.result for e in edges], opts)
+    fixes = name_fixes(edges, st.sequence, dict(topic_ids or {}), with_bodies)
+    counts: dict[int, int] = {}
+    for r, i in st.sequence:
+        gid = st.ids[r][edges[r].result.done[i][3]]
+        counts[gid] = counts.get(gid, 0) + 1
+    names, conn_rows = _conn_rows(edges, st.ids, counts, files)
+    keep = [(first + r, i, names.get(st.ids[r][edges[r].result.done[i][3]]), fixes.get((r, i)))
+            for r, i in st.sequence]
+    return _Group(first, keep, conn_rows, st.handovers, st.stale)
+
+
+def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInfo],
+               opts: EngineOptions, decode: bool = True,
+               topic_ids: dict[str, str] | None = None,
                with_bodies: bool = False) -> Ranged | None:
-    """Stage 1 per range, the stitch on the driver, the kept rows; None when the stitch
-    refuses (the task output is unpersisted; the caller runs the shuffle pipeline)."""
+    """Stage 1 per range (all groups' ranges in one job), the stitch per capture group on the
+    driver, the kept rows; None when a stitch refuses (the task output is unpersisted; the
+    caller runs the shuffle pipeline)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    paths, cap, whole = [f.path], f.capture_id, len(ranges) == 1
+    files = sorted(files, key=lambda f: f.rank)
+    paths = [f.path for f in files]
+    ranges = [r for group in plan for r in group]
+    caps = [files[r.layout.rank].capture_id for r in ranges]
+    # the longest first: a task that starts last should be a short one
+    order = sorted(range(len(ranges)), key=lambda t: ranges[t].start - ranges[t].end)
 
     def task(batches: Iterator) -> Iterator:
         from kanalyze.spark.range_rows import range_rows
 
         for b in batches:
-            for i in b.column("id").to_pylist():
-                yield from range_rows(ranges[i], opts, paths, cap, whole, decode, topic_ids,
-                                      with_bodies)
+            for t in b.column("id").to_pylist():
+                t = order[t]
+                yield from range_rows(ranges[t], opts, paths, caps[t], decode, topic_ids,
+                                      with_bodies, key=t)
 
     n = len(ranges)
     tasks = (spark.range(0, n, 1, n).mapInArrow(task, R.spark_ddl(RANGED_SCHEMA))
              .persist(StorageLevel.MEMORY_AND_DISK))
     got = {r["rng"]: unpack_edge(r["extra"])
            for r in tasks.where(F.col("kind") == "edge").select("rng", "extra").collect()}
+    groups: list[_Group] = []
     try:
         if sorted(got) != list(range(n)):
             raise Unstitchable("a range's task lost its edge state")
-        edges = [got[i] for i in range(n)]
-        st = stitch([e.result for e in edges], opts)
-        fixes = name_fixes(edges, st.sequence, dict(topic_ids or {}), with_bodies)
+        first = 0
+        for group in plan:
+            edges = [got[first + i] for i in range(len(group))]
+            groups.append(_stitch_group(edges, first, files, opts, topic_ids, with_bodies))
+            first += len(group)
     except Unstitchable:
         tasks.unpersist()
         return None
-    counts: dict[int, int] = {}
-    for r, i in st.sequence:
-        gid = st.ids[r][edges[r].result.done[i][3]]
-        counts[gid] = counts.get(gid, 0) + 1
-    names, conn_rows = _conn_rows(edges, st.ids, counts, f)
-    keep = [(r, i, names.get(st.ids[r][edges[r].result.done[i][3]]), fixes.get((r, i)))
-            for r, i in st.sequence]
+    keep = [k for g in groups for k in g.keep]
+    fixed = any(k[3] for k in keep)
     kept = spark.createDataFrame(
         keep, "rng INT, idx INT, kept_conn_id STRING, fix MAP<STRING, STRING>")
     cols = [c.name for c in R.DECODED_SCHEMA]
@@ -200,14 +257,16 @@ def run_ranges(spark: SparkSession, ranges: list[Range], f: FileInfo, opts: Engi
         .join(F.broadcast(kept), ["rng", "idx"], "inner")
         .withColumn("conn_id", F.col("kept_conn_id"))
     )
-    if fixes:
+    if fixed:
         exchanges = _fill_names(exchanges)
     exchanges = exchanges.select(*cols)
     side = tasks.where(F.col("kind").isin("topic", "unit")).select(*cols)
-    conns = spark.createDataFrame([tuple(row.get(c) for c in cols) for row in conn_rows],
-                                  R.spark_ddl(R.DECODED_SCHEMA))
-    size = f.size or 1
+    conns = spark.createDataFrame(
+        [tuple(row.get(c) for c in cols) for g in groups for row in g.conns],
+        R.spark_ddl(R.DECODED_SCHEMA))
+    size = sum(f.size for f in files) or 1
     sizes = [r.end - r.start for r in ranges]
+    cpu = [got[t].result.cpu_s for t in range(n)]
     balance = {
         "stage1_tasks": n,
         "stage1_max_share": round(max(sizes) / size, 3),
@@ -215,9 +274,8 @@ def run_ranges(spark: SparkSession, ranges: list[Range], f: FileInfo, opts: Engi
         "stage2_max_share": 0.0,
         "bytes_shuffled_est": 0,
         "ranges": n,
-        "handovers": st.handovers,
-        "stale": st.stale,
-        "cpu_max_share": round(max(e.result.cpu_s for e in edges)
-                               / (sum(e.result.cpu_s for e in edges) or 1.0), 3),
+        "handovers": sum(g.handovers for g in groups),
+        "stale": sum(g.stale for g in groups),
+        "cpu_max_share": round(max(cpu) / (sum(cpu) or 1.0), 3),
     }
     return Ranged(exchanges.unionByName(side).unionByName(conns), tasks, balance)

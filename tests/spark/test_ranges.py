@@ -84,12 +84,22 @@ def test_many_ranges_give_exactly_the_offline_exchanges(spark, tmp_path, monkeyp
     assert len(conns(files)) >= 5 and conns(files) == conns(base_files)
 
 
-def test_only_one_local_uncompressed_capture_is_cut(monkeypatch):
+def test_local_uncompressed_captures_are_cut_unless_they_overlap_in_time(monkeypatch, tmp_path):
     monkeypatch.setenv(RANGE_BYTES_ENV, "2048")
     one = rank_files(list_inputs([str(LONG_CAPTURE)]), None)
-    assert plan_file(one, 2) is not None
+    got = plan_file(one, 2)
+    assert got is not None and len(got) == 1 and len(got[0]) > 10
+    # two captures of one directory, one after the other in time: one chain, ranks numbered
     two = rank_files(list_inputs([str(p) for p in CAPTURES]), None)
-    assert plan_file(two, 2) is None
+    chain = plan_file(two, 2)
+    assert chain is not None and len(chain) == 1
+    assert {r.layout.rank for r in chain[0]} == {0, 1}
+    assert all(r.then for r in chain[0] if r.layout.rank == 0)  # overlap reads on into rank 1
+    assert chain[0][-1].last and not any(r.last for r in chain[0][:-1])
+    # the same capture twice: the files overlap in time (one process interleaves them)
+    for name in ("a.pcap", "b.pcap"):
+        shutil.copy(LONG_CAPTURE, tmp_path / name)
+    assert plan_file(rank_files(list_inputs([str(tmp_path)]), None), 2) is None
     gz = [replace(one[0], compressed=True)]
     assert plan_file(gz, 2) is None
     remote = [replace(one[0], path="s3a://bucket/x.pcap")]
