@@ -256,9 +256,12 @@ class RangeEngine(Engine):
             self._joined(c)
         edge = self.res.conns.get(cid)
         # found mid-stream: responses to requests of the previous range need not wait (that
-        # range's run pairs them; these are dropped), so the connection can become quiescent
-        if edge is not None and self.res.index and not edge.syn and not edge.head \
-                and c.corr.orphans:
+        # range's run pairs them; these are dropped), so the connection can become quiescent.
+        # A broker answers in order, so until a response here pairs with a request seen here,
+        # every response without its request answers one sent before this run joined (even
+        # after a first quiescent mark: a response still in flight then)
+        if edge is not None and self.res.index and not edge.syn and c.corr.orphans \
+                and cid not in self.answered:
             c.corr.settle_orphans()
         self._settle(cid)
         if edge is None:
