@@ -175,19 +175,17 @@ def run_spark_child(master: str, files: list[str], out: str, split_mb: int) -> d
     t = time.perf_counter()
     res = run_pipeline(spark, files, out, split_bytes=split_mb << 20)
     wall = time.perf_counter() - t
-    sizes = [
-        sum((u.end - u.start) if not u.whole else res.plan.files[u.rank].size
-            for u in (res.plan.units[i] for i in part))
-        for part in res.plan.partitions
-    ]  # fmt: skip
+    bal = res.balance or {}
     sc = spark.sparkContext
     figures = _shuffle_figures(sc.uiWebUrl, sc.applicationId)
     spark.stop()
     return {
         "master": master, "startup": startup, "warmup": warm, "wall": wall,
         "phases": res.seconds, "exchanges": res.counts.get("exchanges"),
-        "units": len(res.plan.units), "stage1_tasks": len(sizes),
-        "stage1_max_share": max(sizes) / max(1, sum(sizes)), **figures,
+        "path": "ranges" if "ranges" in bal else "shuffle",
+        "stage1_tasks": int(bal.get("stage1_tasks", 0)),
+        "stage1_max_share": bal.get("stage1_max_share"), "cpu_max_share": bal.get("cpu_max_share"),
+        **figures,
     }  # fmt: skip
 
 
@@ -245,9 +243,11 @@ def main() -> int:
         for master in ("local[1]", "local[2]"):
             r = run_spark(master, files, args.split_mb)
             runs.append(r)
-            print(f"{master}: pipeline {r['wall']:.1f} s (session {r['startup']:.1f} s, warm-up "
-                  f"{r['warmup']:.1f} s, process {r['process']:.1f} s), {r['exchanges']} "
-                  f"exchanges", flush=True)  # fmt: skip
+            print(f"{master}: pipeline {r['wall']:.1f} s on the {r['path']} path (session "
+                  f"{r['startup']:.1f} s, warm-up {r['warmup']:.1f} s, process "
+                  f"{r['process']:.1f} s), {r['exchanges']} exchanges, phases "
+                  f"{ {k: round(v, 1) for k, v in r['phases'].items()} }, load "
+                  f"{os.getloadavg()}", flush=True)  # fmt: skip
     finally:
         if not args.keep:
             shutil.rmtree(WORK, ignore_errors=True)

@@ -112,11 +112,14 @@ def plan_files(
     skipped: list[str],
     split_bytes: int = SPLIT_BYTES,
     driver_walk_bytes: int = DRIVER_WALK_BYTES,
+    only: frozenset[int] | None = None,
 ) -> Plan:
-    """`make_plan` after the ranking: cut, verify, count and pack."""
+    """`make_plan` after the ranking: cut, verify, count and pack (with `only`: the units of
+    the files of those ranks, the plan still lists every file)."""
     parallelism = spark.sparkContext.defaultParallelism
-    split = balanced_split(sum(f.size for f in files), split_bytes, parallelism)
-    ranges = {f.rank: candidate_ranges(f, split) for f in files}
+    todo_files = [f for f in files if only is None or f.rank in only]
+    split = balanced_split(sum(f.size for f in todo_files), split_bytes, parallelism)
+    ranges = {f.rank: candidate_ranges(f, split) for f in todo_files}
     todo = [(r, i, s, e) for r, rs in ranges.items() if len(rs) > 1 for i, (s, e) in enumerate(rs)]
     results: dict[tuple[int, int], RangeResult] = {}
     walk_bytes = sum(e - s for _r, _i, s, e in todo)
@@ -126,7 +129,7 @@ def plan_files(
         for r, i, s, e in todo:
             results[(r, i)] = walk_range(files[r].path, files[r], s, e)
     units = []
-    for f in files:
+    for f in todo_files:
         rs = ranges[f.rank]
         units.extend(
             finish_units(
@@ -315,6 +318,7 @@ class Tables:
     segments: DataFrame  # stage 1's rows (persisted: read by the flow census and the shuffle)
     placement: Placement  # which flows were shuffled, and each stage-2 task's bytes
     balance: dict[str, float] | None = None  # set by the range path (no placement)
+    ranged: DataFrame | None = None  # the range path's persisted task output, with a fallback
 
     def aggregates(self) -> dict[str, DataFrame]:
         return aggregates(self.exchanges, self.partitions)
@@ -322,6 +326,8 @@ class Tables:
     def unpersist(self) -> None:
         self.decoded.unpersist()
         self.segments.unpersist()
+        if self.ranged is not None:
+            self.ranged.unpersist()
 
 
 def build(
@@ -360,16 +366,21 @@ def build(
     cut = plan_file(files, spark.sparkContext.defaultParallelism) if ranges else None
     got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies)
     balance = None
-    if got:
+    ranged = None
+    if got and not got.refused:
         plan = Plan(files, [], [], skipped)
         seg, placement, balance = got.tasks, Placement(), got.balance
         decoded = got.decoded
-    else:
-        plan = plan_files(spark, files, skipped, split_bytes)
+    else:  # the shuffle pipeline: for everything, or for the groups whose stitch refused
+        only = frozenset(got.refused) if got else None
+        plan = plan_files(spark, files, skipped, split_bytes, only=only)
         seg = segments(spark, plan, opts).persist(StorageLevel.MEMORY_AND_DISK)
         decoded, placement = decode_segments(
             spark, seg, plan, opts, decode_bodies, shuffle_partitions, topic_ids, with_bodies
         )
+        if got:
+            decoded = got.decoded.unionByName(decoded)
+            ranged, balance = got.tasks, {**balance_report(plan, placement), **got.balance}
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     exchanges = decoded.where(F.col("kind") == "exchange").select(*R.EXCHANGE_COLUMNS)
     topics = (
@@ -387,7 +398,7 @@ def build(
     )
     return Tables(
         plan, decoded, exchanges, partitions_table(exchanges, topics), conns,
-        files_table(spark, decoded, plan), topics, seg, placement, balance,
+        files_table(spark, decoded, plan), topics, seg, placement, balance, ranged,
     )  # fmt: skip
 
 

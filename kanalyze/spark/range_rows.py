@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import pickle
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -42,6 +43,7 @@ class Edge:
     # per 4-tuple (`range_engine.conn_key`), over the range's own packets: [first ts, last ts,
     # packets, TCP flags seen] (the connections table; the ranges' counts add up to the file's)
     flows: dict[tuple, list[int]] = field(default_factory=dict)
+    task_s: tuple[float, float] = (0.0, 0.0)  # the whole task's (wall, CPU) seconds
 
 
 def pack_edge(edge: Edge) -> str:
@@ -121,11 +123,15 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
             batches.append(pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA))
             rows = []
 
+    t0, c0 = time.perf_counter(), time.process_time()
     edge.result = run_range(rng, opts, on_exchange)
     yield from batches
     for tid, name in builder.bodies.names.items():
-        rows.append({"kind": "topic", "capture_id": capture_id, "extra": json.dumps([tid, name])})
-    rows.append(_unit_row(rng, capture_id, edge.flows))
-    rows.append({"kind": "edge", "capture_id": capture_id, "rng": key,
-                 "extra": pack_edge(edge)})
-    yield pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA)
+        rows.append({"kind": "topic", "capture_id": capture_id, "rng": key,
+                     "extra": json.dumps([tid, name])})
+    rows.append({**_unit_row(rng, capture_id, edge.flows), "rng": key})
+    batches = [pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA)]
+    edge.task_s = (time.perf_counter() - t0, time.process_time() - c0)
+    edge_row = {"kind": "edge", "capture_id": capture_id, "rng": key, "extra": pack_edge(edge)}
+    yield batches[0]
+    yield pa.RecordBatch.from_pylist([edge_row], schema=RANGED_SCHEMA)

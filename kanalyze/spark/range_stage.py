@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -42,6 +43,10 @@ class Ranged:
     decoded: DataFrame
     tasks: DataFrame  # persisted: unpersist when done
     balance: dict[str, float] = field(default_factory=dict)
+    # the file ranks of the capture groups whose stitch refused (their rows are not in
+    # `decoded`: the caller decodes them with the shuffle pipeline)
+    refused: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
 
 
 RANGES_PER_CORE = 8  # ranges planned per core: even shares when files are rounded to ranges
@@ -107,7 +112,6 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
                files: list[FileInfo]) -> tuple[dict[int, str], list[dict]]:
     """(run connection id -> stable conn_id, the connections-table rows): a connection is
     named by the first packet any range saw of it, as the shuffle path names it."""
-    cap = files[0].capture_id
     first: dict[int, tuple[int, int, int]] = {}  # run id -> (opened, range, local id)
     for r, (edge, local) in enumerate(zip(edges, ids, strict=True)):
         for lid, gid in local.items():
@@ -145,6 +149,7 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
         client, broker = roles.get(gid, ("", ""))
         rank, frame = pointer(opened)
         names[gid] = cid = stable_conn_id(files[rank].file_id, frame, client, broker)
+        cap = files[rank].capture_id
         n = seen[conn.key] = seen.get(conn.key, 0) + 1
         info = {
             "capture_id": cap, "conn_id": cid, "client": client, "broker": broker,
@@ -209,8 +214,9 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
                topic_ids: dict[str, str] | None = None,
                with_bodies: bool = False) -> Ranged | None:
     """Stage 1 per range (all groups' ranges in one job), the stitch per capture group on the
-    driver, the kept rows; None when a stitch refuses (the task output is unpersisted; the
-    caller runs the shuffle pipeline)."""
+    driver, the kept rows. A group whose stitch refuses is left out (`Ranged.refused`: the
+    caller decodes only its files with the shuffle pipeline); None when every group refused
+    (the task output is unpersisted)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -231,22 +237,31 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
                                       with_bodies, key=t)
 
     n = len(ranges)
+    t0 = time.perf_counter()
     tasks = (spark.range(0, n, 1, n).mapInArrow(task, R.spark_ddl(RANGED_SCHEMA))
              .persist(StorageLevel.MEMORY_AND_DISK))
     got = {r["rng"]: unpack_edge(r["extra"])
            for r in tasks.where(F.col("kind") == "edge").select("rng", "extra").collect()}
+    t1 = time.perf_counter()
     groups: list[_Group] = []
-    try:
-        if sorted(got) != list(range(n)):
-            raise Unstitchable("a range's task lost its edge state")
-        first = 0
-        for group in plan:
+    refused: list[int] = []
+    reasons: list[str] = []
+    first = 0
+    for group in plan:
+        try:
+            if any(first + i not in got for i in range(len(group))):
+                raise Unstitchable("a range's task lost its edge state")
             edges = [got[first + i] for i in range(len(group))]
             groups.append(_stitch_group(edges, first, files, opts, topic_ids, with_bodies))
-            first += len(group)
-    except Unstitchable:
+        except Unstitchable as e:
+            refused.extend(sorted({r.layout.rank for r in group}))
+            reasons.append(str(e))
+        first += len(group)
+    if not groups:
         tasks.unpersist()
         return None
+    lost = [t for t, r in enumerate(ranges) if r.layout.rank in set(refused)]
+    t2 = time.perf_counter()
     keep = [k for g in groups for k in g.keep]
     fixed = any(k[3] for k in keep)
     kept = spark.createDataFrame(
@@ -260,7 +275,10 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     if fixed:
         exchanges = _fill_names(exchanges)
     exchanges = exchanges.select(*cols)
-    side = tasks.where(F.col("kind").isin("topic", "unit")).select(*cols)
+    side = tasks.where(F.col("kind").isin("topic", "unit"))
+    if lost:  # the refused groups' reading statistics and names come from the shuffle path
+        side = side.where(~F.col("rng").isin(lost))
+    side = side.select(*cols)
     conns = spark.createDataFrame(
         [tuple(row.get(c) for c in cols) for g in groups for row in g.conns],
         R.spark_ddl(R.DECODED_SCHEMA))
@@ -277,5 +295,13 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
         "handovers": sum(g.handovers for g in groups),
         "stale": sum(g.stale for g in groups),
         "cpu_max_share": round(max(cpu) / (sum(cpu) or 1.0), 3),
+        "cpu_s": round(sum(cpu), 1),  # the engine runs' CPU seconds (all tasks)
+        "task_wall_s": round(sum(got[t].task_s[0] for t in range(n)), 1),  # Python, all tasks
+        "task_cpu_s": round(sum(got[t].task_s[1] for t in range(n)), 1),
+        "stage1_s": round(t1 - t0, 1),  # wall: the tasks and the edges' collect
+        "stitch_s": round(t2 - t1, 1),
+        "join_s": round(time.perf_counter() - t2, 1),  # the kept table built and sent
     }
-    return Ranged(exchanges.unionByName(side).unionByName(conns), tasks, balance)
+    balance["refused_files"] = len(refused)
+    return Ranged(exchanges.unionByName(side).unionByName(conns), tasks, balance, refused,
+                  reasons)

@@ -1,16 +1,17 @@
 """The pipeline gives exactly the offline exchanges, however the capture is rotated or
-range-split."""
+range-split, on both paths: byte ranges stitched (the default) and the per-connection shuffle."""
 
 from __future__ import annotations
 
 import shutil
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
 from kanalyze.capture import read_capture
 from kanalyze.export import ExchangeEncoder
+from kanalyze.parallel.range_export import RANGE_BYTES_ENV
 from kanalyze.session import Session
 from tests.spark.support import (
     LONG_CAPTURE,
@@ -30,8 +31,8 @@ pytestmark = pytest.mark.spark
 SPLIT = 4096  # bytes: the 46 KB capture becomes ~12 verified ranges
 
 
-@pytest.fixture(scope="module")
-def run(spark, tmp_path_factory: pytest.TempPathFactory):
+@pytest.fixture(scope="module", params=["ranges", "shuffle"])
+def run(spark, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     base = tmp_path_factory.mktemp("pipeline")
     pieces = rotate(LONG_CAPTURE, base / "rotated", 40)
     (base / "rotated" / "notes.txt").write_text("not a capture\n")  # reported, not fatal
@@ -40,26 +41,37 @@ def run(spark, tmp_path_factory: pytest.TempPathFactory):
     shutil.copy(LONG_CAPTURE, whole_pcap)
     whole_ng = to_pcapng(LONG_CAPTURE, base / "ranges_pcapng" / "whole.pcapng")
     out = base / "out"
-    res = run_pipeline(
-        spark, [str(base / "rotated"), str(whole_pcap), str(whole_ng)], str(out), split_bytes=SPLIT
-    )
+    ranged = request.param == "ranges"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(RANGE_BYTES_ENV, str(SPLIT))  # the range path's ranges: as small
+        res = run_pipeline(
+            spark, [str(base / "rotated"), str(whole_pcap), str(whole_ng)], str(out),
+            split_bytes=SPLIT, ranges=ranged,
+        )  # fmt: skip
+    assert ("ranges" in res.balance) == ranged  # the path asked for really ran
     rows = [r.asDict() for r in spark.read.parquet(str(out / "exchanges")).collect()]
     by_group = defaultdict(list)
     for r in rows:
         by_group[Path(r["capture_id"]).name].append(r)
+    units = Counter(r["path"] for r in spark.read.parquet(str(out / "files")).collect()
+                    for _ in range(r["units"] or 0))
     return {
         "res": res, "out": out, "rows": by_group, "pieces": pieces, "pcap": whole_pcap,
-        "pcapng": whole_ng,
+        "pcapng": whole_ng, "ranged": ranged, "units": units,
     }  # fmt: skip
 
 
 def test_rotated_files_give_exactly_the_offline_exchanges(run):
     pieces = sorted(run["pieces"], key=lambda p: p.name.split("-", 1)[1])  # capture order
     assert len(pieces) >= 6
-    plan = run["res"].plan
-    rotated = [u for u in plan.units if plan.files[u.rank].capture_id.endswith("rotated")]
     # the pieces are cut into byte ranges too: connections cross range and file boundaries
-    assert sum(1 for u in rotated if not u.whole) >= len(pieces)
+    assert sum(run["units"][str(p)] for p in pieces) > len(pieces)
+    if run["ranged"]:
+        assert run["res"].balance["handovers"] >= len(pieces)  # handed across the edges
+    else:
+        plan = run["res"].plan
+        rotated = [u for u in plan.units if plan.files[u.rank].capture_id.endswith("rotated")]
+        assert sum(1 for u in rotated if not u.whole) >= len(pieces)
     expected = offline_keys(LONG_CAPTURE)
     got = spark_keys(run["rows"]["rotated"], frame_offsets(pieces))
     assert sum(expected.values()) == 93
@@ -69,9 +81,11 @@ def test_rotated_files_give_exactly_the_offline_exchanges(run):
 @pytest.mark.parametrize("which", ["pcap", "pcapng"])
 def test_byte_range_split_gives_exactly_the_offline_exchanges(run, which):
     path = run[which]
-    info = next(f for f in run["res"].plan.files if f.path == str(path))
-    units = [u for u in run["res"].plan.units if u.rank == info.rank]
-    assert len(units) >= 8 and not any(u.whole for u in units)  # really split, every cut verified
+    assert run["units"][str(path)] >= 8  # really split
+    if not run["ranged"]:
+        info = next(f for f in run["res"].plan.files if f.path == str(path))
+        units = [u for u in run["res"].plan.units if u.rank == info.rank]
+        assert not any(u.whole for u in units)  # every cut verified
     assert spark_keys(run["rows"][path.parent.name]) == offline_keys(path)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kanalyze.capture import read_capture
 from tests.spark.support import LONG_CAPTURE, offline_keys, spark_keys
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
@@ -104,3 +105,39 @@ def test_local_uncompressed_captures_are_cut_unless_they_overlap_in_time(monkeyp
     assert plan_file(gz, 2) is None
     remote = [replace(one[0], path="s3a://bucket/x.pcap")]
     assert plan_file(remote, 2) is None
+
+
+def test_a_group_whose_stitch_refuses_alone_takes_the_shuffle_path(spark, tmp_path, monkeypatch):
+    """Two capture groups; the stitch refuses one: only its files are shuffled and decoded per
+    connection, the other keeps its range rows, and both equal one process."""
+    from kanalyze.parallel.ranges import Unstitchable
+    from kanalyze.spark import range_stage
+
+    paths = []
+    for group, capture in (("a", CAPTURES[0]), ("b", CAPTURES[1])):
+        (tmp_path / group).mkdir()
+        paths.append(tmp_path / group / capture.name)
+        shutil.copy(capture, paths[-1])
+    real = range_stage.stitch
+
+    def refuse_b(results, opts):  # noqa: ANN001, ANN202 - the group of kp_codecs (port 19097)
+        if any(19097 in (c.key[1], c.key[3]) for r in results for c in r.conns.values()):
+            raise Unstitchable("refused by the test")
+        return real(results, opts)
+
+    monkeypatch.setenv(RANGE_BYTES_ENV, "4096")
+    monkeypatch.setattr(range_stage, "stitch", refuse_b)
+    t = build(spark, [str(p.parent) for p in paths])
+    try:
+        rows = [r.asDict() for r in t.exchanges.collect()]
+        files = {r["path"]: r for r in t.files.collect()}
+        conns = t.connections.collect()
+    finally:
+        t.unpersist()
+    refused = t.balance["refused_files"]
+    assert refused == 1 and t.balance["ranges"] >= 4 and t.plan.units  # one group shuffled
+    for p in paths:
+        mine = [r for r in rows if r["capture_id"] == str(p.parent)]
+        assert spark_keys(mine) == offline_keys(p), p
+        assert files[str(p)]["packets"] == sum(1 for _ in read_capture(str(p)))
+    assert {r["conn_id"] for r in rows} <= {c["conn_id"] for c in conns}
