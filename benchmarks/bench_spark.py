@@ -183,6 +183,7 @@ def run_spark_child(master: str, files: list[str], out: str, split_mb: int) -> d
         "master": master, "startup": startup, "warmup": warm, "wall": wall,
         "phases": res.seconds, "exchanges": res.counts.get("exchanges"),
         "path": "ranges" if "ranges" in bal else "shuffle",
+        "balance": bal,
         "stage1_tasks": int(bal.get("stage1_tasks", 0)),
         "stage1_max_share": bal.get("stage1_max_share"), "cpu_max_share": bal.get("cpu_max_share"),
         **figures,
@@ -248,6 +249,7 @@ def main() -> int:
                   f"{r['process']:.1f} s), {r['exchanges']} exchanges, phases "
                   f"{ {k: round(v, 1) for k, v in r['phases'].items()} }, load "
                   f"{os.getloadavg()}", flush=True)  # fmt: skip
+            print(f"  balance: {json.dumps(r['balance'])}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(WORK, ignore_errors=True)
@@ -268,10 +270,10 @@ def main() -> int:
     print(f"local[2] vs local[1]: {speedup:.2f}x (target >= 1.7x)")
     print(f"local[2] vs one export process: {two['wall'] / off['wall']:.2f}x the wall time "
           f"(target <= 1.5x)")  # fmt: skip
-    for stage, what, share, tasks in (
-        (1, "capture bytes", two["stage1_max_share"], two["stage1_tasks"]),
-        (2, "shuffle bytes", two["stage2_max_share"], two["stage2_tasks"]),
-    ):
+    stages = [(1, "capture bytes", two["stage1_max_share"], two["stage1_tasks"])]
+    if two["path"] == "shuffle":  # the range path has no stage 2 (no packet is shuffled)
+        stages.append((2, "shuffle bytes", two["stage2_max_share"], two["stage2_tasks"]))
+    for stage, what, share, tasks in stages:
         print(f"largest stage-{stage} task on local[2]: {_fmt_share(share)} of the {what} "
               f"(target <= 1/{tasks} tasks + 10 % = {1 / max(1, tasks) + 0.10:.0%}; "
               f"<= {cap:.0%} with N = 2 cores)")  # fmt: skip
