@@ -92,6 +92,16 @@ def signature(conn: Connection) -> bytes | None:
     return hashlib.blake2b(repr(state).encode(), digest_size=16).digest()
 
 
+def counters(conn: Connection) -> tuple[int, ...]:
+    """The connection's byte counts so far, as `EngineStats` adds them up at its close: client
+    and broker stream bytes, frame bytes, bytes skipped, lost in gaps, gaps, retransmitted,
+    client and broker frames."""
+    c2s, s2c, cf, sf = conn.c2s, conn.s2c, conn.cf, conn.sf
+    return (c2s.next, s2c.next, cf.pdu_bytes, sf.pdu_bytes, cf.skipped + sf.skipped,
+            c2s.gap_bytes + s2c.gap_bytes, c2s.gaps + s2c.gaps,
+            c2s.retransmitted + s2c.retransmitted, cf.frames, sf.frames)
+
+
 def _eligible(awaits: tuple[MsgKey, ...], boundary: int, answered: int) -> bool:
     """Whether a later run may await as much: every request awaited from before the boundary
     is dead (a newer one was answered, and a broker answers in order), so it can only be one
@@ -274,10 +284,14 @@ class RangeEngine(Engine):
                 return
             awaits = awaited(c)
             mark = (self.cur, sig, *_acc(c), c.cf.resyncs + c.sf.resyncs, awaits)
+            if tail and not _eligible(awaits, self.boundary, self.answered.get(cid, -1)):
+                tail = False
             if head:
                 edge.head.append(mark)
-            if tail and _eligible(awaits, self.boundary, self.answered.get(cid, -1)):
+            if tail:
                 edge.tail.append(mark)
+            if head or tail:  # a handover may happen here: the counts at this packet
+                self.res.counters[(cid, self.cur)] = counters(c)
 
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
         was = conn.closed
@@ -289,6 +303,7 @@ class RangeEngine(Engine):
         self._settle(cid)
         edge = self.res.conns.get(cid)
         if edge is not None:
+            self.res.counters[(cid, -1)] = counters(conn)
             edge.closed = self.cur
             edge.skipped, edge.gaps = _acc(conn)
             edge.resyncs = conn.cf.resyncs + conn.sf.resyncs

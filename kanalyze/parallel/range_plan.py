@@ -102,6 +102,9 @@ class RangeResult:
     error: str = ""
     overlap_end: int = 0  # last packet fed after the range's end
     cpu_s: float = 0.0
+    # (local connection, packet of a mark, or -1 at its close) -> its counters then
+    # (`range_engine.counters`: the connections table's byte counts, summed over the owners)
+    counters: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
     # id(exchange) -> done entry, while running (not shipped)
     done_keys: dict[int, tuple[int, int, int, int, int, int, int, int]] = field(
         default_factory=dict)

@@ -46,6 +46,9 @@ class Stitched:
     gaps: int = 0
     handovers: int = 0  # connections handed from one range to a later one
     stale: int = 0  # requests of a later run dropped at a handover
+    # per range, local id -> the packets (lo, hi] of its part (lo 0: from its start; hi INF:
+    # to its end)
+    owners: list[dict[int, tuple[int, int]]] = field(default_factory=list)
 
 
 def _common(prev: ConnEdge, nxt: ConnEdge, mine: Own) -> tuple[int, tuple, tuple, frozenset] | None:
@@ -134,6 +137,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
             end = o.at_hi if o.hi != INF and o.at_hi is not None else (e.skipped, e.gaps)
             out.skipped += end[0] - o.at_lo[0]
             out.gaps += end[1] - o.at_lo[1]
+    out.owners = [{lid: (o.lo, o.hi) for lid, o in d.items()} for d in own]
     out.sequence = order(results, own, out.ids, opts)
     return out
 

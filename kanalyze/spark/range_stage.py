@@ -23,6 +23,7 @@ from kanalyze.flows import FIN, RST, SYN
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
 from kanalyze.parallel.range_plan import RANK_BITS, plan_chain
 from kanalyze.parallel.ranges import Range, Unstitchable, stitch
+from kanalyze.parallel.replay import INF
 from kanalyze.spark import schemas as R
 from kanalyze.spark.range_rows import RANGED_SCHEMA, Edge, unpack_edge
 from kanalyze.spark.rows import stable_conn_id
@@ -108,8 +109,32 @@ def name_fixes(edges: list[Edge], sequence: list[tuple[int, int]], preloaded: di
     return fixes
 
 
+COUNTERS = ("client_stream_bytes", "broker_stream_bytes", "client_frame_bytes",
+            "broker_frame_bytes", "skipped_bytes", "gap_bytes", "gaps", "retransmitted_bytes",
+            "requests", "responses")  # `range_engine.counters`, in its order
+
+
+def _totals(edges: list[Edge], ids: list[dict[int, int]],
+            owners: list[dict[int, tuple[int, int]]]) -> dict[int, list[int]]:
+    """Per run connection, its counters as one process counts them: each owner's counts at
+    the end of its part (its close, or the handover) minus those at its start."""
+    out: dict[int, list[int]] = {}
+    for r, (edge, local) in enumerate(zip(edges, ids, strict=True)):
+        got = edge.result.counters
+        for lid, (lo, hi) in owners[r].items():
+            end = got.get((lid, -1) if hi == INF else (lid, hi))
+            start = got.get((lid, lo)) if lo else None
+            if end is None or (lo and start is None):
+                continue
+            acc = out.setdefault(local[lid], [0] * len(COUNTERS))
+            for k, v in enumerate(end):
+                acc[k] += v - (start[k] if start else 0)
+    return out
+
+
 def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, int],
-               files: list[FileInfo]) -> tuple[dict[int, str], list[dict]]:
+               files: list[FileInfo], owners: list[dict[int, tuple[int, int]]],
+               ) -> tuple[dict[int, str], list[dict]]:
     """(run connection id -> stable conn_id, the connections-table rows): a connection is
     named by the first packet any range saw of it, as the shuffle path names it."""
     first: dict[int, tuple[int, int, int]] = {}  # run id -> (opened, range, local id)
@@ -138,6 +163,14 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
     for _o, r, lid in first.values():
         key = edges[r].result.conns[lid].key
         incarnations[key] = incarnations.get(key, 0) + 1
+    totals = _totals(edges, ids, owners)
+    per_tuple: dict[tuple, list[int]] = {}  # the shuffle path's counters are the 4-tuple's
+    for gid, (_o, r, lid) in first.items():
+        got = totals.get(gid)
+        if got is not None:
+            acc = per_tuple.setdefault(edges[r].result.conns[lid].key, [0] * len(COUNTERS))
+            for k, v in enumerate(got):
+                acc[k] += v
     names: dict[int, str] = {}
     rows: list[dict] = []
     seen: dict[tuple, int] = {}  # 4-tuple -> incarnations so far
@@ -156,6 +189,8 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
             "incarnation": n, "exchanges": counts.get(gid, 0), "first_file": files[rank].path,
             "first_frame": frame, "kafka": conn.kafka or gid in roles, "syn_seen": conn.syn,
         }  # fmt: skip
+        if n == 1 and conn.key in per_tuple:  # the first incarnation's row, as the shuffle path
+            info.update(zip(COUNTERS, per_tuple[conn.key], strict=True), non_kafka_bytes=0)
         flow = flows.get(conn.key)
         if flow is not None and incarnations[conn.key] == 1:  # the 4-tuple's packets are its
             info.update(first_ns=flow[0], last_ns=flow[1], packets=flow[2],
@@ -203,7 +238,7 @@ def _stitch_group(edges: list[Edge], first: int, files: list[FileInfo], opts: En
     for r, i in st.sequence:
         gid = st.ids[r][edges[r].result.done[i][3]]
         counts[gid] = counts.get(gid, 0) + 1
-    names, conn_rows = _conn_rows(edges, st.ids, counts, files)
+    names, conn_rows = _conn_rows(edges, st.ids, counts, files, st.owners)
     keep = [(first + r, i, names.get(st.ids[r][edges[r].result.done[i][3]]), fixes.get((r, i)))
             for r, i in st.sequence]
     return _Group(first, keep, conn_rows, st.handovers, st.stale)

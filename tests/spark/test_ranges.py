@@ -17,7 +17,7 @@ from tests.spark.support import LONG_CAPTURE, offline_keys, spark_keys
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
 from kanalyze.spark.pipeline import build  # noqa: E402
-from kanalyze.spark.range_stage import plan_file  # noqa: E402
+from kanalyze.spark.range_stage import COUNTERS, plan_file  # noqa: E402
 from kanalyze.spark.units import list_inputs, rank_files  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -77,12 +77,14 @@ def test_many_ranges_give_exactly_the_offline_exchanges(spark, tmp_path, monkeyp
     assert ids(rows) == ids(base)
     assert files[0]["packets"] == base_files[0]["packets"]
     cols = ("conn_id", "client", "broker", "first_ns", "last_ns", "packets", "first_frame",
-            "exchanges", "syn_seen", "fin_seen")
+            "exchanges", "syn_seen", "fin_seen", "files_spanned", *COUNTERS, "non_kafka_bytes")
 
     def conns(fs: list[dict]) -> set:
         return {tuple(c[k] for k in cols) for c in fs[0]["connections"] if c["exchanges"]}
 
     assert len(conns(files)) >= 5 and conns(files) == conns(base_files)
+    # the byte counters, summed over each connection's owners, are one process's
+    assert all(c["client_stream_bytes"] for c in files[0]["connections"] if c["exchanges"])
 
 
 def test_local_uncompressed_captures_are_cut_unless_they_overlap_in_time(monkeypatch, tmp_path):
