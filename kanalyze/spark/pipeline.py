@@ -355,7 +355,7 @@ def build(
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from kanalyze.spark.range_stage import RANGES_ENV, plan_file, run_ranges
+    from kanalyze.spark.range_stage import RANGES_ENV, plan_groups, run_ranges
     from kanalyze.spark.session import register
 
     register(spark)
@@ -363,8 +363,9 @@ def build(
         ranges = os.environ.get(RANGES_ENV, "") != "0"
     files, skipped = rank_inputs(spark, inputs, capture_id, skip_file_ids)
     opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
-    cut = plan_file(files, spark.sparkContext.defaultParallelism) if ranges else None
-    got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies)
+    cut, left = plan_groups(files, spark.sparkContext.defaultParallelism) if ranges else ([], [])
+    got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies,
+                             left)
     balance = None
     ranged = None
     if got and not got.refused:

@@ -53,36 +53,45 @@ class Ranged:
 RANGES_PER_CORE = 8  # ranges planned per core: even shares when files are rounded to ranges
 
 
-def plan_file(files: list[FileInfo], parallelism: int) -> list[list[Range]] | None:
+def plan_groups(files: list[FileInfo], parallelism: int) -> tuple[list[list[Range]], list[int]]:
     """Per capture group, the ranges of one run over its inputs (`plan_chain`: one file, or a
     rotated set whose files do not overlap in time), about `RANGES_PER_CORE` × `parallelism`
-    ranges in all, each file at least one; None (the shuffle pipeline runs) when an input is
-    remote, compressed, not a regular file, damaged, or a group's files overlap in time."""
+    ranges in all, each file at least one; and the ranks of the files of the groups this path
+    cannot take (the shuffle pipeline decodes them): a remote, compressed, irregular or
+    damaged input, or files that overlap in time."""
     files = sorted(files, key=lambda f: f.rank)
     if not files or [f.rank for f in files] != list(range(len(files))):
-        return None
-    files = [f for f in files if not f.error]  # not captures: only the files table has them
-    for f in files:
-        if f.compressed or is_uri(f.path) or not os.path.isfile(f.path):
-            return None
+        return [], [f.rank for f in files if not f.error]
     range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
     groups: dict[str, list[FileInfo]] = {}
     for f in files:
-        groups.setdefault(f.capture_id, []).append(f)
-    total = sum(f.size for f in files) or 1
+        if not f.error:  # not captures: only the files table has them
+            groups.setdefault(f.capture_id, []).append(f)
+    total = sum(f.size for g in groups.values() for f in g) or 1
     n = RANGES_PER_CORE * max(parallelism, 1)
-    out = []
+    out: list[list[Range]] = []
+    left: list[int] = []
     for group in groups.values():
-        share = max(1, round(n * sum(f.size for f in group) / total))
-        try:
-            got = plan_chain([f.path for f in group], share, range_bytes,
-                             ranks=[f.rank for f in group])
-        except CaptureError:
-            return None
+        got = None
+        if all(not f.compressed and not is_uri(f.path) and os.path.isfile(f.path)
+               for f in group):
+            share = max(1, round(n * sum(f.size for f in group) / total))
+            try:
+                got = plan_chain([f.path for f in group], share, range_bytes,
+                                 ranks=[f.rank for f in group])
+            except CaptureError:
+                got = None
         if got is None:
-            return None
-        out.append(got)
-    return out
+            left.extend(f.rank for f in group)
+        else:
+            out.append(got)
+    return out, left
+
+
+def plan_file(files: list[FileInfo], parallelism: int) -> list[list[Range]] | None:
+    """`plan_groups` when it takes every group, else None."""
+    out, left = plan_groups(files, parallelism)
+    return out if out and not left else None
 
 
 def name_fixes(edges: list[Edge], sequence: list[tuple[int, int]], preloaded: dict[str, str],
@@ -247,7 +256,7 @@ def _stitch_group(edges: list[Edge], first: int, files: list[FileInfo], opts: En
 def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInfo],
                opts: EngineOptions, decode: bool = True,
                topic_ids: dict[str, str] | None = None,
-               with_bodies: bool = False) -> Ranged | None:
+               with_bodies: bool = False, left: list[int] | None = None) -> Ranged | None:
     """Stage 1 per range (all groups' ranges in one job), the stitch per capture group on the
     driver, the kept rows. A group whose stitch refuses is left out (`Ranged.refused`: the
     caller decodes only its files with the shuffle pipeline); None when every group refused
@@ -279,7 +288,7 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
            for r in tasks.where(F.col("kind") == "edge").select("rng", "extra").collect()}
     t1 = time.perf_counter()
     groups: list[_Group] = []
-    refused: list[int] = []
+    refused: list[int] = list(left or [])  # the planner's leftovers: the shuffle path's too
     reasons: list[str] = []
     first = 0
     for group in plan:

@@ -17,7 +17,7 @@ from tests.spark.support import LONG_CAPTURE, offline_keys, spark_keys
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
 from kanalyze.spark.pipeline import build  # noqa: E402
-from kanalyze.spark.range_stage import COUNTERS, plan_file  # noqa: E402
+from kanalyze.spark.range_stage import COUNTERS, plan_file, plan_groups  # noqa: E402
 from kanalyze.spark.units import list_inputs, rank_files  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -105,6 +105,11 @@ def test_local_uncompressed_captures_are_cut_unless_they_overlap_in_time(monkeyp
     assert plan_file(rank_files(list_inputs([str(tmp_path)]), None), 2) is None
     gz = [replace(one[0], compressed=True)]
     assert plan_file(gz, 2) is None
+    # per capture group: a group this path cannot take is left to the shuffle path alone
+    mixed = [replace(one[0], capture_id="a"), replace(two[1], rank=1, capture_id="b",
+                                                      compressed=True)]
+    planned, left = plan_groups(mixed, 2)
+    assert len(planned) == 1 and {r.layout.rank for r in planned[0]} == {0} and left == [1]
     remote = [replace(one[0], path="s3a://bucket/x.pcap")]
     assert plan_file(remote, 2) is None
 
