@@ -3,7 +3,8 @@ appended to a Parquet table as they complete, with each connection's state carri
 
     readStream binaryFile DIR    the new files of each micro-batch (paths only: the JVM never
                                  holds file contents)
-    mapInArrow                   stage 1: every TCP packet of each new file, keyed by connection
+    mapInArrow                   stage 1: every TCP segment of each new file, keyed by connection
+                                 (numbers and payload only: `kanalyze.spark.payload`)
     groupBy(capture, connection) Spark's state store holds, per connection, the pickled engine
      .applyInPandasWithState     (`ConnState`); each micro-batch feeds the connection's new
                                  packets in capture order and emits the exchanges that completed
@@ -48,7 +49,8 @@ from kanalyze.correlation import Exchange
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.flows import FlowStats, decode_segment
 from kanalyze.spark import schemas as R
-from kanalyze.spark.extract import conn_key
+from kanalyze.spark.payload import FROM_FIRST, RAW_LINKTYPE, rebuild
+from kanalyze.spark.payload import conn_key as payload_key
 from kanalyze.spark.rows import RowBuilder, row_context, stable_conn_id
 from kanalyze.spark.units import Plan, Unit, iter_unit, probe
 
@@ -73,7 +75,12 @@ PACKET_SCHEMA = pa.schema(
         ("file_first_ns", pa.int64()),
         ("file_no", pa.int64()),
         ("ts_ns", pa.int64()),
-        ("linktype", pa.int32()),
+        # the TCP segment without link and IP headers (`kanalyze.spark.payload`): what crosses
+        # the shuffle into the state step, as in the batch pipeline's stage 1
+        ("flags", pa.int32()),
+        ("seq", pa.int64()),
+        ("ack", pa.int64()),
+        ("cut", pa.int32()),
         ("data", pa.binary()),
     ]
 )
@@ -91,8 +98,9 @@ def local_or_uri(path: str) -> str:
 
 # --------------------------------------------------------------------------- stage 1
 def file_packets(path: str, capture_id: str) -> Iterator[pa.RecordBatch]:
-    """Every TCP packet of one file as rows keyed by connection. A file that is not a capture
-    gives no rows and one line on the task's stderr: the stream goes on."""
+    """Every TCP segment of one file as rows keyed by connection: its numbers and payload,
+    not its link and IP headers. A file that is not a capture gives no rows and one line on
+    the task's stderr: the stream goes on."""
     info = probe(path, capture_id)
     cols: dict[str, list] = {f.name: [] for f in PACKET_SCHEMA}
     if info.error:
@@ -105,15 +113,19 @@ def file_packets(path: str, capture_id: str) -> Iterator[pa.RecordBatch]:
             seg = decode_segment(pkt.linktype, pkt.data, flows)
             if seg is None:
                 continue
+            key, from_first = payload_key(seg)
             cols["capture_id"].append(capture_id)
-            cols["conn_key"].append(conn_key(seg))
+            cols["conn_key"].append(key)
             cols["file"].append(path)
             cols["file_id"].append(info.file_id)
             cols["file_first_ns"].append(info.first_ts_ns)
             cols["file_no"].append(pkt.file_no)
             cols["ts_ns"].append(pkt.ts_ns)
-            cols["linktype"].append(pkt.linktype)
-            cols["data"].append(bytes(pkt.data))
+            cols["flags"].append(seg.flags | FROM_FIRST if from_first else seg.flags)
+            cols["seq"].append(seg.seq)
+            cols["ack"].append(seg.ack)
+            cols["cut"].append(seg.cut)
+            cols["data"].append(bytes(seg.payload))
             if len(cols["data"]) >= R.BATCH_ROWS:
                 yield pa.RecordBatch.from_pydict(cols, schema=PACKET_SCHEMA)
                 cols = {f.name: [] for f in PACKET_SCHEMA}
@@ -160,16 +172,17 @@ class ConnState:
         index = {f: i for i, f in enumerate(self.files)}
         eng = self.engine
         rows: list[dict] = []
-        for file, fid, fno, ts, lt, data in zip(
-            pdf["file"], pdf["file_id"], pdf["file_no"], pdf["ts_ns"], pdf["linktype"],
-            pdf["data"], strict=True,
+        for key, file, fid, fno, ts, flg, sq, ak, cut, data in zip(
+            pdf["conn_key"], pdf["file"], pdf["file_id"], pdf["file_no"], pdf["ts_ns"],
+            pdf["flags"], pdf["seq"], pdf["ack"], pdf["cut"], pdf["data"], strict=True,
         ):  # fmt: skip
             rank = index.get(file)
             if rank is None:
                 rank = index[file] = len(self.files)
                 self.files.append(file)
             before = eng.next_id
-            eng.feed(Packet((rank << R.FRAME_BITS) | int(fno), int(ts), int(lt), data, rank,
+            raw = rebuild(key, int(flg), int(sq), int(ak), int(cut), data)
+            eng.feed(Packet((rank << R.FRAME_BITS) | int(fno), int(ts), RAW_LINKTYPE, raw, rank,
                             int(fno)))  # fmt: skip
             if eng.next_id != before:  # this packet began a new incarnation (or held flow)
                 self.firsts[before] = (fid, int(fno))

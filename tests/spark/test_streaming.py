@@ -23,7 +23,8 @@ import pandas as pd  # noqa: E402
 from kanalyze.engine import EngineOptions  # noqa: E402
 from kanalyze.flows import FlowStats, decode_segment  # noqa: E402
 from kanalyze.spark import schemas as R  # noqa: E402
-from kanalyze.spark.extract import conn_key  # noqa: E402
+from kanalyze.spark.payload import FROM_FIRST  # noqa: E402
+from kanalyze.spark.payload import conn_key as payload_key  # noqa: E402
 from kanalyze.spark.streaming import (  # noqa: E402
     ConnState,
     StreamConfig,
@@ -173,10 +174,12 @@ def _packets_by_connection(pieces: list[Path]) -> dict[bytes, list[dict]]:
             seg = decode_segment(pkt.linktype, pkt.data, flows)
             if seg is None:
                 continue
-            out.setdefault(conn_key(seg), []).append(
-                {"file": str(piece), "file_id": f"id-{rank}", "file_first_ns": rank,
-                 "file_no": pkt.file_no,
-                 "ts_ns": pkt.ts_ns, "linktype": pkt.linktype, "data": bytes(pkt.data)}
+            key, from_first = payload_key(seg)  # payload only, as file_packets ships it
+            out.setdefault(key, []).append(
+                {"conn_key": key, "file": str(piece), "file_id": f"id-{rank}",
+                 "file_first_ns": rank, "file_no": pkt.file_no, "ts_ns": pkt.ts_ns,
+                 "flags": seg.flags | FROM_FIRST if from_first else seg.flags, "seq": seg.seq,
+                 "ack": seg.ack, "cut": seg.cut, "data": bytes(seg.payload)}
             )  # fmt: skip
     return out
 
@@ -217,5 +220,10 @@ def test_a_file_that_is_not_a_capture_is_skipped_with_one_line(tmp_path, capsys)
     assert list(file_packets(str(notes), "cap")) == []
     err = capsys.readouterr().err
     assert err.startswith(f"kanalyze: {notes}: ") and err.endswith("(skipped)\n")
-    rows = sum(b.num_rows for b in file_packets(str(LONG_CAPTURE), "cap"))
-    assert rows == sum(1 for _ in read_capture(str(LONG_CAPTURE)))  # every packet is TCP here
+    batches = list(file_packets(str(LONG_CAPTURE), "cap"))
+    packets = list(read_capture(str(LONG_CAPTURE)))
+    assert sum(b.num_rows for b in batches) == len(packets)  # every packet is TCP here
+    # only the TCP payloads cross the shuffle, not the link and IP headers
+    flows = FlowStats()
+    payload = sum(len(decode_segment(p.linktype, p.data, flows).payload) for p in packets)
+    assert sum(len(d) for b in batches for d in b.column("data").to_pylist()) == payload
