@@ -56,7 +56,7 @@ def test_many_ranges_give_exactly_the_offline_exchanges(spark, tmp_path, monkeyp
     monkeypatch.setenv(RANGE_BYTES_ENV, "2048")  # ~20 ranges: connections cross many edges
     balance, rows, files = _build(spark, path, ranges=True)
     assert balance["ranges"] >= 15 and balance["bytes_shuffled_est"] == 0
-    assert balance["handovers"] >= 3  # connections really were handed across ranges
+    assert balance["handovers"] >= 2  # connections really were handed across ranges
     assert spark_keys(rows) == offline_keys(path)
     assert all(r["conn_id"] for r in rows)
     # topic names a Metadata response in an earlier range taught are filled in, as offline
