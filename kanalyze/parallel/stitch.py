@@ -46,6 +46,9 @@ class Stitched:
     gaps: int = 0
     handovers: int = 0  # connections handed from one range to a later one
     stale: int = 0  # requests of a later run dropped at a handover
+    # per exchange of `sequence`: the packet after which one engine releases it (FINAL: at the
+    # end of input); a consumer that also watches packets (stats' conv table) keeps in step
+    released: list[int] = field(default_factory=list)
 
 
 def _common(prev: ConnEdge, nxt: ConnEdge, mine: Own) -> tuple[int, tuple, tuple, frozenset] | None:
@@ -134,7 +137,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
             end = o.at_hi if o.hi != INF and o.at_hi is not None else (e.skipped, e.gaps)
             out.skipped += end[0] - o.at_lo[0]
             out.gaps += end[1] - o.at_lo[1]
-    out.sequence = order(results, own, out.ids, opts)
+    out.sequence = order(results, own, out.ids, opts, out.released)
     return out
 
 
