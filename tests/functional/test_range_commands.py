@@ -1,0 +1,149 @@
+"""`report --jobs N` and `stats --jobs N` print exactly what one process prints: every capture
+cut into ranges of a few hundred bytes (connections handed from range to range), the ranges
+run in this process (`kanalyze.parallel.range_session`), every output format; once through
+forked workers; a filtered run, a capture with gaps and a refused stitch run one process."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kanalyze.cli import main
+from kanalyze.parallel import range_engine, range_session
+from kanalyze.parallel.range_export import RANGE_BYTES_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = sorted(
+    str(p.relative_to(ROOT))
+    for pattern in ("captures/*.pcap", "captures/crafted/*.pcap*", "captures/replication/*.pcap*")
+    for p in ROOT.glob(pattern)
+    if not p.name.startswith("bad_")
+)
+# captures the stitch must succeed on when cut into tiny ranges (not a fallback)
+STITCHED = ["captures/kp_codecs.pcap", "captures/admin.pcap", "captures/replication/isr.pcap",
+            "captures/crafted/port_reuse.pcap"]
+MODES = {"report": ["report"], "report-json": ["report", "--json"], "stats": ["stats"],
+         "stats-json": ["stats", "--json"]}
+
+
+def cli(argv: list[str]) -> tuple[int, bytes, str]:
+    out, err = io.BytesIO(), io.StringIO()
+    text = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    with contextlib.redirect_stdout(text), contextlib.redirect_stderr(err):
+        code = main(argv)
+        text.flush()
+    return code, out.getvalue(), err.getvalue()
+
+
+@functools.cache
+def one_process(argv: tuple[str, ...]) -> tuple[int, bytes, str]:
+    """`--jobs 1` rendered once per capture and mode (shared by the range sizes)."""
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return cli([*argv, "--jobs", "1"])
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.fixture
+def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranges run one after the other in this process (no workers)."""
+    monkeypatch.chdir(ROOT)
+    real = range_session.run_tasks
+    monkeypatch.setattr(range_session, "run_tasks",
+                        lambda tasks, _workers, fn: real(tasks, None, fn))
+
+
+@pytest.mark.usefixtures("in_process")
+@pytest.mark.parametrize(
+    ("size", "tail"), [(600, range_engine.MAX_TAIL), (1500, 8)], ids=["600B", "1500B-handover"]
+)
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("capture", CAPTURES)
+def test_tiny_ranges_same_output(capture: str, mode: str, size: int, tail: int,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    want = one_process((*MODES[mode], capture))
+    monkeypatch.setattr(range_engine, "MAX_TAIL", tail)
+    monkeypatch.setenv(RANGE_BYTES_ENV, str(size))
+    got = cli([*MODES[mode], capture, "--jobs", "2"])
+    assert got == want
+    if capture in STITCHED:
+        assert range_session.last_fallback is None
+        assert range_session.last_ranges > 3
+
+
+@pytest.mark.usefixtures("in_process")
+def test_html_report_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`report --html` (with `--json` on stdout) from ranges: the same page and document."""
+    pytest.importorskip("plotly")
+    capture = "captures/kp_codecs.pcap"
+    one, two = tmp_path / "one.html", tmp_path / "two.html"
+    want = cli(["report", capture, "--html", str(one), "--json", "--jobs", "1"])
+    monkeypatch.setenv(RANGE_BYTES_ENV, "1500")
+    got = cli(["report", capture, "--html", str(two), "--json", "--jobs", "2"])
+    assert range_session.last_fallback is None
+    assert got == want
+    assert two.read_bytes() == one.read_bytes()
+
+
+@pytest.mark.usefixtures("in_process")
+@pytest.mark.parametrize(("capture", "why"), [
+    ("captures/crafted/gap.pcap", "gaps"),
+    ("captures/crafted/gzip.pcap.gz", "cannot be cut"),
+])
+def test_one_process_fallbacks(capture: str, why: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A capture with gaps (the notes count them, the stitch does not) and one that cannot be
+    cut run one process, with the same output."""
+    monkeypatch.setenv(RANGE_BYTES_ENV, "600")
+    for mode in ("report", "stats"):
+        got = cli([mode, capture, "--jobs", "3"])
+        assert why in (range_session.last_fallback or "")
+        assert got == one_process((mode, capture))
+
+
+@pytest.mark.usefixtures("in_process")
+def test_refused_stitch_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(range_engine, "MAX_TAIL", 0)
+    monkeypatch.setenv(RANGE_BYTES_ENV, "1500")
+    got = cli(["stats", "captures/kp_codecs.pcap", "--jobs", "2"])
+    assert "no common quiescent packet" in (range_session.last_fallback or "")
+    assert got == one_process(("stats", "captures/kp_codecs.pcap"))
+
+
+@pytest.mark.usefixtures("in_process")
+def test_filtered_run_is_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RANGE_BYTES_ENV, "600")
+    range_session.last_ranges = -1
+    argv = ["stats", "captures/kp_codecs.pcap", "-Y", 'api == "Produce"', "-z", "errors"]
+    got = cli([*argv, "--jobs", "2"])
+    assert range_session.last_ranges == -1  # never ran
+    assert got == cli([*argv, "--jobs", "1"])
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "two"])
+def test_bad_jobs_value(bad: str) -> None:
+    for mode in ("report", "stats"):
+        with pytest.raises(SystemExit) as e:
+            cli([mode, "captures/kp_codecs.pcap", "--jobs", bad])
+        assert e.value.code == 2
+
+
+def test_forked_workers_same_output() -> None:
+    """The CLI's own path (forked workers), ranges of 800 bytes: stdout and stderr equal."""
+    env = {**os.environ, RANGE_BYTES_ENV: "800", "PYTHONPATH": str(ROOT)}
+    for mode in ("report", "stats"):
+        cmd = [sys.executable, "-m", "kanalyze.cli", mode, "captures/lib_group_rebalance.pcap"]
+        one = subprocess.run([*cmd, "--jobs", "1"], cwd=ROOT, env=env, capture_output=True,
+                             check=True)
+        two = subprocess.run([*cmd, "--jobs", "3"], cwd=ROOT, env=env, capture_output=True,
+                             check=True)
+        assert one.stdout and two.stdout == one.stdout
+        assert two.stderr == one.stderr
