@@ -11,9 +11,11 @@ from kanalyze.analysis.summary import Summary
 from kanalyze.bodies import BodyDecoder, Records, error_codes
 from kanalyze.commands.common import (
     add_input_arguments,
+    add_jobs_argument,
     engine_options,
     explain_nothing,
     topic_names_of,
+    with_jobs,
 )
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
@@ -31,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_input_arguments(p)
     add_filter_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    add_jobs_argument(p)
     p.set_defaults(run=run)
 
 
@@ -52,7 +55,10 @@ def build(session: Session) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     base = Session(args.files, engine_options(args), progress=for_command(False))
-    doc = build(selected_session(args, base, DecodeContext(topic_names=topic_names_of(args))))
+    session = selected_session(args, base, DecodeContext(topic_names=topic_names_of(args)))
+    if session is base and not args.json:  # filters, and the peaks of --json: one process
+        session = base = with_jobs(base, args.jobs)
+    doc = build(session)
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")

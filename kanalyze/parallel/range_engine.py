@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from dissectors import Code
 from kanalyze.capture import CaptureError, Packet
@@ -90,6 +91,19 @@ def signature(conn: Connection) -> bytes | None:
     fins = tuple(None if h.fin_at is None else h.fin_at - h.next for h in (c2s, s2c))
     state = (conn.client_key, _abs(c2s, c2s.next), _abs(s2c, s2c.next), acks, fins)
     return hashlib.blake2b(repr(state).encode(), digest_size=16).digest()
+
+
+def counters(conn: Connection) -> tuple:
+    """Per direction (client, broker), what `DirectionTotals.add` adds at close, in its field
+    order (stream, frames, skipped, gaps, gap count, retransmitted, overlap conflicts, frames,
+    limit gaps, uncaptured), then the stream events kept and dropped so far and the counts by
+    code: a later run's counters minus its counters at the handover are what one process
+    adds from there."""
+    return tuple(
+        (h.next, f.pdu_bytes, f.skipped, h.gap_bytes, h.gaps, h.retransmitted,
+         h.overlap_conflicts, f.frames, h.limit_gaps, h.uncaptured, len(f.events),
+         f.events_dropped, dict(f.event_counts))
+        for h, f in ((conn.c2s, conn.cf), (conn.s2c, conn.sf)))
 
 
 def _eligible(awaits: tuple[MsgKey, ...], boundary: int, answered: int) -> bool:
@@ -189,6 +203,7 @@ class RangeEngine(Engine):
         if conn_id is None:  # a held connection was noted when it was first seen
             # a SYN opens a new connection; a SYN-ACK first is one met mid-handshake
             self.res.edge(conn.info.id, conn_key(key), self.cur, flags & (SYN | ACK) == SYN)
+        self.res.conns[conn.info.id].inserted = self.cur
         if self.res.index and not flags & SYN:
             # joined mid-stream: a client writes a request in one go and the last segment of
             # a write carries PSH, so framing the client side after the first pushed segment
@@ -271,10 +286,13 @@ class RangeEngine(Engine):
                 return
             awaits = awaited(c)
             mark = (self.cur, sig, *_acc(c), c.cf.resyncs + c.sf.resyncs, awaits)
+            tail = tail and _eligible(awaits, self.boundary, self.answered.get(cid, -1))
             if head:
                 edge.head.append(mark)
-            if tail and _eligible(awaits, self.boundary, self.answered.get(cid, -1)):
+            if tail:
                 edge.tail.append(mark)
+            if head or tail:
+                edge.counts[self.cur] = counters(c)
 
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
         was = conn.closed
@@ -292,6 +310,8 @@ class RangeEngine(Engine):
             edge.kafka = conn.kafka and not conn.ignored
             edge.ignored = conn.ignored or (not conn.kafka and bool(
                 conn.c2s.delivered + conn.s2c.delivered))
+            edge.final = counters(conn)
+            edge.events = (list(conn.cf.events), list(conn.sf.events))
 
 
 def _duplicate(msg: Message | None) -> bool:
@@ -341,6 +361,8 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
             if pkt.ts_ns > latest:
                 latest = pkt.ts_ns
             eng.feed(pkt)
+        fl = eng.stats.flows
+        res.flows = replace(fl, unsupported_linktypes=dict(fl.unsupported_linktypes))
         if not rng.last:
             _overlap(rng, eng, res)
     except CaptureError as e:

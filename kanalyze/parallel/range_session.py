@@ -31,6 +31,7 @@ from dissectors.context import DecodeContext
 from kanalyze.capture import CaptureStats, read_captures
 from kanalyze.correlation import ConnInfo, Exchange, Message
 from kanalyze.engine import Engine
+from kanalyze.parallel import range_stats
 from kanalyze.parallel.range_engine import FINAL
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV, RangeOutput, RangeTask, run_tasks
 from kanalyze.parallel.ranges import plan_ranges, run_range
@@ -92,7 +93,6 @@ class RangeSession(Session):
                 return
             outs, st, paths = got
             last_ranges = len(outs)
-            self._totals(outs, st)
             yield from _replay(outs, st, paths, self._tap())
 
     def _stitched(self, tmp: str) -> tuple[list[RangeOutput], Stitched, list[str]] | str:
@@ -112,23 +112,23 @@ class RangeSession(Session):
             st = stitch([o.result for o in outs], self.opts)
         except Unstitchable as e:
             return str(e)
-        if st.gaps:  # the closing notes say how many gaps: the stitch counts bytes only
-            return "bytes lost in capture gaps"
+        why = self._totals(outs, st)
+        if why is not None:
+            return why
         self.capture = CaptureStats(files=[self.paths[0]], packets=sum(r.count for r in ranges))
         return outs, st, [t.out_path for t in tasks]
 
-    def _totals(self, outs: list[RangeOutput], st: Stitched) -> None:
-        """`engine.stats` as the consumers read it after a stitched run: the bytes skipped and
-        lost (the closing notes) and the Kafka connections (one at least, or the stitch
-        refuses: nothing to explain)."""
+    def _totals(self, outs: list[RangeOutput], st: Stitched) -> str | None:
+        """`engine.stats` as one engine would have counted them (`range_stats`; the peaks
+        excepted), or why they cannot be had."""
+        try:
+            stats = range_stats.engine_stats([o.result for o in outs], st)
+        except Unstitchable as e:
+            return str(e)
         engine = Engine(lambda _ex: None, self.opts)
-        stats = engine.stats
-        stats.client.skipped, stats.client.gaps = st.skipped, st.gaps
-        roots = {(r, lid) for r, ids in enumerate(st.ids) for lid in ids
-                 if outs[r].result.conns[lid].kafka}
-        stats.kafka_connections = len({st.ids[r][lid] for r, lid in roots})
+        engine.stats = stats
         self.engine = engine
-
+        return None
 
     def _tap(self) -> Callable[[int], None] | None:
         """`on_packet` kept in step with the exchanges as in one process: a call with packet

@@ -1,7 +1,8 @@
-"""`report --jobs N` and `stats --jobs N` print exactly what one process prints: every capture
-cut into ranges of a few hundred bytes (connections handed from range to range), the ranges
-run in this process (`kanalyze.parallel.range_session`), every output format; once through
-forked workers; a filtered run, a capture with gaps and a refused stitch run one process."""
+"""`summary`, `report` and `stats` with `--jobs N` print exactly what one process prints: every
+capture cut into ranges of a few hundred bytes (connections handed from range to range), the
+ranges run in this process (`kanalyze.parallel.range_session`), every output format; the
+rebuilt engine statistics equal one engine's; once through forked workers; a filtered run,
+`summary --json` and a refused stitch run one process."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from kanalyze.cli import main
+from kanalyze.commands import summary
 from kanalyze.parallel import range_engine, range_session
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
+from kanalyze.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = sorted(
@@ -29,8 +32,8 @@ CAPTURES = sorted(
 # captures the stitch must succeed on when cut into tiny ranges (not a fallback)
 STITCHED = ["captures/kp_codecs.pcap", "captures/admin.pcap", "captures/replication/isr.pcap",
             "captures/crafted/port_reuse.pcap"]
-MODES = {"report": ["report"], "report-json": ["report", "--json"], "stats": ["stats"],
-         "stats-json": ["stats", "--json"]}
+MODES = {"summary": ["summary"], "report": ["report"], "report-json": ["report", "--json"],
+         "stats": ["stats"], "stats-json": ["stats", "--json"]}
 
 
 def cli(argv: list[str]) -> tuple[int, bytes, str]:
@@ -95,18 +98,44 @@ def test_html_report_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.usefixtures("in_process")
-@pytest.mark.parametrize(("capture", "why"), [
-    ("captures/crafted/gap.pcap", "gaps"),
-    ("captures/crafted/gzip.pcap.gz", "cannot be cut"),
-])
-def test_one_process_fallbacks(capture: str, why: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A capture with gaps (the notes count them, the stitch does not) and one that cannot be
-    cut run one process, with the same output."""
+@pytest.mark.parametrize(("size", "tail"), [(300, 4), (1500, 8)])
+def test_engine_statistics_rebuilt(size: int, tail: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every number of `summary --json` but the peaks (connections, bytes per direction,
+    packets that are not TCP, stream events with their offsets, limits) from the ranges equals
+    one engine's, on every capture the stitch accepts; most captures are stitched."""
+    monkeypatch.setattr(range_engine, "MAX_TAIL", tail)
+    stitched = 0
+    for capture in CAPTURES:
+        want = summary.build(Session([capture]))
+        monkeypatch.setenv(RANGE_BYTES_ENV, str(size))
+        got = summary.build(range_session.RangeSession([capture], jobs=2, processes=False))
+        monkeypatch.delenv(RANGE_BYTES_ENV)
+        if range_session.last_fallback is not None:
+            continue
+        stitched += 1
+        assert want.pop("peaks") != got.pop("peaks")
+        assert got == want, capture
+    assert stitched > len(CAPTURES) * 3 // 4
+
+
+@pytest.mark.usefixtures("in_process")
+def test_unsplittable_input_is_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(RANGE_BYTES_ENV, "600")
-    for mode in ("report", "stats"):
+    capture = "captures/crafted/gzip.pcap.gz"
+    for mode in ("summary", "report", "stats"):
         got = cli([mode, capture, "--jobs", "3"])
-        assert why in (range_session.last_fallback or "")
+        assert "cannot be cut" in (range_session.last_fallback or "")
         assert got == one_process((mode, capture))
+
+
+@pytest.mark.usefixtures("in_process")
+def test_summary_json_is_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`summary --json` prints the engine's peaks, which the ranges cannot rebuild."""
+    monkeypatch.setenv(RANGE_BYTES_ENV, "600")
+    range_session.last_ranges = -1
+    got = cli(["summary", "captures/kp_codecs.pcap", "--json", "--jobs", "2"])
+    assert range_session.last_ranges == -1  # never ran
+    assert got == one_process(("summary", "captures/kp_codecs.pcap", "--json"))
 
 
 @pytest.mark.usefixtures("in_process")
@@ -130,7 +159,7 @@ def test_filtered_run_is_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("bad", ["0", "-2", "two"])
 def test_bad_jobs_value(bad: str) -> None:
-    for mode in ("report", "stats"):
+    for mode in ("summary", "report", "stats"):
         with pytest.raises(SystemExit) as e:
             cli([mode, "captures/kp_codecs.pcap", "--jobs", bad])
         assert e.value.code == 2
@@ -139,7 +168,7 @@ def test_bad_jobs_value(bad: str) -> None:
 def test_forked_workers_same_output() -> None:
     """The CLI's own path (forked workers), ranges of 800 bytes: stdout and stderr equal."""
     env = {**os.environ, RANGE_BYTES_ENV: "800", "PYTHONPATH": str(ROOT)}
-    for mode in ("report", "stats"):
+    for mode in ("summary", "report", "stats"):
         cmd = [sys.executable, "-m", "kanalyze.cli", mode, "captures/lib_group_rebalance.pcap"]
         one = subprocess.run([*cmd, "--jobs", "1"], cwd=ROOT, env=env, capture_output=True,
                              check=True)
