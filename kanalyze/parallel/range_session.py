@@ -51,6 +51,13 @@ def _owned(msg: Message | None) -> Message | None:
     return replace(msg, pdu=msg.pdu._replace(data=bytes(msg.pdu.data)))
 
 
+def _moved(msg: Message | None, by: int) -> Message | None:
+    if msg is None or not by:
+        return msg
+    msg.pdu = msg.pdu._replace(offset=msg.pdu.offset + by)
+    return msg
+
+
 def collect_range(task: RangeTask) -> RangeOutput:
     """One range's exchanges, pickled one after the other into `task.out_path` (the
     `RangeOutput.lines` entries give each one's offset, size and local connection id)."""
@@ -91,11 +98,12 @@ class RangeSession(Session):
                 last_fallback = got
                 yield from Session.exchanges(self)
                 return
-            outs, st, paths = got
+            outs, st, paths, shifts = got
             last_ranges = len(outs)
-            yield from _replay(outs, st, paths, self._tap())
+            yield from _replay(outs, st, paths, shifts, self._tap())
 
-    def _stitched(self, tmp: str) -> tuple[list[RangeOutput], Stitched, list[str]] | str:
+    def _stitched(self, tmp: str) -> tuple[list[RangeOutput], Stitched, list[str],
+                                           dict[tuple[int, int], tuple[int, int]]] | str:
         """The ranges run and stitched, or why not (then this is a one-process run)."""
         range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
         ranges = plan_ranges(self.paths, self.jobs, range_bytes, bodies=False)
@@ -112,23 +120,20 @@ class RangeSession(Session):
             st = stitch([o.result for o in outs], self.opts)
         except Unstitchable as e:
             return str(e)
-        why = self._totals(outs, st)
-        if why is not None:
-            return why
-        self.capture = CaptureStats(files=[self.paths[0]], packets=sum(r.count for r in ranges))
-        return outs, st, [t.out_path for t in tasks]
-
-    def _totals(self, outs: list[RangeOutput], st: Stitched) -> str | None:
-        """`engine.stats` as one engine would have counted them (`range_stats`; the peaks
-        excepted), or why they cannot be had."""
         try:
-            stats = range_stats.engine_stats([o.result for o in outs], st)
+            self._totals(outs, st)
+            shifts = range_stats.offset_shifts([o.result for o in outs], st)
         except Unstitchable as e:
             return str(e)
+        self.capture = CaptureStats(files=[self.paths[0]], packets=sum(r.count for r in ranges))
+        return outs, st, [t.out_path for t in tasks], shifts
+
+    def _totals(self, outs: list[RangeOutput], st: Stitched) -> None:
+        """`engine.stats` as one engine would have counted them (`range_stats`; the peaks
+        excepted); raises `Unstitchable` when they cannot be had."""
         engine = Engine(lambda _ex: None, self.opts)
-        engine.stats = stats
+        engine.stats = range_stats.engine_stats([o.result for o in outs], st)
         self.engine = engine
-        return None
 
     def _tap(self) -> Callable[[int], None] | None:
         """`on_packet` kept in step with the exchanges as in one process: a call with packet
@@ -153,6 +158,7 @@ class RangeSession(Session):
 
 
 def _replay(outs: list[RangeOutput], st: Stitched, paths: list[str],
+            shifts: dict[tuple[int, int], tuple[int, int]],
             tap: Callable[[int], None] | None) -> Iterator[Exchange]:
     """The exchanges that stand, in the stitched order, with the run's connection ids."""
     maps: list[mmap.mmap | None] = []
@@ -173,6 +179,10 @@ def _replay(outs: list[RangeOutput], st: Stitched, paths: list[str],
             info = infos.get((r, lid))
             if info is None:
                 info = infos[(r, lid)] = replace(ex.conn, id=st.ids[r][lid])
+            shift = shifts.get((r, lid))
+            if shift is not None:  # stream offsets as the run counts them
+                ex = ex._replace(request=_moved(ex.request, shift[0]),
+                                 response=_moved(ex.response, shift[1]))
             yield ex._replace(conn=info)
         if tap is not None:
             tap(FINAL)

@@ -48,13 +48,8 @@ def engine_stats(results: Sequence[RangeResult], st: Stitched,
             setattr(fl, name, getattr(fl, name) + getattr(got, name))
         for lt, n in got.unsupported_linktypes.items():
             fl.unsupported_linktypes[lt] = fl.unsupported_linktypes.get(lt, 0) + n
-    chains: dict[int, list[tuple[int, int, int]]] = {}  # run id -> [(lo, range, local id)]
-    for r, own in enumerate(st.own):
-        for lid, o in own.items():
-            chains.setdefault(st.ids[r][lid], []).append((o.lo, r, lid))
     closing = []
-    for gid, chain in chains.items():
-        chain.sort()
+    for gid, chain in _chains(st).items():
         _lo, r0, l0 = chain[0]
         root = results[r0].conns[l0]
         last = results[chain[-1][1]].conns[chain[-1][2]]
@@ -92,11 +87,9 @@ def _sides(results: Sequence[RangeResult], st: Stitched, gid: int,
         counts: dict[str, int] = {}
         for _lo, r, lid in chain:
             edge = results[r].conns[lid]
-            o = st.own[r][lid]
-            at_lo = edge.counts.get(o.lo) if o.lo else _ZERO
-            at_hi = edge.final if o.hi == INF else edge.counts.get(o.hi)
-            if at_lo is None or at_hi is None or edge.events is None:
-                raise Unstitchable("a handover without the engine's counts")
+            at_lo, at_hi = _bounds(results, st, r, lid)
+            if edge.events is None:
+                raise Unstitchable("a connection without its stream events")
             a, b = at_lo[side], at_hi[side]
             if b[11] != a[11]:
                 raise Unstitchable("stream events past a framer's cap")
@@ -112,6 +105,48 @@ def _sides(results: Sequence[RangeResult], st: Stitched, gid: int,
         dropped = max(len(events) - MAX_EVENTS, 0)
         out.append((nums, events[:MAX_EVENTS], counts, dropped))
     return out
+
+
+def offset_shifts(results: Sequence[RangeResult], st: Stitched) -> dict[tuple[int, int],
+                                                                      tuple[int, int]]:
+    """Per owning view (range, local id) of a connection handed over, what to add to its
+    stream offsets (client side, broker side) to make them the run's: a later run counts from
+    where it joined. Views not listed need nothing."""
+    out: dict[tuple[int, int], tuple[int, int]] = {}
+    for chain in _chains(st).values():
+        if len(chain) < 2:
+            continue
+        run = [0, 0]  # the run's stream offsets where the current owner began
+        for _lo, r, lid in chain:
+            at_lo, at_hi = _bounds(results, st, r, lid)
+            shift = (run[0] - at_lo[0][0], run[1] - at_lo[1][0])
+            if shift != (0, 0):
+                out[(r, lid)] = shift
+            for side in (0, 1):
+                run[side] += at_hi[side][0] - at_lo[side][0]
+    return out
+
+
+def _chains(st: Stitched) -> dict[int, list[tuple[int, int, int]]]:
+    """Run connection id -> its owners as (lo, range, local id), in packet order."""
+    chains: dict[int, list[tuple[int, int, int]]] = {}
+    for r, own in enumerate(st.own):
+        for lid, o in own.items():
+            chains.setdefault(st.ids[r][lid], []).append((o.lo, r, lid))
+    for chain in chains.values():
+        chain.sort()
+    return chains
+
+
+def _bounds(results: Sequence[RangeResult], st: Stitched, r: int, lid: int) -> tuple[tuple, tuple]:
+    """A view's counters where its part of the connection begins and ends."""
+    edge = results[r].conns[lid]
+    o = st.own[r][lid]
+    at_lo = edge.counts.get(o.lo) if o.lo else _ZERO
+    at_hi = edge.final if o.hi == INF else edge.counts.get(o.hi)
+    if at_lo is None or at_hi is None:
+        raise Unstitchable("a handover without the engine's counts")
+    return at_lo, at_hi
 
 
 def _add(totals: DirectionTotals, nums: list[int]) -> None:

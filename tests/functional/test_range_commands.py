@@ -119,6 +119,24 @@ def test_engine_statistics_rebuilt(size: int, tail: int, monkeypatch: pytest.Mon
 
 
 @pytest.mark.usefixtures("in_process")
+@pytest.mark.parametrize(("size", "tail"), [(600, 32), (1500, 8)])
+def test_same_exchanges(size: int, tail: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session yields the exchanges one engine yields, field for field: connection ids,
+    headers, diagnostics, packet numbers and the frames' stream offsets (moved to the run's
+    where a later range joined a connection: `range_stats.offset_shifts`)."""
+    monkeypatch.setattr(range_engine, "MAX_TAIL", tail)
+    stitched = 0
+    for capture in CAPTURES:
+        want = list(Session([capture]).exchanges())
+        monkeypatch.setenv(RANGE_BYTES_ENV, str(size))
+        got = list(range_session.RangeSession([capture], jobs=2, processes=False).exchanges())
+        monkeypatch.delenv(RANGE_BYTES_ENV)
+        stitched += range_session.last_fallback is None
+        assert got == want, capture
+    assert stitched > len(CAPTURES) * 3 // 4
+
+
+@pytest.mark.usefixtures("in_process")
 def test_unsplittable_input_is_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(RANGE_BYTES_ENV, "600")
     capture = "captures/crafted/gzip.pcap.gz"
