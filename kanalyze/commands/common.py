@@ -273,7 +273,8 @@ def with_jobs(session: Session, jobs: int | None) -> Session:
         return session
     from kanalyze.parallel.range_session import RangeSession
 
-    return RangeSession(session.paths, session.opts, progress=session.progress, jobs=n)
+    return RangeSession(session.paths, session.opts, progress=session.progress,
+                        on_packet=session.on_packet, jobs=n)
 
 
 def report_capture_problems(session: Session) -> None:

@@ -112,14 +112,17 @@ def _child(tasks: list[RangeTask], conn: Connection,
         conn.close()
 
 
-def run_tasks(tasks: list[RangeTask], workers: int | None,
+def run_tasks(tasks: list[RangeTask], workers: Executor | int | None,
               fn: Callable[[RangeTask], RangeOutput] = export_range) -> list[RangeOutput]:
     """`fn` over every range: in this process one after another (`workers` None), or range 0
-    here and the others over `workers` forked workers (round robin): a fork starts at once
-    with every module this process imported, where a spawned worker spends ~0.1 s. Raises
-    OSError when a worker failed."""
+    here and the others in a pool of spawned workers, or over `workers` forked workers (round
+    robin): a fork starts at once with every module this process imported, where a spawned
+    worker spends ~0.1 s. Raises OSError when a worker failed."""
     if workers is None:
         return [fn(t) for t in tasks]
+    if not isinstance(workers, int):
+        futures = [workers.submit(fn, t) for t in tasks[1:]]
+        return [fn(tasks[0])] + [f.result() for f in futures]
     n = workers
     fork = mp.get_context("fork")
     shares = [tasks[1 + i :: n] for i in range(n)]
@@ -153,11 +156,7 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
     a number of workers to fork, or None (every range in this process, one after another)."""
     tasks = [RangeTask(r, opts, ctx, header_only, os.path.join(tmp, f"r{r.index}.ndjson"))
              for r in ranges]
-    if workers is None or isinstance(workers, int):
-        outs = run_tasks(tasks, workers)
-    else:
-        futures = [workers.submit(export_range, t) for t in tasks[1:]]
-        outs = [export_range(tasks[0])] + [f.result() for f in futures]
+    outs = run_tasks(tasks, workers)
     timings["shards"] = shards = [o.result.cpu_s for o in outs]
     timings["balance"] = max(shards) * len(shards) / (sum(shards) or 1.0)
     cpu = time.process_time()

@@ -84,7 +84,8 @@ def collect_range(task: RangeTask) -> RangeOutput:
 class RangeSession(Session):
     """`Session` with `jobs` processes over byte ranges (see the module docstring).
     `processes=False` runs the ranges one after the other in this process (the tests' way to
-    cut a capture into many ranges cheaply)."""
+    cut a capture into many ranges cheaply). `hold` is not called: the exchanges are read
+    back one at a time, nothing waits in memory."""
 
     jobs: int = 1
     processes: bool = True
