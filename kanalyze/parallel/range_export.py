@@ -75,7 +75,7 @@ def export_range(task: RangeTask) -> RangeOutput:
     return RangeOutput(res, lines, recorded, bad)
 
 
-def _check_names(outs: Sequence[RangeOutput], st: Stitched, preloaded: dict[str, str]) -> None:
+def check_names(outs: Sequence[RangeOutput], st: Stitched, preloaded: dict[str, str]) -> None:
     """Every topic-id name a range's decode read must be the one the run knew by then."""
     if not any(o.names for o in outs):
         return
@@ -164,7 +164,7 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
         if any(o.bad_line for o in outs):
             raise Unstitchable("a line without its connection id first")
         st = stitch([o.result for o in outs], opts)
-        _check_names(outs, st, ctx.topic_names)
+        check_names(outs, st, ctx.topic_names)
     except Unstitchable as e:
         return str(e)
     timings["stitch"] = time.process_time() - cpu

@@ -1,21 +1,26 @@
-"""`--jobs N` for the commands that consume exchanges (`report`, `stats`): a `Session` whose
-exchanges come from byte ranges run in parallel, stitched back into the one-process order.
+"""`--jobs N` for the commands that consume exchanges (`summary`, `report`, `stats`, the
+TUI's index): a `Session` whose exchanges come from byte ranges run in parallel, stitched back
+into the one-process order.
 
 Each range's engine (range 0 in this process, the others in forked workers, as for `export`)
 writes every exchange it completes, pickled, into a scratch file; the stitch
 (`kanalyze.parallel.stitch`) says which of them stand, in what order and with which
-connection id; `exchanges()` then reads them back in that order, connection ids replaced by
-the run's. The consumers (the report's analyzers, the stats collectors, body decoding and
-topic names learned in wire order) are the unchanged one-process code fed the same exchanges
-in the same order, so their output is the same by construction: what runs in parallel is the
-engine (reassembly, framing, correlation), what stays serial is decoding and analysis.
+connection id; `exchanges()` then reads them back in that order with the run's connection
+ids and stream offsets (`range_stats.offset_shifts`). The consumers (the report's analyzers,
+the stats collectors, the TUI's store; body decoding and topic names learned in wire order)
+are the unchanged one-process code fed the same exchanges in the same order, so their output
+is the same by construction: what runs in parallel is the engine (reassembly, framing,
+correlation), what stays serial is decoding and analysis. `digests(make)` moves per-exchange
+work into the ranges as well: each range ships what `make`'s digest returns for its exchanges
+instead of them (`summary`: the frameless exchange and its response's error codes), checked
+like `export` for topic-id names read in one range and taught in another.
 
-What the consumers read besides exchanges: the packet count and files (`capture`), the bytes
-skipped and lost in gaps (`engine.stats`, filled from the stitch; only those and the number of
-Kafka connections are meaningful, which is why `summary`, which prints the engine's peaks and
-stream events, stays one process), and `on_packet` (the stats `conv` table), fed by one plain
-walk over the packets in this process. When the stitch refuses, or a worker fails, the
-session runs as one process (`Session.exchanges`): nothing has been yielded by then.
+What the consumers read besides exchanges: the packet count and files (`capture`), the
+engine's statistics (`engine.stats`, rebuilt by `range_stats` without the peaks: `summary
+--json`, which prints them, stays one process), and `on_packet` (the stats `conv` table, the
+TUI's progress), fed by one plain walk over the packets in this process, kept in step with
+the exchanges. When the stitch refuses, or a worker fails, the session runs as one process
+(`Session.exchanges`): nothing has been yielded by then.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import pickle
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 
 from dissectors.context import DecodeContext
 from kanalyze.capture import CaptureStats, read_captures
@@ -33,9 +39,16 @@ from kanalyze.correlation import ConnInfo, Exchange, Message
 from kanalyze.engine import Engine
 from kanalyze.parallel import range_stats
 from kanalyze.parallel.range_engine import FINAL
-from kanalyze.parallel.range_export import RANGE_BYTES_ENV, RangeOutput, RangeTask, run_tasks
+from kanalyze.parallel.range_export import (
+    RANGE_BYTES_ENV,
+    RangeOutput,
+    RangeTask,
+    check_names,
+    run_tasks,
+)
 from kanalyze.parallel.ranges import plan_ranges, run_range
 from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
+from kanalyze.parallel.worker import RecordingNames
 from kanalyze.session import Session
 
 # tests and benchmarks read these after a run
@@ -58,26 +71,56 @@ def _moved(msg: Message | None, by: int) -> Message | None:
     return msg
 
 
-def collect_range(task: RangeTask) -> RangeOutput:
-    """One range's exchanges, pickled one after the other into `task.out_path` (the
-    `RangeOutput.lines` entries give each one's offset, size and local connection id)."""
+# A digest: built per range with the run's topic-name registry (a plain dict, or one noting
+# what each exchange's decode read and taught), called with every exchange in the range's
+# completion order; it returns a tuple whose first item is the exchange, shipped without its
+# frames' bytes, which the parent gives the run's connection id and stream offsets.
+Digest = Callable[[Exchange], tuple]
+MakeDigest = Callable[[dict[str, str]], Digest]
+
+
+def collect_range(task: RangeTask, make: MakeDigest | None = None) -> RangeOutput:
+    """One range's exchanges (or their digests), pickled one after the other into
+    `task.out_path` (the `RangeOutput.lines` entries give each one's offset, size and local
+    connection id; `.names` the topic-id names each digest read and taught)."""
     items: list[tuple[int, int, int]] = []
+    recorded: dict[int, tuple[dict[str, str | None], dict[str, str]]] = {}
+    names = RecordingNames({})
+    digest = make(names) if make is not None else None
     pos = 0
     dumps = pickle.dumps
     with open(task.out_path, "wb") as out:
 
         def on_exchange(ex: Exchange) -> None:
             nonlocal pos
-            if ex.request is not None and type(ex.request.pdu.data) is not bytes or \
+            cid = ex.conn.id
+            if digest is not None:
+                names.reads, names.writes = {}, {}
+                got = digest(ex)
+                value: object = (frameless(got[0]), *got[1:])
+                if names.reads or names.writes:
+                    recorded[len(items)] = (names.reads, names.writes)
+            elif ex.request is not None and type(ex.request.pdu.data) is not bytes or \
                     ex.response is not None and type(ex.response.pdu.data) is not bytes:
-                ex = ex._replace(request=_owned(ex.request), response=_owned(ex.response))
-            blob = dumps(ex, pickle.HIGHEST_PROTOCOL)
-            items.append((pos, len(blob), ex.conn.id))
+                value = ex._replace(request=_owned(ex.request), response=_owned(ex.response))
+            else:
+                value = ex
+            blob = dumps(value, pickle.HIGHEST_PROTOCOL)
+            items.append((pos, len(blob), cid))
             out.write(blob)
             pos += len(blob)
 
         res = run_range(task.rng, task.opts, on_exchange)
-    return RangeOutput(res, items)
+    return RangeOutput(res, items, recorded)
+
+
+def frameless(ex: Exchange) -> Exchange:
+    """`ex` without its frames' bytes (a digest that needs the rest: cheap to ship)."""
+    return ex._replace(request=_bare(ex.request), response=_bare(ex.response))
+
+
+def _bare(msg: Message | None) -> Message | None:
+    return None if msg is None else replace(msg, pdu=msg.pdu._replace(data=b""))
 
 
 @dataclass(slots=True)
@@ -91,20 +134,29 @@ class RangeSession(Session):
     processes: bool = True
 
     def exchanges(self) -> Iterator[Exchange]:
+        return self._run(None)  # type: ignore[return-value]
+
+    def digests(self, make: MakeDigest) -> Iterator[tuple]:
+        """What `make`'s digest returns for each exchange, in the one-process order, computed
+        in the ranges (one process: here, from a registry that starts empty)."""
+        return self._run(make)
+
+    def _run(self, make: MakeDigest | None) -> Iterator[object]:
         global last_fallback, last_ranges
         last_fallback, last_ranges = None, 0
         with tempfile.TemporaryDirectory(prefix="kanalyze-jobs-") as tmp:
-            got = self._stitched(tmp)
+            got = self._stitched(tmp, make)
             if isinstance(got, str):
                 last_fallback = got
-                yield from Session.exchanges(self)
+                exchanges = Session.exchanges(self)
+                yield from exchanges if make is None else map(make({}), exchanges)
                 return
             outs, st, paths, shifts = got
             last_ranges = len(outs)
-            yield from _replay(outs, st, paths, shifts, self._tap())
+            yield from _replay(outs, st, paths, shifts, self._tap(), make is not None)
 
-    def _stitched(self, tmp: str) -> tuple[list[RangeOutput], Stitched, list[str],
-                                           dict[tuple[int, int], tuple[int, int]]] | str:
+    def _stitched(self, tmp: str, make: MakeDigest | None) -> tuple[
+            list[RangeOutput], Stitched, list[str], dict[tuple[int, int], tuple[int, int]]] | str:
         """The ranges run and stitched, or why not (then this is a one-process run)."""
         range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
         ranges = plan_ranges(self.paths, self.jobs, range_bytes, bodies=False)
@@ -114,14 +166,13 @@ class RangeSession(Session):
         tasks = [RangeTask(r, self.opts, ctx, True, os.path.join(tmp, f"r{r.index}.pickle"))
                  for r in ranges]
         try:
-            outs = run_tasks(tasks, self.jobs - 1 if self.processes else None, collect_range)
+            outs = run_tasks(tasks, self.jobs - 1 if self.processes else None,
+                             partial(collect_range, make=make))
         except OSError as e:
             return f"workers failed: {e}"
         try:
             st = stitch([o.result for o in outs], self.opts)
-        except Unstitchable as e:
-            return str(e)
-        try:
+            check_names(outs, st, {})
             self._totals(outs, st)
             shifts = range_stats.offset_shifts([o.result for o in outs], st)
         except Unstitchable as e:
@@ -160,8 +211,9 @@ class RangeSession(Session):
 
 def _replay(outs: list[RangeOutput], st: Stitched, paths: list[str],
             shifts: dict[tuple[int, int], tuple[int, int]],
-            tap: Callable[[int], None] | None) -> Iterator[Exchange]:
-    """The exchanges that stand, in the stitched order, with the run's connection ids."""
+            tap: Callable[[int], None] | None, digests: bool) -> Iterator[object]:
+    """The exchanges (or digests) that stand, in the stitched order, with the run's
+    connection ids."""
     maps: list[mmap.mmap | None] = []
     try:
         for p in paths:
@@ -176,7 +228,8 @@ def _replay(outs: list[RangeOutput], st: Stitched, paths: list[str],
             off, size, lid = outs[r].lines[i]
             m = maps[r]
             assert m is not None
-            ex: Exchange = loads(m[off : off + size])
+            got = loads(m[off : off + size])
+            ex: Exchange = got[0] if digests else got
             info = infos.get((r, lid))
             if info is None:
                 info = infos[(r, lid)] = replace(ex.conn, id=st.ids[r][lid])
@@ -184,7 +237,8 @@ def _replay(outs: list[RangeOutput], st: Stitched, paths: list[str],
             if shift is not None:  # stream offsets as the run counts them
                 ex = ex._replace(request=_moved(ex.request, shift[0]),
                                  response=_moved(ex.response, shift[1]))
-            yield ex._replace(conn=info)
+            ex = ex._replace(conn=info)
+            yield (ex, *got[1:]) if digests else ex
         if tap is not None:
             tap(FINAL)
     finally:
@@ -193,4 +247,4 @@ def _replay(outs: list[RangeOutput], st: Stitched, paths: list[str],
                 m.close()
 
 
-__all__ = ["RangeSession", "collect_range"]
+__all__ = ["Digest", "MakeDigest", "RangeSession", "collect_range", "frameless"]
