@@ -65,11 +65,16 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda tasks, _workers, fn: real(tasks, None, fn))
 
 
+# every format with ranges of 600 bytes; the documents again with connections handed over
+# (their text forms render the same documents; `test_same_exchanges` checks every field)
+CASES = [pytest.param(mode, 600, range_engine.MAX_TAIL, id=f"{mode}-600B") for mode in MODES] + [
+    pytest.param(mode, 1500, 8, id=f"{mode}-1500B-handover")
+    for mode in ("summary", "report-json", "stats-json")
+]
+
+
 @pytest.mark.usefixtures("in_process")
-@pytest.mark.parametrize(
-    ("size", "tail"), [(600, range_engine.MAX_TAIL), (1500, 8)], ids=["600B", "1500B-handover"]
-)
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize(("mode", "size", "tail"), CASES)
 @pytest.mark.parametrize("capture", CAPTURES)
 def test_tiny_ranges_same_output(capture: str, mode: str, size: int, tail: int,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
