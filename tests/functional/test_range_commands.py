@@ -6,9 +6,7 @@ rebuilt engine statistics equal one engine's; once through forked workers; a fil
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import os
 import subprocess
 import sys
@@ -16,33 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from kanalyze.cli import main
 from kanalyze.commands import summary
 from kanalyze.parallel import range_engine, range_session
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
 from kanalyze.session import Session
+from tests.functional.test_ranges import CAPTURES, ROOT, cli
 
-ROOT = Path(__file__).resolve().parents[2]
-CAPTURES = sorted(
-    str(p.relative_to(ROOT))
-    for pattern in ("captures/*.pcap", "captures/crafted/*.pcap*", "captures/replication/*.pcap*")
-    for p in ROOT.glob(pattern)
-    if not p.name.startswith("bad_")
-)
 # captures the stitch must succeed on when cut into tiny ranges (not a fallback)
 STITCHED = ["captures/kp_codecs.pcap", "captures/admin.pcap", "captures/replication/isr.pcap",
             "captures/crafted/port_reuse.pcap"]
 MODES = {"summary": ["summary"], "report": ["report"], "report-json": ["report", "--json"],
          "stats": ["stats"], "stats-json": ["stats", "--json"]}
-
-
-def cli(argv: list[str]) -> tuple[int, bytes, str]:
-    out, err = io.BytesIO(), io.StringIO()
-    text = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
-    with contextlib.redirect_stdout(text), contextlib.redirect_stderr(err):
-        code = main(argv)
-        text.flush()
-    return code, out.getvalue(), err.getvalue()
 
 
 @functools.cache
