@@ -25,7 +25,6 @@ the exchanges. When the stitch refuses, or a worker fails, the session runs as o
 
 from __future__ import annotations
 
-import mmap
 import os
 import pickle
 import tempfile
@@ -213,22 +212,18 @@ def _replay(outs: list[RangeOutput], st: Stitched, paths: list[str],
             shifts: dict[tuple[int, int], tuple[int, int]],
             tap: Callable[[int], None] | None, digests: bool) -> Iterator[object]:
     """The exchanges (or digests) that stand, in the stitched order, with the run's
-    connection ids."""
-    maps: list[mmap.mmap | None] = []
+    connection ids. Each is read from its scratch file on its own (`os.pread`: mapping the
+    files would count every page read back in this process's RSS, as much as the capture's
+    frames)."""
+    fds = [os.open(p, os.O_RDONLY) for p in paths]
     try:
-        for p in paths:
-            with open(p, "rb") as f:
-                size = f.seek(0, 2)
-                maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None)
         infos: dict[tuple[int, int], ConnInfo] = {}
-        loads = pickle.loads
+        loads, pread = pickle.loads, os.pread
         for (r, i), at in zip(st.sequence, st.released, strict=True):
             if tap is not None:
                 tap(at)
             off, size, lid = outs[r].lines[i]
-            m = maps[r]
-            assert m is not None
-            got = loads(m[off : off + size])
+            got = loads(pread(fds[r], size, off))
             ex: Exchange = got[0] if digests else got
             info = infos.get((r, lid))
             if info is None:
@@ -242,9 +237,8 @@ def _replay(outs: list[RangeOutput], st: Stitched, paths: list[str],
         if tap is not None:
             tap(FINAL)
     finally:
-        for m in maps:
-            if m is not None:
-                m.close()
+        for fd in fds:
+            os.close(fd)
 
 
 __all__ = ["Digest", "MakeDigest", "RangeSession", "collect_range", "frameless"]
