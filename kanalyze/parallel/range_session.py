@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from dissectors.context import DecodeContext
-from kanalyze.capture import CaptureStats, read_captures
+from kanalyze.capture import CaptureError, CaptureStats, read_captures
 from kanalyze.correlation import ConnInfo, Exchange, Message
 from kanalyze.engine import Engine
 from kanalyze.parallel import range_stats
@@ -158,7 +158,10 @@ class RangeSession(Session):
             list[RangeOutput], Stitched, list[str], dict[tuple[int, int], tuple[int, int]]] | str:
         """The ranges run and stitched, or why not (then this is a one-process run)."""
         range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
-        ranges = plan_ranges(self.paths, self.jobs, range_bytes, bodies=False)
+        try:
+            ranges = plan_ranges(self.paths, self.jobs, range_bytes, bodies=False)
+        except CaptureError:  # not a capture: one process says so, in its words
+            return "the input is not a capture"
         if ranges is None:
             return "the input cannot be cut into ranges"
         ctx = DecodeContext()  # unused: the ranges decode no body

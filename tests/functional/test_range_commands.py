@@ -162,6 +162,19 @@ def test_filtered_run_is_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
     assert got == cli([*argv, "--jobs", "1"])
 
 
+@pytest.mark.parametrize("capture", ["bad_empty.pcap", "bad_garbage.bin", "bad_text.txt"])
+def test_not_a_capture_same_error(capture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An input that is not a capture: the one-process error line and exit status (the
+    planner's own error is not shown), `export` too."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv(RANGE_BYTES_ENV, "600")
+    path = f"captures/crafted/{capture}"
+    for mode in ("summary", "report", "stats", "export"):
+        got = cli([mode, path, "--jobs", "2"])
+        assert got[0] == 2 and f"error: {path}: " in got[2]
+        assert got == one_process((mode, path))
+
+
 @pytest.mark.parametrize("bad", ["0", "-2", "two"])
 def test_bad_jobs_value(bad: str) -> None:
     for mode in ("summary", "report", "stats"):
