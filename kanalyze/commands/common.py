@@ -274,7 +274,8 @@ def with_jobs(session: Session, jobs: int | None) -> Session:
     from kanalyze.parallel.range_session import RangeSession
 
     return RangeSession(session.paths, session.opts, progress=session.progress,
-                        on_packet=session.on_packet, jobs=n)
+                        on_packet=session.on_packet, hold=session.hold,
+                        park_held=session.park_held, jobs=n)
 
 
 def report_capture_problems(session: Session) -> None:

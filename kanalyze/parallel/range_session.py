@@ -129,21 +129,22 @@ def collect_range(task: RangeTask, make: MakeDigest | None = None) -> RangeOutpu
 class RangeSession(Session):
     """`Session` with `jobs` processes over byte ranges (see the module docstring).
     `processes=False` runs the ranges one after the other in this process (the tests' way to
-    cut a capture into many ranges cheaply). `hold` is not called: the exchanges are read
-    back one at a time, nothing waits in memory."""
+    cut a capture into many ranges cheaply). A stitched run does not call `hold` (the
+    exchanges are read back one at a time: nothing waits in memory); one that falls back to
+    one process uses it and `park_held` as `Session` does."""
 
     jobs: int = 1
     processes: bool = True
 
     def exchanges(self) -> Iterator[Exchange]:
-        return self._run(None)  # type: ignore[return-value]
+        return self._ranged(None)  # type: ignore[return-value]
 
     def digests(self, make: MakeDigest) -> Iterator[tuple]:
         """What `make`'s digest returns for each exchange, in the one-process order, computed
         in the ranges (one process: here, from a registry that starts empty)."""
-        return self._run(make)
+        return self._ranged(make)
 
-    def _run(self, make: MakeDigest | None) -> Iterator[object]:
+    def _ranged(self, make: MakeDigest | None) -> Iterator[object]:
         global last_fallback, last_ranges
         last_fallback, last_ranges = None, 0
         with tempfile.TemporaryDirectory(prefix="kanalyze-jobs-") as tmp:
