@@ -259,6 +259,25 @@ def add_jobs_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def with_jobs(session: Session, jobs: int | None) -> Session:
+    """`session` itself, or with `--jobs N` (N > 1, every input a regular file) the same run
+    over byte ranges in N processes (`kanalyze.parallel.range_session`: the same exchanges in
+    the same order; imported only then). For a session no filter wraps (a filtered run is one
+    process, as in `export`)."""
+    if jobs is None or jobs == 1:
+        return session
+    from kanalyze.parallel.run import default_jobs
+
+    n = default_jobs(session.paths, jobs)
+    if n == 1:
+        return session
+    from kanalyze.parallel.range_session import RangeSession
+
+    return RangeSession(session.paths, session.opts, progress=session.progress,
+                        on_packet=session.on_packet, hold=session.hold,
+                        park_held=session.park_held, jobs=n)
+
+
 def report_capture_problems(session: Session) -> None:
     """Damage found inside capture files goes to stderr (the output stays machine-readable)."""
     st = session.engine.stats if session.engine is not None else None

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from kanalyze.capture import CaptureStats
+from kanalyze.capture import CaptureError, CaptureStats
 from kanalyze.commands.common import (
     add_decode_arguments,
     add_input_arguments,
@@ -71,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         jobs = default_jobs(args.files, args.jobs) if session is base else 1  # filters: one process
         if jobs > 1 and binary:
-            done = run_export(args.files, jobs, opts, ctx, args.header_only, out)
+            try:
+                done = run_export(args.files, jobs, opts, ctx, args.header_only, out)
+            except CaptureError:  # not a capture: one process says so, in its words
+                done = None
             if done is not None:
                 capture_problems(*done)
                 return 0

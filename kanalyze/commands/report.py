@@ -11,10 +11,12 @@ from dissectors.context import DecodeContext
 from kanalyze.analysis.report import analyze
 from kanalyze.commands.common import (
     add_input_arguments,
+    add_jobs_argument,
     engine_options,
     explain_nothing,
     positive_int,
     topic_names_of,
+    with_jobs,
 )
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
@@ -33,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_input_arguments(p)
     add_filter_arguments(p)
+    add_jobs_argument(p)
     p.add_argument(
         "--json", action="store_true", help="one JSON document (docs/report.schema.json)"
     )
@@ -78,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     base = Session(args.files, engine_options(args), progress=for_command(False))
     ctx = DecodeContext(topic_names=topic_names_of(args))
     session = selected_session(args, base, ctx)  # filters name topics with --topic-ids too
+    if session is base:  # filters: one process
+        session = base = with_jobs(base, args.jobs)
     if args.html:
         from kanalyze.export.html_report import run_html
 

@@ -11,9 +11,11 @@ import sys
 from dissectors.context import DecodeContext
 from kanalyze.commands.common import (
     add_input_arguments,
+    add_jobs_argument,
     engine_options,
     report_capture_problems,
     topic_names_of,
+    with_jobs,
 )
 from kanalyze.query.cli import add_filter_arguments, selected_session
 from kanalyze.session import Session
@@ -84,6 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "io,[INTERVAL,]topic or io,[INTERVAL,]client to split each interval; default: all",
     )
     p.add_argument("--json", action="store_true", help="one JSON document (docs/stats.md)")
+    add_jobs_argument(p)
     p.set_defaults(run=run)
 
 
@@ -92,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     base = Session(args.files, engine_options(args), progress=for_command(streams_stdout=False))
     ctx = DecodeContext(topic_names=topic_names_of(args))
     session = selected_session(args, base, ctx, learn=True)  # names from every exchange
+    if session is base:  # filters: one process
+        session = base = with_jobs(base, args.jobs)
     doc = build(session, choices, ctx=ctx)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)

@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 from dissectors import DecodeContext, JsonWalk
 from kanalyze.analysis.summary import Summary
 from kanalyze.bodies import BodyDecoder, Records, error_codes
 from kanalyze.commands.common import (
     add_input_arguments,
+    add_jobs_argument,
     engine_options,
     explain_nothing,
     topic_names_of,
+    with_jobs,
 )
+from kanalyze.correlation import Exchange
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
@@ -31,20 +35,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_input_arguments(p)
     add_filter_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    add_jobs_argument(p)
     p.set_defaults(run=run)
 
 
-def build(session: Session) -> dict[str, object]:
-    """Run the session and return the summary document."""
-    bodies = BodyDecoder(records=Records.NONE)
-    summary = Summary()
-    for ex in session.exchanges():
+def summary_inputs(names: dict[str, str]) -> Callable[[Exchange], tuple]:
+    """Per exchange, what `Summary.add` reads: the exchange without its frames, the error
+    codes of its response and the diagnostics of decoding it (bodies only: no records).
+    `names`: the decoder's topic-name registry (a digest of `--jobs`, which runs it in the
+    ranges' workers: `RangeSession.digests`)."""
+    bodies = BodyDecoder(DecodeContext(topic_names=names), records=Records.NONE)
+
+    def digest(ex: Exchange) -> tuple:
         codes: list[int] = []
         diags: list[str] = []
         if ex.response is not None and ex.api_key is not None and ex.api_key >= 0:
             walk = JsonWalk()  # response bodies only: errors, and the decoding limits hit
             codes = error_codes(bodies.json(ex, ex.response, False, walk))
             diags = [str(d["code"]) for d in walk.diagnostics]
+        return ex, codes, diags
+
+    return digest
+
+
+def build(session: Session) -> dict[str, object]:
+    """Run the session and return the summary document."""
+    summary = Summary()
+    digests = getattr(session, "digests", None)  # --jobs: computed in the ranges
+    rows = digests(summary_inputs) if digests else map(summary_inputs({}), session.exchanges())
+    for ex, codes, diags in rows:
         summary.add(ex, codes, diags)
     assert session.engine is not None
     return summary.to_json(session.engine.stats, session.capture)
@@ -52,7 +71,10 @@ def build(session: Session) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     base = Session(args.files, engine_options(args), progress=for_command(False))
-    doc = build(selected_session(args, base, DecodeContext(topic_names=topic_names_of(args))))
+    session = selected_session(args, base, DecodeContext(topic_names=topic_names_of(args)))
+    if session is base and not args.json:  # filters, and the peaks of --json: one process
+        session = base = with_jobs(base, args.jobs)
+    doc = build(session)
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -8,6 +8,7 @@ import sys
 from kanalyze.commands.common import (
     add_decode_arguments,
     add_input_arguments,
+    add_jobs_argument,
     decode_context,
     engine_options,
 )
@@ -30,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="capture from a live interface instead of files (root or CAP_NET_RAW)",
     )
     p.add_argument("--bpf", metavar="FILTER", help="with --live: BPF capture filter (default: TCP)")
+    add_jobs_argument(p)
     p.set_defaults(run=run)
 
 
@@ -63,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         engine_options(args),
         decode_context(args),
         theme="textual-light" if args.light else "textual-dark",
+        jobs=args.jobs,
     )
     app.run()
     return 0

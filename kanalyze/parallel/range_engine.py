@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from dissectors import Code
 from kanalyze.capture import CaptureError, Packet
@@ -92,14 +93,26 @@ def signature(conn: Connection) -> bytes | None:
     return hashlib.blake2b(repr(state).encode(), digest_size=16).digest()
 
 
-def counters(conn: Connection) -> tuple[int, ...]:
-    """The connection's byte counts so far, as `EngineStats` adds them up at its close: client
-    and broker stream bytes, frame bytes, bytes skipped, lost in gaps, gaps, retransmitted,
-    client and broker frames."""
-    c2s, s2c, cf, sf = conn.c2s, conn.s2c, conn.cf, conn.sf
-    return (c2s.next, s2c.next, cf.pdu_bytes, sf.pdu_bytes, cf.skipped + sf.skipped,
-            c2s.gap_bytes + s2c.gap_bytes, c2s.gaps + s2c.gaps,
-            c2s.retransmitted + s2c.retransmitted, cf.frames, sf.frames)
+def counters(conn: Connection) -> tuple:
+    """Per direction (client, broker), what `DirectionTotals.add` adds at close, in its field
+    order (stream, frames, skipped, gaps, gap count, retransmitted, overlap conflicts, frames,
+    limit gaps, uncaptured), then the stream events kept and dropped so far and the counts by
+    code: a later run's counters minus its counters at the handover are what one process
+    adds from there."""
+    return tuple(
+        (h.next, f.pdu_bytes, f.skipped, h.gap_bytes, h.gaps, h.retransmitted,
+         h.overlap_conflicts, f.frames, h.limit_gaps, h.uncaptured, len(f.events),
+         f.events_dropped, dict(f.event_counts))
+        for h, f in ((conn.c2s, conn.cf), (conn.s2c, conn.sf)))
+
+
+def table_counters(conn: Connection) -> tuple[int, ...]:
+    """The Spark connections table's byte counts so far, taken from `counters`: client and
+    broker stream bytes, frame bytes, bytes skipped, lost in gaps, gaps, retransmitted, client
+    and broker frames."""
+    c, s = counters(conn)
+    return (c[0], s[0], c[1], s[1], c[2] + s[2], c[3] + s[3], c[4] + s[4], c[5] + s[5], c[7],
+            s[7])
 
 
 def _eligible(awaits: tuple[MsgKey, ...], boundary: int, answered: int) -> bool:
@@ -199,6 +212,7 @@ class RangeEngine(Engine):
         if conn_id is None:  # a held connection was noted when it was first seen
             # a SYN opens a new connection; a SYN-ACK first is one met mid-handshake
             self.res.edge(conn.info.id, conn_key(key), self.cur, flags & (SYN | ACK) == SYN)
+        self.res.conns[conn.info.id].inserted = self.cur
         if self.res.index and not flags & SYN:
             # joined mid-stream: a client writes a request in one go and the last segment of
             # a write carries PSH, so framing the client side after the first pushed segment
@@ -284,14 +298,14 @@ class RangeEngine(Engine):
                 return
             awaits = awaited(c)
             mark = (self.cur, sig, *_acc(c), c.cf.resyncs + c.sf.resyncs, awaits)
-            if tail and not _eligible(awaits, self.boundary, self.answered.get(cid, -1)):
-                tail = False
+            tail = tail and _eligible(awaits, self.boundary, self.answered.get(cid, -1))
             if head:
                 edge.head.append(mark)
             if tail:
                 edge.tail.append(mark)
             if head or tail:  # a handover may happen here: the counts at this packet
-                self.res.counters[(cid, self.cur)] = counters(c)
+                self.res.counters[(cid, self.cur)] = table_counters(c)
+                edge.counts[self.cur] = counters(c)
 
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
         was = conn.closed
@@ -303,13 +317,15 @@ class RangeEngine(Engine):
         self._settle(cid)
         edge = self.res.conns.get(cid)
         if edge is not None:
-            self.res.counters[(cid, -1)] = counters(conn)
+            self.res.counters[(cid, -1)] = table_counters(conn)
             edge.closed = self.cur
             edge.skipped, edge.gaps = _acc(conn)
             edge.resyncs = conn.cf.resyncs + conn.sf.resyncs
             edge.kafka = conn.kafka and not conn.ignored
             edge.ignored = conn.ignored or (not conn.kafka and bool(
                 conn.c2s.delivered + conn.s2c.delivered))
+            edge.final = counters(conn)
+            edge.events = (list(conn.cf.events), list(conn.sf.events))
 
 
 def _duplicate(msg: Message | None) -> bool:
@@ -359,6 +375,8 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
             if pkt.ts_ns > latest:
                 latest = pkt.ts_ns
             eng.feed(pkt)
+        fl = eng.stats.flows
+        res.flows = replace(fl, unsupported_linktypes=dict(fl.unsupported_linktypes))
         if not rng.last:
             _overlap(rng, eng, res)
     except CaptureError as e:

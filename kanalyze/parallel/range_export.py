@@ -9,7 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
@@ -75,7 +75,7 @@ def export_range(task: RangeTask) -> RangeOutput:
     return RangeOutput(res, lines, recorded, bad)
 
 
-def _check_names(outs: Sequence[RangeOutput], st: Stitched, preloaded: dict[str, str]) -> None:
+def check_names(outs: Sequence[RangeOutput], st: Stitched, preloaded: dict[str, str]) -> None:
     """Every topic-id name a range's decode read must be the one the run knew by then."""
     if not any(o.names for o in outs):
         return
@@ -101,30 +101,40 @@ def _write(out: BinaryIO, outs: Sequence[RangeOutput], paths: Sequence[str],
     write_spliced(out, paths, items)
 
 
-def _child(tasks: list[RangeTask], conn: Connection) -> None:
+def _child(tasks: list[RangeTask], conn: Connection,
+           fn: Callable[[RangeTask], RangeOutput]) -> None:
     """A forked worker: its ranges' outputs back through the pipe (or why it failed)."""
     try:
-        conn.send(("ok", [export_range(t) for t in tasks]))
+        conn.send(("ok", [fn(t) for t in tasks]))
     except Exception as e:  # noqa: BLE001 (reported by the parent, which runs one process)
         conn.send(("failed", f"{type(e).__name__}: {e}"))
     finally:
         conn.close()
 
 
-def _forked(tasks: list[RangeTask], n: int) -> list[RangeOutput]:
-    """Range 0 here, the others over `n` forked workers (round robin): a fork starts at
-    once with every module this process imported, where a spawned worker spends ~0.1 s."""
+def run_tasks(tasks: list[RangeTask], workers: Executor | int | None,
+              fn: Callable[[RangeTask], RangeOutput] = export_range) -> list[RangeOutput]:
+    """`fn` over every range: in this process one after another (`workers` None), or range 0
+    here and the others in a pool of spawned workers, or over `workers` forked workers (round
+    robin): a fork starts at once with every module this process imported, where a spawned
+    worker spends ~0.1 s. Raises OSError when a worker failed."""
+    if workers is None:
+        return [fn(t) for t in tasks]
+    if not isinstance(workers, int):
+        futures = [workers.submit(fn, t) for t in tasks[1:]]
+        return [fn(tasks[0])] + [f.result() for f in futures]
+    n = workers
     fork = mp.get_context("fork")
     shares = [tasks[1 + i :: n] for i in range(n)]
     procs = []
     for share in shares:
         if share:
             recv, send = fork.Pipe(duplex=False)
-            proc = fork.Process(target=_child, args=(share, send), daemon=True)
+            proc = fork.Process(target=_child, args=(share, send, fn), daemon=True)
             proc.start()
             send.close()
             procs.append((proc, recv, share))
-    outs: list[RangeOutput | None] = [export_range(tasks[0])] + [None] * (len(tasks) - 1)
+    outs: list[RangeOutput | None] = [fn(tasks[0])] + [None] * (len(tasks) - 1)
     for proc, recv, share in procs:
         try:
             status, got = recv.recv()
@@ -146,13 +156,7 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
     a number of workers to fork, or None (every range in this process, one after another)."""
     tasks = [RangeTask(r, opts, ctx, header_only, os.path.join(tmp, f"r{r.index}.ndjson"))
              for r in ranges]
-    if workers is None:
-        outs = [export_range(t) for t in tasks]
-    elif isinstance(workers, int):
-        outs = _forked(tasks, workers)
-    else:
-        futures = [workers.submit(export_range, t) for t in tasks[1:]]
-        outs = [export_range(tasks[0])] + [f.result() for f in futures]
+    outs = run_tasks(tasks, workers)
     timings["shards"] = shards = [o.result.cpu_s for o in outs]
     timings["balance"] = max(shards) * len(shards) / (sum(shards) or 1.0)
     cpu = time.process_time()
@@ -160,7 +164,7 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
         if any(o.bad_line for o in outs):
             raise Unstitchable("a line without its connection id first")
         st = stitch([o.result for o in outs], opts)
-        _check_names(outs, st, ctx.topic_names)
+        check_names(outs, st, ctx.topic_names)
     except Unstitchable as e:
         return str(e)
     timings["stitch"] = time.process_time() - cpu

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from kanalyze.capture.packets import MAX_RECORD, CaptureError, Packet
 from kanalyze.capture.split import RangeResult as WalkResult
 from kanalyze.capture.split import iter_range, probe_layout, sync
+from kanalyze.flows import FlowStats
 from kanalyze.parallel.plan import BODY_US_PER_BYTE, BODY_US_PER_DATA_PACKET, ENGINE_US_PER_PACKET
 
 ConnKey = tuple[bytes, int, bytes, int]
@@ -80,6 +81,13 @@ class ConnEdge:
     kafka: bool = False
     ignored: bool = False  # judged not Kafka (or TLS)
     syn_seen: int | None = None  # packet of a SYN on it when it was found mid-stream
+    # what the engine's statistics add up (`range_engine.counters`, per direction), at each
+    # mark's packet and at close; the packet it entered the engine's open set; its stream
+    # events per direction, at close (`range_session` rebuilds the summary's numbers)
+    counts: dict[int, tuple] = field(default_factory=dict)
+    final: tuple | None = None
+    inserted: int = 0
+    events: tuple[list, list] | None = None
 
 
 @dataclass(slots=True)
@@ -103,8 +111,9 @@ class RangeResult:
     overlap_end: int = 0  # last packet fed after the range's end
     cpu_s: float = 0.0
     # (local connection, packet of a mark, or -1 at its close) -> its counters then
-    # (`range_engine.counters`: the connections table's byte counts, summed over the owners)
+    # (`range_engine.table_counters`: the connections table's byte counts, summed over the owners)
     counters: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    flows: FlowStats | None = None  # the packets of the range proper (not the overlap)
     # id(exchange) -> done entry, while running (not shipped)
     done_keys: dict[int, tuple[int, int, int, int, int, int, int, int]] = field(
         default_factory=dict)

@@ -95,8 +95,11 @@ def _waits(results: Sequence[RangeResult], own: list[dict[int, Own]],
 
 
 def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
-          ids: list[dict[int, int]], opts: EngineOptions) -> list[tuple[int, int]]:
-    """(range, index) of the exchanges that stand, in the order one engine releases them."""
+          ids: list[dict[int, int]], opts: EngineOptions,
+          released: list[int] | None = None) -> list[tuple[int, int]]:
+    """(range, index) of the exchanges that stand, in the order one engine releases them;
+    `released` gets, for each, the packet after which one engine releases it (FINAL: at the
+    end of input)."""
     events = _exchanges(results, own, ids) + _waits(results, own, opts)
     events.sort()
     waiting: Counter[int] = Counter()
@@ -124,7 +127,11 @@ def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
         while done and (limit is None or done[0][0] <= limit):
             e = heapq.heappop(done)
             seq.append((e[4], e[5]))
+        if released is not None:
+            released.extend([pkt] * (len(seq) - len(released)))
     while done:
         e = heapq.heappop(done)
         seq.append((e[4], e[5]))
+    if released is not None:
+        released.extend([FINAL] * (len(seq) - len(released)))
     return seq

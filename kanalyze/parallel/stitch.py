@@ -49,6 +49,10 @@ class Stitched:
     # per range, local id -> the packets (lo, hi] of its part (lo 0: from its start; hi INF:
     # to its end)
     owners: list[dict[int, tuple[int, int]]] = field(default_factory=list)
+    # per exchange of `sequence`: the packet after which one engine releases it (FINAL: at the
+    # end of input); a consumer that also watches packets (stats' conv table) keeps in step
+    released: list[int] = field(default_factory=list)
+    own: list[dict[int, Own]] = field(default_factory=list)  # per range: local id -> its part
 
 
 def _common(prev: ConnEdge, nxt: ConnEdge, mine: Own) -> tuple[int, tuple, tuple, frozenset] | None:
@@ -125,6 +129,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
             if open_at_end and r + 1 < n:
                 live[e.key] = (r, lid)
     _check_stale(results, own)
+    out.own = own
     roots = sorted({o.root for d in own for o in d.values()},
                    key=lambda rl: (results[rl[0]].conns[rl[1]].opened, rl[0], rl[1]))
     gid = {rl: i for i, rl in enumerate(roots, 1)}
@@ -138,7 +143,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
             out.skipped += end[0] - o.at_lo[0]
             out.gaps += end[1] - o.at_lo[1]
     out.owners = [{lid: (o.lo, o.hi) for lid, o in d.items()} for d in own]
-    out.sequence = order(results, own, out.ids, opts)
+    out.sequence = order(results, own, out.ids, opts, out.released)
     return out
 
 

@@ -120,7 +120,7 @@ def name_fixes(edges: list[Edge], sequence: list[tuple[int, int]], preloaded: di
 
 COUNTERS = ("client_stream_bytes", "broker_stream_bytes", "client_frame_bytes",
             "broker_frame_bytes", "skipped_bytes", "gap_bytes", "gaps", "retransmitted_bytes",
-            "requests", "responses")  # `range_engine.counters`, in its order
+            "requests", "responses")  # `range_engine.table_counters`, in its order
 
 
 def _totals(edges: list[Edge], ids: list[dict[int, int]],

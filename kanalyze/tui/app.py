@@ -24,6 +24,7 @@ from textual.worker import get_current_worker
 
 from dissectors.context import DecodeContext
 from kanalyze.capture import CaptureError
+from kanalyze.commands.common import with_jobs
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.export.pcap import PcapWriteError
@@ -88,8 +89,10 @@ class KanalyzeApp(App):
         theme: str = "textual-dark",
         feed: Callable[[KanalyzeApp], None] | None = None,
         stop: Callable[[], None] | None = None,
+        jobs: int | None = None,
     ) -> None:
         super().__init__()
+        self.jobs = jobs  # --jobs: indexing over byte ranges in that many processes
         self.feed = feed
         self.stop_feed = stop
         self.paths = list(paths)
@@ -161,6 +164,9 @@ class KanalyzeApp(App):
         # the share of the input read, counted from the packets (pcap, pcapng and .gz alike)
         meter = ReadMeter(self.paths)
         session = Session(self.paths, self.opts, on_packet=meter.packet, hold=self.store.hold)
+        # --jobs N: the same exchanges from N processes (forked workers run the ranges' engines
+        # only, then exit without touching the terminal)
+        session = with_jobs(session, self.jobs)
         return session.exchanges(), meter.fraction
 
     @work(thread=True, exclusive=True, group="index")

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, Any
 
 from kanalyze.capture import Packet
@@ -30,10 +30,10 @@ DEFAULT_DELAY_S = 1.0
 def wanted(stream: IO[str] | None = None, env: dict[str, str] | None = None) -> bool:
     """Whether a progress bar may be drawn on `stream` (default stderr)."""
     stream = sys.stderr if stream is None else stream
-    env = os.environ if env is None else env  # type: ignore[assignment]
-    if any(env.get(k) for k in ("CI", "NO_COLOR", "KANALYZE_NO_PROGRESS")):
+    env_: Mapping[str, str] = os.environ if env is None else env
+    if any(env_.get(k) for k in ("CI", "NO_COLOR", "KANALYZE_NO_PROGRESS")):
         return False
-    if env.get("TERM") == "dumb":
+    if env_.get("TERM") == "dumb":
         return False
     isatty = getattr(stream, "isatty", None)
     try:
@@ -57,8 +57,8 @@ def for_command(streams_stdout: bool) -> bool:
 
 def delay_from_env(env: dict[str, str] | None = None) -> float:
     """`KANALYZE_PROGRESS_DELAY` (seconds) overrides the default delay (tests use 0)."""
-    env = os.environ if env is None else env  # type: ignore[assignment]
-    text = env.get("KANALYZE_PROGRESS_DELAY")
+    env_: Mapping[str, str] = os.environ if env is None else env
+    text = env_.get("KANALYZE_PROGRESS_DELAY")
     if text is None:
         return DEFAULT_DELAY_S
     try:
