@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dissectors import API_NAMES, ApiKey, Code, DecodeError, Diagnostic, read_uvarint
+from kanalyze.evidence import ANY_CLIENT, HOST, Evidence
 from kanalyze.framing import Pdu
 from kanalyze.headers import (
     INT16,
@@ -32,12 +33,12 @@ SASL_RAW_NAME = "SaslRaw"
 OK, NO_RESPONSE, REQUEST_MISSING = "ok", "no_response", "request_missing"
 SETTLE_AFTER = 4  # requests seen after an orphan response before its api is inferred
 SETTLE_MAX = 16  # ... and before one that cannot be inferred yet is given up on
+SETTLE_LONG = 64  # ... or whose api is known but not its version (other connections may tell)
 MAX_ORPHANS = 64  # orphans held per connection; over it the oldest is settled at once
 HISTORY = 64  # recent requests kept per connection as evidence for orphans
-ANY_CLIENT = "\x00any"  # key of Correlator.peers for what every client sent (no real client id)
 
 # module constants: no enum attribute lookup per frame
-PRODUCE, SASL_HANDSHAKE = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE
+PRODUCE, SASL_HANDSHAKE, API_VERSIONS = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS
 _new = tuple.__new__  # builds an Exchange at C speed (see kanalyze.headers)
 
 
@@ -163,8 +164,9 @@ class Correlator:
         "arrivals",
         "history",
         "orphans",
-        "peers",
+        "evidence",
         "client_id",
+        "host",
     )
 
     def __init__(
@@ -173,13 +175,16 @@ class Correlator:
         emit: Callable[[Exchange], None],
         on_pending: Callable[[Message], None],
         max_pending: int = 10_000,
-        peers: dict[str | None, dict[tuple[int, int], None]] | None = None,
+        evidence: Evidence | None = None,
     ) -> None:
         self.conn = conn
-        # engine-wide: client id -> the (api, version) pairs it sent, for orphans whose own
-        # connection has no fitting request
-        self.peers = peers if peers is not None else {}
+        # engine-wide: the (api, version) pairs each client id, client address and the whole
+        # capture sent, for orphans whose own connection has no fitting request
+        self.evidence = evidence if evidence is not None else Evidence()
         self.client_id: str | None = None
+        # the client's address: what its other connections sent is evidence too (a client uses
+        # one version of an api on all its connections)
+        self.host = HOST + conn.client.rsplit(":", 1)[0]
         self.emit = emit
         self.on_pending = on_pending
         # a list per correlation id (nearly always one request; a deque would cost 760 bytes)
@@ -196,7 +201,8 @@ class Correlator:
         self.arrivals: list[tuple[int, Message]] = []
         self.history: list[tuple[int, int, int]] = []  # (corr, api, version), last HISTORY-2x
         # responses without a request, held until later requests tell what they answered:
-        # [message, correlation id, requests seen since, the response layouts that fit it]
+        # [message, correlation id, requests seen since, the response layouts that fit it,
+        #  requests to wait for before giving up]
         self.orphans: deque[list] = _EMPTY
 
     def expects(self, corr: int) -> bool:
@@ -225,12 +231,10 @@ class Correlator:
         if len(history) > 2 * HISTORY:
             del history[:-HISTORY]
         self.client_id = _cid
-        for who in (_cid, ANY_CLIENT):
-            seen = self.peers.get(who)
-            if seen is None and len(self.peers) < 1024:
-                seen = self.peers[who] = {}
-            if seen is not None and api_ver not in seen and len(seen) < 256:
-                seen[api_ver] = None
+        evidence = self.evidence
+        if api == API_VERSIONS and ver >= 3:
+            evidence.announced(_cid, pdu.data, body_at)
+        evidence.sent(_cid, (self.host, ANY_CLIENT), api_ver)
         if self.orphans:
             for entry in self.orphans:
                 entry[2] += 1
@@ -300,7 +304,7 @@ class Correlator:
             resp = Message(pdu, orphan.fields, orphan.body_offset)
             if self.orphans is _EMPTY:
                 self.orphans = deque()
-            self.orphans.append([resp, corr, 0, None])
+            self.orphans.append([resp, corr, 0, None, SETTLE_MAX])
             self.on_pending(resp)  # the output waits for it like for a pending request
             if len(self.orphans) > MAX_ORPHANS:
                 self._settle_orphan(self.orphans.popleft())
@@ -341,7 +345,7 @@ class Correlator:
         others get until SETTLE_MAX requests (their api may simply not have come round yet)."""
         keep: deque[list] = deque()
         for entry in self.orphans:
-            if entry[2] < SETTLE_AFTER or not self._settle_orphan(entry, entry[2] >= SETTLE_MAX):
+            if entry[2] < SETTLE_AFTER or not self._settle_orphan(entry, entry[2] >= entry[4]):
                 keep.append(entry)
         self.orphans = keep
 
@@ -353,14 +357,18 @@ class Correlator:
         pdu = resp.pdu
         found = None
         if not pdu.missing:
-            elsewhere = (
-                list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
+            ev, cid = self.evidence, self.client_id
+            by_cid = f"client id {cid!r} sent it on another connection"
+            pools = (
+                (ev.pools.get(cid) if cid is not None else None, by_cid),
+                (ev.told(self.host, cid), "its host sent it on another connection"),
+                (ev.told(ANY_CLIENT, cid), "another client in this capture sent it"),
             )
-            anywhere = list(self.peers.get(ANY_CLIENT, ()))
             recent = self.history[-HISTORY:]
-            found = infer(pdu.data, corr, recent, self.client_id, elsewhere, anywhere, entry[3])
+            found = infer(pdu.data, corr, recent, pools, entry[3], self.evidence.budget)
             if found.api is None and not final:
                 entry[3] = found.fits  # the layouts that fit, kept for the next try
+                entry[4] = SETTLE_LONG if found.version_only else SETTLE_MAX
                 return False
         resp.done = True
         if found is None or found.api is None:
@@ -404,6 +412,18 @@ class Correlator:
         """Emit every held orphan response now (`kanalyze.parallel`: at the start of a byte
         range they answer requests of the previous range, whose run pairs them)."""
         self._settle_orphans()
+
+    def _outlive_orphans(self) -> None:
+        """The connection ends: its held orphans are settled, but one whose api is known and
+        not its version waits in the run's evidence (`Evidence.wait`) for a request of
+        another connection to tell it."""
+        while self.orphans:
+            entry = self.orphans.popleft()
+            if not self._settle_orphan(entry, False):
+                if entry[4] == SETTLE_LONG:
+                    self.evidence.wait(self._settle_orphan, entry)
+                else:
+                    self._settle_orphan(entry)
 
     def _settle_orphans(self, before_ts: int | None = None) -> None:
         while self.orphans and (before_ts is None or self.orphans[0][0].pdu.last_ts < before_ts):
@@ -501,7 +521,7 @@ class Correlator:
         """Connection over: every request still waiting is `no_response` (acks=0 ones are `ok`).
         `broker_gaps`: packets where the broker's stream had a capture gap; a request sent
         before one of them says its response may be in it."""
-        self._settle_orphans()
+        self._outlive_orphans()
         while self.unanswered:
             req, hdr, acks = self.unanswered.popleft()
             req.done = True
