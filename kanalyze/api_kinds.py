@@ -10,8 +10,9 @@ answer with an error code and a throttle time); it does not send AlterReplicaLog
 from __future__ import annotations
 
 GROUP, TXN, IDEMPOTENT, FETCH, ADMIN, BROKER, SHARE, AUTH = range(8)
-# sent by every kind of client that has a coordinator: sending it shows no kind
-NEUTRAL = frozenset({10})  # FindCoordinator
+# apis that belong to more kinds than sending them shows: FindCoordinator is sent by every
+# client with a coordinator, InitProducerId by idempotent producers as well as transactional
+_SHOWS: dict[int, tuple[int, ...]] = {10: (), 22: (IDEMPOTENT,)}
 
 _KINDS: dict[int, tuple[int, ...]] = {
     0: (IDEMPOTENT,),  # Produce: an idempotent producer asks for a producer id first
@@ -60,7 +61,7 @@ def rivals(candidates: set[tuple[int, int]], sent: set[tuple[int, int]]) -> set[
     have sent: those it sent in that version (a client uses one version of an api; one it
     sent in other versions is not a rival), and those of a kind it showed."""
     apis = {a for a, _v in sent}
-    shown = {k for a in apis if a not in NEUTRAL for k in kinds(a)}
+    shown = {k for a in apis for k in _SHOWS.get(a, kinds(a))}
     return {
         a
         for a, v in candidates

@@ -36,6 +36,7 @@ SETTLE_MAX = 16  # ... and before one that cannot be inferred yet is given up on
 SETTLE_LONG = 64  # ... or whose api is known but not its version (other connections may tell)
 MAX_ORPHANS = 64  # orphans held per connection; over it the oldest is settled at once
 HISTORY = 64  # recent requests kept per connection as evidence for orphans
+ANY_ONLY = (ANY_CLIENT,)  # the shared pools a request is noted in before any orphan
 
 # module constants: no enum attribute lookup per frame
 PRODUCE, SASL_HANDSHAKE, API_VERSIONS = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS
@@ -234,7 +235,7 @@ class Correlator:
         evidence = self.evidence
         if api == API_VERSIONS and ver >= 3:
             evidence.announced(_cid, pdu.data, body_at)
-        evidence.sent(_cid, (self.host, ANY_CLIENT), api_ver)
+        evidence.sent(_cid, (self.host, ANY_CLIENT) if evidence.hosts else ANY_ONLY, api_ver)
         if self.orphans:
             for entry in self.orphans:
                 entry[2] += 1
@@ -304,6 +305,7 @@ class Correlator:
             resp = Message(pdu, orphan.fields, orphan.body_offset)
             if self.orphans is _EMPTY:
                 self.orphans = deque()
+            self.evidence.hosts = True
             self.orphans.append([resp, corr, 0, None, SETTLE_MAX])
             self.on_pending(resp)  # the output waits for it like for a pending request
             if len(self.orphans) > MAX_ORPHANS:

@@ -27,14 +27,14 @@ SETTLE_LATE = 64  # requests (anywhere) a late orphan waits for before it is giv
 
 # settles a late orphan: (entry, final) -> whether it was emitted (Correlator._settle_orphan)
 Settle = Callable[[list[Any], bool], bool]
-Pairs = dict[tuple[int, int], set[str | None]]  # (api, version) -> the client ids that sent it
+Pairs = dict[tuple[int, int], tuple[str | None, ...]]  # (api, version) -> who sent it
 
 
 class Evidence:
     """The (api, version) pairs sent per pool, the orphans of closed connections still waiting
     for evidence, and the run's layout-search budget."""
 
-    __slots__ = ("pools", "software", "requests", "late", "changed", "budget")
+    __slots__ = ("pools", "software", "requests", "late", "changed", "budget", "hosts")
 
     def __init__(self, budget: LayoutBudget | None = None) -> None:
         # per client id, per client address and for the whole capture: who sent what
@@ -46,6 +46,9 @@ class Evidence:
         self.late: list[tuple[Settle, list[Any], int]] = []
         self.changed = False  # a pool learnt a pair since the late orphans were last tried
         self.budget = budget if budget is not None else LayoutBudget()
+        # hosts' pools are kept once the run met an orphan (a capture that starts with its
+        # handshakes has none, and a pool per client address would be pure cost there)
+        self.hosts = False
 
     def sent(self, cid: str | None, shared: tuple[str, ...], pair: tuple[int, int]) -> None:
         """A request of `pair` was sent by client id `cid`: noted in its own pool and the
@@ -63,10 +66,10 @@ class Evidence:
             if senders is None:
                 if len(seen) >= MAX_PAIRS:
                     continue
-                senders = seen[pair] = set()
+                seen[pair] = (cid,)  # a tuple: nearly always one or a few senders
                 self.changed = True
-            if cid not in senders and len(senders) < MAX_SENDERS:
-                senders.add(cid)
+            elif cid not in senders and len(senders) < MAX_SENDERS:
+                seen[pair] = (*senders, cid)
         if self.late and (self.changed or self.requests >= self.late[0][2]):
             self.settle_late()
 

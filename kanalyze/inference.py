@@ -233,10 +233,10 @@ def _by_layout(
     if alone and len(versions) == 1 and len(data) >= MIN_UNSEEN:
         return _layout(data, api, versions[0], f"{name} v{versions[0]}: the only layout that fits")
     listed = ", ".join(f"v{v}" for v in versions)
-    if not alone:
+    if not alone:  # the client's own api of those that fit, if only a request told the version
         names = ", ".join(str(API_NAMES.get(a, a)) for a in apis[:6])
         why = f"{why}; ambiguous: the response layouts of {names} fit it"
-        return Inference(reason=why, fits=fits)
+        return Inference(reason=why, fits=fits, version_only=True)
     why = f"{why}; only {name} fits, as {listed}, and no request tells which"
     return Inference(reason=why, fits=fits, version_only=True)
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kanalyze.correlation import Exchange
-from kanalyze.evidence import client_software
 from kanalyze.inference import response_fits
 from kanalyze.session import Session
 from tests.support import damage as D
@@ -47,9 +46,9 @@ class Orphan:
     # "client id" (another connection of its client id), "host" (another connection of its
     # client's address), "capture" (any client), or "" (nowhere: no request tells the version)
     evidence: str = ""
-    # the bytes and the capture tell it: the truth is the only (api, version) whose response
-    # layout fits the frame, or the only fitting one that a request in the cut capture has from
-    # a client of the same software as the orphan's (the uncut capture's ApiVersions say which)
+    # the bytes and the cut capture tell it: the truth is the only (api, version) whose
+    # response layout fits the frame, or the only fitting one that the orphan's own client id
+    # (the uncut capture says which) sent in the cut capture
     decidable: bool = False
 
     @property
@@ -91,28 +90,14 @@ def _reason(e: Exchange) -> str:
     return "?"
 
 
-def programs(clean: list[Exchange]) -> dict[str | None, str]:
-    """Client id -> the software it announced in the uncut capture (ApiVersions v3+), else the
-    client id itself (only its own requests then count as the same program's)."""
-    out: dict[str | None, str] = {}
-    for e in clean:
-        if e.request is not None and e.api_key == 18 and (e.api_version or 0) >= 3:
-            sw = client_software(e.request.pdu.data, e.request.body_offset)
-            if sw is not None:
-                out[e.client_id] = sw
-    return out
-
-
 def score_cut(name: str, clean: list[Exchange], k: int, cut: list[Exchange], tally: Tally) -> None:
     """Score the orphans of the cut at k (packets 1..k gone) against the uncut run."""
     tally.cuts += 1
     by_resp = {(e.conn.client, e.response.pdu.last_ts): e for e in cut if e.response is not None}
-    program = programs(clean)
-    sent: dict[str, set[tuple[int | None, int | None]]] = {}
+    sent: dict[str | None, set[tuple[int | None, int | None]]] = {}
     for x in cut:
         if x.request is not None:
-            who = program.get(x.client_id, f"id {x.client_id}")
-            sent.setdefault(who, set()).add((x.api_key, x.api_version))
+            sent.setdefault(x.client_id, set()).add((x.api_key, x.api_version))
     for e in clean:
         if e.request is None or e.response is None:
             continue
@@ -127,8 +112,7 @@ def score_cut(name: str, clean: list[Exchange], k: int, cut: list[Exchange], tal
         truth = (e.api_key, e.api_version)
         where = _evidence(e, truth, cut)
         fits = set(response_fits(bytes(e.response.pdu.data)) or ())
-        same = sent.get(program.get(e.client_id, f"id {e.client_id}"), set())
-        decidable = fits == {truth} or fits & same == {truth}
+        decidable = fits == {truth} or fits & sent.get(e.client_id, set()) == {truth}
         tally.orphans.append(Orphan(name, k, e.correlation_id, truth, got, why, where, decidable))
 
 
