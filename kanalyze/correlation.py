@@ -236,10 +236,6 @@ class Correlator:
         if api == API_VERSIONS and ver >= 3:
             evidence.announced(_cid, pdu.data, body_at)
         evidence.sent(_cid, (self.host, ANY_CLIENT) if evidence.hosts else ANY_ONLY, api_ver)
-        if self.orphans:
-            for entry in self.orphans:
-                entry[2] += 1
-            self._settle_orphans_seen()
         if pdu.missing:
             diags.append(
                 Diagnostic(
@@ -249,6 +245,13 @@ class Correlator:
                 )
             )
         acks = produce_acks(ver, pdu.data, body_at) if api == PRODUCE else None
+        if self.orphans:
+            answered = self._answered_early(corr, msg, hdr, acks)
+            for entry in self.orphans:
+                entry[2] += 1
+            self._settle_orphans_seen()
+            if answered:
+                return True
         if acks == 0:
             # no response is due; held until a later response proves none is coming (some
             # brokers answer anyway: then the answer is attached)
@@ -315,6 +318,13 @@ class Correlator:
         if not queue:
             del self.pending[corr]
         self.count -= 1
+        self._answer(req, hdr, acks, pdu)
+
+    def _answer(
+        self, req: Message, hdr: RequestHeader, acks: int | None, pdu: Pdu, cost: int = 0
+    ) -> None:
+        """Emit `req` answered by the response frame `pdu` (`cost`: what the response was
+        charged while it waited as an orphan)."""
         req.done = True
         if self.unanswered:
             self.settle_unanswered(req.pdu.last_ts)
@@ -337,10 +347,25 @@ class Correlator:
                     "captured with an earlier timestamp than its request: latency unknown",
                 )
             )
-        resp = Message(pdu, fields, body_at, diags)
+        resp = Message(pdu, fields, body_at, diags, cost=cost)
         if api == SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
             self.sasl_raw = INT16.unpack_from(pdu.data, body_at)[0] == 0
         self.emit(self._exchange(req, hdr, resp, OK, acks))
+
+    def _answered_early(
+        self, corr: int, req: Message, hdr: RequestHeader, acks: int | None
+    ) -> bool:
+        """A request whose response came first (a capture listing the request's packet after
+        the answer, or a hole the request filled late): the held orphan with its correlation
+        id is its response. True when one was."""
+        for i, entry in enumerate(self.orphans):
+            if entry[1] == corr:
+                del self.orphans[i]
+                orphan = entry[0]
+                orphan.done = True
+                self._answer(req, hdr, acks, orphan.pdu, orphan.cost)
+                return True
+        return False
 
     def _settle_orphans_seen(self) -> None:
         """Settle the orphans enough requests went by for: inferred ones at SETTLE_AFTER, the
