@@ -168,6 +168,8 @@ class Correlator:
         "evidence",
         "client_id",
         "host",
+        "noted",
+        "noted_hosts",
     )
 
     def __init__(
@@ -186,6 +188,8 @@ class Correlator:
         # the client's address: what its other connections sent is evidence too (a client uses
         # one version of an api on all its connections)
         self.host = HOST + conn.client.rsplit(":", 1)[0]
+        self.noted: tuple[int, int] | None = None  # the pair of the last request noted as sent
+        self.noted_hosts = False  # whether host pools were kept when it was
         self.emit = emit
         self.on_pending = on_pending
         # a list per correlation id (nearly always one request; a deque would cost 760 bytes)
@@ -231,11 +235,20 @@ class Correlator:
         history.append((corr, api, ver))
         if len(history) > 2 * HISTORY:
             del history[:-HISTORY]
-        self.client_id = _cid
         evidence = self.evidence
-        if api == API_VERSIONS and ver >= 3:
-            evidence.announced(_cid, pdu.data, body_at)
-        evidence.sent(_cid, (self.host, ANY_CLIENT) if evidence.hosts else ANY_ONLY, api_ver)
+        if api_ver == self.noted and _cid == self.client_id and evidence.hosts == self.noted_hosts:
+            # the same as this connection's last request (a consumer's Fetch after Fetch): the
+            # pools know it already
+            evidence.requests += 1
+            if evidence.late and evidence.requests >= evidence.late[0][2]:
+                evidence.settle_late()
+        else:
+            self.client_id = _cid
+            if api == API_VERSIONS and ver >= 3:
+                evidence.announced(_cid, pdu.data, body_at)
+            hosts = self.noted_hosts = evidence.hosts
+            evidence.sent(_cid, (self.host, ANY_CLIENT) if hosts else ANY_ONLY, api_ver)
+            self.noted = api_ver
         if pdu.missing:
             diags.append(
                 Diagnostic(
