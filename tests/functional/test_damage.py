@@ -154,14 +154,15 @@ def _assert_orphans(tally: OC.Tally) -> None:
 
 
 def test_orphans_of_every_capture_cut_at_every_other_packet(tmp_path: Path) -> None:
-    """The 12 real-client captures, cut at every other payload packet (~400 cuts, ~290
-    orphans): the issue's bar over all orphans is out of reach of honest evidence (a third
-    answer requests of an api or version nothing in the cut capture sends again), so the
-    decidable ones must be right and none wrong; the rest are counted, not guessed."""
+    """Every real-client capture in captures/ (17), cut at every other payload packet (617
+    cuts, 354 orphans; ~9 s): the issue's bar over all orphans is out of reach of honest
+    evidence (a third answer requests of an api or version nothing the same client sends in
+    the rest of the cut capture), so the decidable ones must be right (209 of 211) and none
+    wrong; the rest are counted, not guessed (232 right in all)."""
     tally = OC.measure(sorted((ROOT / "captures").glob("*.pcap")), 2, OC.Tally(), tmp_path)
     print(f"every other cut: {tally.line()}")
     _assert_orphans(tally)
-    assert len(tally.orphans) > 250
+    assert len(tally.orphans) > 300
     assert tally.count("right") >= 0.65 * len(tally.orphans), tally.line()
 
 
