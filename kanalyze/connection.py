@@ -12,9 +12,11 @@ from typing import Protocol
 from dissectors import Code
 from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
 from kanalyze.engine_types import EngineOptions
+from kanalyze.evidence import Evidence
 from kanalyze.flows import Segment
 from kanalyze.framing import Framer, Pdu, StreamEvent
 from kanalyze.headers import plausible_request
+from kanalyze.inference import LayoutBudget
 from kanalyze.reassembly import HalfStream
 from kanalyze.roles import judge, judge_later
 
@@ -40,10 +42,10 @@ UNDECIDED_COST = 640  # the Undecided itself, its lists and the engine's two key
 
 class EngineHooks(Protocol):
     """What a `Connection` takes from its engine (`kanalyze.engine.Engine`): the options, the
-    peers' api versions, and the orderer's two entry points."""
+    run's evidence for orphans (kanalyze/evidence.py), and the orderer's two entry points."""
 
     opts: EngineOptions
-    peers: dict[str | None, dict[tuple[int, int], None]]
+    evidence: Evidence
 
     def _complete(self, ex: Exchange) -> None: ...
 
@@ -104,7 +106,7 @@ class Connection:
         # answers to requests sent before the capture); handed on once it is confirmed
         self.early: list[Pdu] = []
         self.corr = Correlator(
-            info, engine._complete, engine._pending, engine.opts.max_pending, engine.peers
+            info, engine._complete, engine._pending, engine.opts.max_pending, engine.evidence
         )
         mf = engine.opts.max_frame
         self.cf = Framer(True, self._client_pdu, _never, mf, syn_seen, None, info.id)
@@ -183,12 +185,13 @@ class Undecided:
         self.cost += cost
         return cost
 
-    def verdict(self, max_frame: int, final: bool = False) -> bool | None:
+    def verdict(self, max_frame: int, budget: LayoutBudget, final: bool = False) -> bool | None:
         """Whether the first packet's sender is the client, judged from both directions' bytes
-        (`final`: the roles must be settled now, so the frames' bodies are asked too)."""
+        (`final`: the roles must be settled now, so the frames' bodies are asked too, within
+        the run's layout-search `budget`)."""
         k = self.key
         mine, theirs = self.data.get(k, b""), self.data.get((k[2], k[3], k[0], k[1]), b"")
-        return judge(bytes(mine), bytes(theirs), max_frame, final)
+        return judge(bytes(mine), bytes(theirs), max_frame, final, budget)
 
     def later_verdict(self, max_frame: int) -> bool | None:
         """`verdict` for a stalled connection: the cheap test, on its held bytes as they are."""

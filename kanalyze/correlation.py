@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dissectors import API_NAMES, ApiKey, Code, DecodeError, Diagnostic, read_uvarint
+from kanalyze.evidence import ANY_CLIENT, HOST, Evidence
 from kanalyze.framing import Pdu
 from kanalyze.headers import (
     INT16,
@@ -32,12 +33,13 @@ SASL_RAW_NAME = "SaslRaw"
 OK, NO_RESPONSE, REQUEST_MISSING = "ok", "no_response", "request_missing"
 SETTLE_AFTER = 4  # requests seen after an orphan response before its api is inferred
 SETTLE_MAX = 16  # ... and before one that cannot be inferred yet is given up on
+SETTLE_LONG = 64  # ... or whose api is known but not its version (other connections may tell)
 MAX_ORPHANS = 64  # orphans held per connection; over it the oldest is settled at once
 HISTORY = 64  # recent requests kept per connection as evidence for orphans
-ANY_CLIENT = "\x00any"  # key of Correlator.peers for what every client sent (no real client id)
+ANY_ONLY = (ANY_CLIENT,)  # the shared pools a request is noted in before any orphan
 
 # module constants: no enum attribute lookup per frame
-PRODUCE, SASL_HANDSHAKE = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE
+PRODUCE, SASL_HANDSHAKE, API_VERSIONS = ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS
 _new = tuple.__new__  # builds an Exchange at C speed (see kanalyze.headers)
 
 
@@ -163,8 +165,11 @@ class Correlator:
         "arrivals",
         "history",
         "orphans",
-        "peers",
+        "evidence",
         "client_id",
+        "host",
+        "noted",
+        "noted_hosts",
     )
 
     def __init__(
@@ -173,13 +178,18 @@ class Correlator:
         emit: Callable[[Exchange], None],
         on_pending: Callable[[Message], None],
         max_pending: int = 10_000,
-        peers: dict[str | None, dict[tuple[int, int], None]] | None = None,
+        evidence: Evidence | None = None,
     ) -> None:
         self.conn = conn
-        # engine-wide: client id -> the (api, version) pairs it sent, for orphans whose own
-        # connection has no fitting request
-        self.peers = peers if peers is not None else {}
+        # engine-wide: the (api, version) pairs each client id, client address and the whole
+        # capture sent, for orphans whose own connection has no fitting request
+        self.evidence = evidence if evidence is not None else Evidence()
         self.client_id: str | None = None
+        # the client's address: what its other connections sent is evidence too (a client uses
+        # one version of an api on all its connections)
+        self.host = HOST + conn.client.rsplit(":", 1)[0]
+        self.noted: tuple[int, int] | None = None  # the pair of the last request noted as sent
+        self.noted_hosts = False  # whether host pools were kept when it was
         self.emit = emit
         self.on_pending = on_pending
         # a list per correlation id (nearly always one request; a deque would cost 760 bytes)
@@ -196,7 +206,8 @@ class Correlator:
         self.arrivals: list[tuple[int, Message]] = []
         self.history: list[tuple[int, int, int]] = []  # (corr, api, version), last HISTORY-2x
         # responses without a request, held until later requests tell what they answered:
-        # [message, correlation id, requests seen since, the response layouts that fit it]
+        # [message, correlation id, requests seen since, the response layouts that fit it,
+        #  requests to wait for before giving up]
         self.orphans: deque[list] = _EMPTY
 
     def expects(self, corr: int) -> bool:
@@ -224,17 +235,20 @@ class Correlator:
         history.append((corr, api, ver))
         if len(history) > 2 * HISTORY:
             del history[:-HISTORY]
-        self.client_id = _cid
-        for who in (_cid, ANY_CLIENT):
-            seen = self.peers.get(who)
-            if seen is None and len(self.peers) < 1024:
-                seen = self.peers[who] = {}
-            if seen is not None and api_ver not in seen and len(seen) < 256:
-                seen[api_ver] = None
-        if self.orphans:
-            for entry in self.orphans:
-                entry[2] += 1
-            self._settle_orphans_seen()
+        evidence = self.evidence
+        if api_ver == self.noted and _cid == self.client_id and evidence.hosts == self.noted_hosts:
+            # the same as this connection's last request (a consumer's Fetch after Fetch): the
+            # pools know it already
+            evidence.requests += 1
+            if evidence.late and evidence.requests >= evidence.late[0][2]:
+                evidence.settle_late()
+        else:
+            self.client_id = _cid
+            if api == API_VERSIONS and ver >= 3:
+                evidence.announced(_cid, pdu.data, body_at)
+            hosts = self.noted_hosts = evidence.hosts
+            evidence.sent(_cid, (self.host, ANY_CLIENT) if hosts else ANY_ONLY, api_ver)
+            self.noted = api_ver
         if pdu.missing:
             diags.append(
                 Diagnostic(
@@ -244,6 +258,13 @@ class Correlator:
                 )
             )
         acks = produce_acks(ver, pdu.data, body_at) if api == PRODUCE else None
+        if self.orphans:
+            answered = self._answered_early(corr, msg, hdr, acks)
+            for entry in self.orphans:
+                entry[2] += 1
+            self._settle_orphans_seen()
+            if answered:
+                return True
         if acks == 0:
             # no response is due; held until a later response proves none is coming (some
             # brokers answer anyway: then the answer is attached)
@@ -300,7 +321,8 @@ class Correlator:
             resp = Message(pdu, orphan.fields, orphan.body_offset)
             if self.orphans is _EMPTY:
                 self.orphans = deque()
-            self.orphans.append([resp, corr, 0, None])
+            self.evidence.hosts = True
+            self.orphans.append([resp, corr, 0, None, SETTLE_MAX])
             self.on_pending(resp)  # the output waits for it like for a pending request
             if len(self.orphans) > MAX_ORPHANS:
                 self._settle_orphan(self.orphans.popleft())
@@ -309,6 +331,13 @@ class Correlator:
         if not queue:
             del self.pending[corr]
         self.count -= 1
+        self._answer(req, hdr, acks, pdu)
+
+    def _answer(
+        self, req: Message, hdr: RequestHeader, acks: int | None, pdu: Pdu, cost: int = 0
+    ) -> None:
+        """Emit `req` answered by the response frame `pdu` (`cost`: what the response was
+        charged while it waited as an orphan)."""
         req.done = True
         if self.unanswered:
             self.settle_unanswered(req.pdu.last_ts)
@@ -331,17 +360,32 @@ class Correlator:
                     "captured with an earlier timestamp than its request: latency unknown",
                 )
             )
-        resp = Message(pdu, fields, body_at, diags)
+        resp = Message(pdu, fields, body_at, diags, cost=cost)
         if api == SASL_HANDSHAKE and ver == 0 and len(pdu.data) >= body_at + 2:
             self.sasl_raw = INT16.unpack_from(pdu.data, body_at)[0] == 0
         self.emit(self._exchange(req, hdr, resp, OK, acks))
+
+    def _answered_early(
+        self, corr: int, req: Message, hdr: RequestHeader, acks: int | None
+    ) -> bool:
+        """A request whose response came first (a capture listing the request's packet after
+        the answer, or a hole the request filled late): the held orphan with its correlation
+        id is its response. True when one was."""
+        for i, entry in enumerate(self.orphans):
+            if entry[1] == corr:
+                del self.orphans[i]
+                orphan = entry[0]
+                orphan.done = True
+                self._answer(req, hdr, acks, orphan.pdu, orphan.cost)
+                return True
+        return False
 
     def _settle_orphans_seen(self) -> None:
         """Settle the orphans enough requests went by for: inferred ones at SETTLE_AFTER, the
         others get until SETTLE_MAX requests (their api may simply not have come round yet)."""
         keep: deque[list] = deque()
         for entry in self.orphans:
-            if entry[2] < SETTLE_AFTER or not self._settle_orphan(entry, entry[2] >= SETTLE_MAX):
+            if entry[2] < SETTLE_AFTER or not self._settle_orphan(entry, entry[2] >= entry[4]):
                 keep.append(entry)
         self.orphans = keep
 
@@ -353,14 +397,18 @@ class Correlator:
         pdu = resp.pdu
         found = None
         if not pdu.missing:
-            elsewhere = (
-                list(self.peers.get(self.client_id, ())) if self.client_id is not None else None
+            ev, cid = self.evidence, self.client_id
+            by_cid = f"client id {cid!r} sent it on another connection"
+            pools = (
+                (ev.pools.get(cid) if cid is not None else None, by_cid),
+                (ev.told(self.host, cid), "its host sent it on another connection"),
+                (ev.told(ANY_CLIENT, cid), "another client in this capture sent it"),
             )
-            anywhere = list(self.peers.get(ANY_CLIENT, ()))
             recent = self.history[-HISTORY:]
-            found = infer(pdu.data, corr, recent, self.client_id, elsewhere, anywhere, entry[3])
+            found = infer(pdu.data, corr, recent, pools, entry[3], self.evidence.budget)
             if found.api is None and not final:
                 entry[3] = found.fits  # the layouts that fit, kept for the next try
+                entry[4] = SETTLE_LONG if found.version_only else SETTLE_MAX
                 return False
         resp.done = True
         if found is None or found.api is None:
@@ -404,6 +452,18 @@ class Correlator:
         """Emit every held orphan response now (`kanalyze.parallel`: at the start of a byte
         range they answer requests of the previous range, whose run pairs them)."""
         self._settle_orphans()
+
+    def _outlive_orphans(self) -> None:
+        """The connection ends: its held orphans are settled, but one whose api is known and
+        not its version waits in the run's evidence (`Evidence.wait`) for a request of
+        another connection to tell it."""
+        while self.orphans:
+            entry = self.orphans.popleft()
+            if not self._settle_orphan(entry, False):
+                if entry[4] == SETTLE_LONG:
+                    self.evidence.wait(self._settle_orphan, entry)
+                else:
+                    self._settle_orphan(entry)
 
     def _settle_orphans(self, before_ts: int | None = None) -> None:
         while self.orphans and (before_ts is None or self.orphans[0][0].pdu.last_ts < before_ts):
@@ -501,7 +561,7 @@ class Correlator:
         """Connection over: every request still waiting is `no_response` (acks=0 ones are `ok`).
         `broker_gaps`: packets where the broker's stream had a capture gap; a request sent
         before one of them says its response may be in it."""
-        self._settle_orphans()
+        self._outlive_orphans()
         while self.unanswered:
             req, hdr, acks = self.unanswered.popleft()
             req.done = True

@@ -27,9 +27,9 @@ from kanalyze.connection import (
 )
 from kanalyze.correlation import ConnInfo, Correlator, Exchange, Message
 from kanalyze.engine_types import DirectionTotals, EngineOptions, EngineStats
+from kanalyze.evidence import Evidence
 from kanalyze.flows import ACK, FIN, RST, SYN, Segment, decode_segment, format_endpoint
 from kanalyze.framing import StreamEvent
-from kanalyze.inference import BUDGET as LAYOUT_BUDGET
 from kanalyze.reassembly import HALF as SEQ_HALF
 from kanalyze.reassembly import MASK as SEQ_MASK
 from kanalyze.reassembly import TAIL_KEPT
@@ -99,11 +99,10 @@ class Engine:
         self.now = 0
         self.undecided: dict[tuple, Undecided] = {}  # both 4-tuples of each undecided connection
         self.stalled_bytes = 0  # held by undecided connections past their first hold
-        self.peers: dict[
-            str | None, dict[tuple[int, int], None]
-        ] = {}  # client id -> (api, version)s sent
+        # what the run's requests say about orphans' apis, the late orphans, and the run's
+        # budget of layout searches (kanalyze/evidence.py)
+        self.evidence = Evidence()
         self.fast = self.opts.fast_path
-        LAYOUT_BUDGET.reset()  # one run, one budget of layout searches (kanalyze/inference.py)
         # called with (connection, from client, segment, packet number) for every segment of a
         # connection whose roles are known, held ones when they are replayed (`export -w` maps
         # each packet to its stream bytes with it); None costs one test per segment. Only the
@@ -321,9 +320,10 @@ class Engine:
         """A held connection's bytes changed: decide its roles when they tell; past the first
         hold with the bodies asked too, and when even they cannot tell, hold on (stalled)."""
         mf = self.opts.max_frame
-        verdict = und.verdict(mf)
+        budget = self.evidence.budget
+        verdict = und.verdict(mf, budget)
         if verdict is None and und.out_of_patience():
-            verdict = und.verdict(mf, final=True)
+            verdict = und.verdict(mf, budget, final=True)
             if verdict is None and und.long_first_frame(mf):
                 und.stalled = True
                 self.stalled_bytes += und.nbytes
@@ -350,7 +350,7 @@ class Engine:
             self.stalled_bytes -= und.nbytes
             und.stalled = False
         if verdict is None:
-            verdict = und.verdict(self.opts.max_frame, final=True)
+            verdict = und.verdict(self.opts.max_frame, self.evidence.budget, final=True)
         self.stats.held -= und.cost
         und.cost = 0
         first, no, ts = und.held[0]
@@ -531,6 +531,9 @@ class Engine:
                     f"{cost} bytes of waiting requests given up: {st.held} bytes held",
                 )
                 self._flush_done(target)
+        if st.held > target and self.evidence.late:
+            self.evidence.settle_late(final=True)  # orphans of closed connections
+            self._flush_done(target)
 
     def _flush_done(self, target: int) -> None:
         """Write out every completed exchange now if that is what keeps `held` over `target`."""
@@ -674,6 +677,8 @@ class Engine:
         self._decide_all(older_than_ns)
         for conn in list(self.order.values()):
             conn.corr.expire(older_than_ns)
+        if self.evidence.late:
+            self.evidence.settle_late(before_ts=older_than_ns)
         self._release()
 
     def expire_idle(self, older_than_ns: int) -> int:
@@ -694,9 +699,11 @@ class Engine:
         self._decide_all()
         for conn in list(self.order.values()):
             self._close(conn, None)
+        self.evidence.settle_late(final=True)
         self._release(final=True)
-        if LAYOUT_BUDGET.refused:
-            self.stats.limit_hits["layout_search"] = LAYOUT_BUDGET.refused
+        refused = self.evidence.budget.refused
+        if refused:
+            self.stats.limit_hits["layout_search"] = refused
 
 
 def _exchange_cost(ex: Exchange) -> int:

@@ -19,10 +19,12 @@ other api's response layout kanalyze knows may fit the bytes as well.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dissectors.apis import API_NAMES, RESPONSE_VERSIONS
 from dissectors.context import DecodeContext
+from kanalyze.api_kinds import rivals
 from kanalyze.headers import read_response_header
 
 MAX_CANDIDATES = 8
@@ -45,6 +47,9 @@ class Inference:
     # the response layouts that fit the bytes, once tried: an orphan asked again after more
     # requests passes them back (`infer(..., fits=)`) instead of trying every layout again
     fits: tuple[tuple[int, int], ...] | None = None
+    # one api fits and only its version is unknown: a request on another connection may still
+    # tell it (a client's connections open over seconds), so it is worth waiting longer
+    version_only: bool = False
 
     def to_json(self) -> dict[str, object]:
         return {"from": self.evidence, "confidence": self.confidence}
@@ -69,37 +74,79 @@ def _clean(data: bytes, api: int, version: int) -> tuple[int, dict[str, object]]
     return body_at, header
 
 
+# evidence from elsewhere: (the (api, version) pairs sent there, what "there" is), best first
+Pools = tuple[tuple[Iterable[tuple[int, int]] | None, str], ...]
+
+
 def infer(
     data: bytes,
     corr: int,
     requests: list[tuple[int, int, int]],
-    client_id: str | None = None,
-    elsewhere: list[tuple[int, int]] | None = None,
-    anywhere: list[tuple[int, int]] | None = None,
+    pools: Pools = (),
     fits: tuple[tuple[int, int], ...] | None = None,
+    budget: LayoutBudget | None = None,
 ) -> Inference:
     """Infer the api and version of the response `data` (correlation id `corr`) from the
     connection's requests, given as (correlation id, api, version); failing that, from the
-    layouts that fit it, the version told by the (api, version) pairs the same `client_id`
-    sent on other connections (`elsewhere`), then any client in the capture (`anywhere`)."""
-    local = _infer_local(data, corr, requests)
-    if local.api is not None or local.reason.startswith("ambiguous"):
-        return local
+    layouts that fit it, the version told by the first of `pools` ((api, version) pairs sent
+    elsewhere, with what they are: the same client id, the same host, any client) that sent
+    exactly one of the fitting versions. `fits`: the layouts found by an earlier try; `budget`:
+    the run's layout searches (none: unbounded)."""
+    passed, tried = _local(data, corr, requests)
+    if len(passed) > 1:
+        names = ", ".join(f"{API_NAMES.get(a, a)} v{v}" for a, v, _g in passed)
+        return Inference(reason=f"ambiguous: it decodes as {names}")
     if fits is None:
-        found = response_fits(data)
-        if found is None:
-            why = f"{local.reason}; layout search skipped: the run's budget is spent"
-            return Inference(reason=why)
-        fits = tuple(found)
-    return _by_layout(
-        data,
-        local.reason,
-        (
-            (elsewhere, f"client id {client_id!r} sent it on another connection"),
-            (anywhere, "another client in this capture sent it"),
-        ),
-        fits,
-    )
+        found = response_fits(data, budget)
+        if found is not None:
+            fits = tuple(found)
+    # what this client sent (its connection, its client id; else what its pools sent): the
+    # apis it may have sent before the capture began are those and their kinds
+    sent = {(a, v) for _c, a, v in requests}
+    for pool, _said in pools[:1] if sent or (pools and pools[0][0]) else pools:
+        sent.update(pool or ())
+    if passed:
+        return _confirm_local(corr, requests, passed[0], fits, sent)
+    if not requests:
+        why = "no request seen on this connection to infer it from"
+    else:
+        why = f"no api seen on this connection decodes it (tried {tried})"
+    if fits is None:
+        return Inference(reason=f"{why}; layout search skipped: the run's budget is spent")
+    return _by_layout(data, why, pools, fits, sent)
+
+
+def _confirm_local(
+    corr: int,
+    requests: list[tuple[int, int, int]],
+    winner: tuple[int, int, tuple[int, dict[str, object]]],
+    fits: tuple[tuple[int, int], ...] | None,
+    sent: set[tuple[int, int]],
+) -> Inference:
+    """The one request of the connection whose response layout fits: accepted unless another
+    api the client may have sent (`api_kinds.rivals`: one it sent elsewhere, or of a kind it
+    showed) fits the bytes as well. Short responses (an error code and a throttle time) fit a
+    dozen apis' layouts: a connection that sent LeaveGroup after the cut may well have sent
+    the missing Heartbeat before it."""
+    api, ver, (body_at, header) = winner
+    name = API_NAMES.get(api, api)
+    witnesses = sorted(c for c, a, v in requests if (a, v) == (api, ver))
+    nearest = min(witnesses, key=lambda c: (abs(c - corr), c))
+    adjacent = any(abs(c - corr) == 1 for c in witnesses)
+    if fits is None:
+        why = f"it decodes as {name} v{ver}, but the layout search is skipped (budget spent)"
+        return Inference(reason=f"ambiguous: {why}")
+    others = rivals({(a, v) for a, v in fits if a != api}, sent | {(api, ver)})
+    if others:
+        listed = ", ".join(str(API_NAMES.get(a, a)) for a in sorted(others)[:6])
+        why = (
+            f"ambiguous: it decodes as {name} v{ver} (request {nearest}), but as {listed} too,"
+            " which this client may send"
+        )
+        return Inference(reason=why, fits=fits)
+    where = "before" if nearest < corr else "after"
+    evidence = f"request {nearest} ({name} v{ver}) {where} it on this connection"
+    return Inference(api, ver, body_at, header, evidence, "high" if adjacent else "medium")
 
 
 class LayoutBudget:
@@ -108,7 +155,7 @@ class LayoutBudget:
     such connections would otherwise take hours. A new `Engine` resets it; once spent, orphans
     stay undecoded and roles wait for other evidence, and the engine reports the searches
     refused as the `layout_search` limit (docs/limits.md). Identical frames are looked up, not
-    searched again, and cost nothing."""
+    searched again, and cost nothing. Each `Engine` run has its own (`Evidence.budget`)."""
 
     LIMIT = 500
     MEMO_FRAMES = 4096  # frames remembered (each at most MEMO_BYTES long)
@@ -119,19 +166,17 @@ class LayoutBudget:
         self.refused = 0
         self.memo: dict[bytes, tuple[tuple[int, int], ...]] = {}
 
-    def reset(self) -> None:
-        self.left, self.refused = self.LIMIT, 0
-        self.memo.clear()
 
-
-BUDGET = LayoutBudget()
-
-
-def response_fits(data: bytes) -> list[tuple[int, int]] | None:
+def response_fits(data: bytes, budget: LayoutBudget | None = None) -> list[tuple[int, int]] | None:
     """Every (api, version) whose response layout decodes `data` (a frame without its size)
-    exactly, with no diagnostic; None when the run's layout budget is spent."""
-    b = BUDGET
-    key = bytes(data) if len(data) <= b.MEMO_BYTES else None
+    exactly, with no diagnostic; None when the run's layout `budget` is spent (no budget: the
+    search is not bounded)."""
+    if budget is None:
+        return [(a, v) for a, v in _universe() if _clean(data, a, v) is not None]
+    b = budget
+    # the correlation id plays no part in which layouts fit: frames differing only in it (a
+    # connection's Heartbeat responses) share one search
+    key = bytes(data[4:]) if len(data) <= b.MEMO_BYTES else None
     if key is not None:
         known = b.memo.get(key)
         if known is not None:
@@ -151,37 +196,49 @@ def response_fits(data: bytes) -> list[tuple[int, int]] | None:
 def _by_layout(
     data: bytes,
     why: str,
-    pools: tuple[tuple[list[tuple[int, int]] | None, str], ...],
+    pools: Pools,
     fits: tuple[tuple[int, int], ...],
+    sent: set[tuple[int, int]],
 ) -> Inference:
     """Weaker evidence, stricter test: the response layouts of every api kanalyze knows are
-    tried, and exactly one api may fit the bytes exactly. Its versions often share a layout:
-    the version is the one requests elsewhere used (the first pool that sent this api in one
-    of the fitting versions, and in one only), or the only fitting one when the frame is long
-    enough to tell layouts apart. Confidence `low`."""
+    tried, and exactly one api may fit the bytes exactly -- or, when several do, exactly one
+    the client may send (`api_kinds.rivals`), and a pool must have sent it. Its versions often
+    share a layout: the version is the one requests elsewhere used (the first pool that sent
+    this api in one of the fitting versions, and in one only), or the only fitting one when
+    the frame is long enough to tell layouts apart. Confidence `low`."""
     apis = sorted({a for a, _v in fits})
     if not apis:
         return Inference(reason=f"{why}; no response layout kanalyze knows fits it", fits=fits)
     if len(apis) > 1:
         names = ", ".join(str(API_NAMES.get(a, a)) for a in apis[:6])
-        why = f"{why}; ambiguous: the response layouts of {names} fit it"
-        return Inference(reason=why, fits=fits)
-    api = apis[0]
+        mine = sorted(rivals(set(fits), sent))
+        if len(mine) != 1:
+            why = f"{why}; ambiguous: the response layouts of {names} fit it"
+            return Inference(reason=why, fits=fits)
+        api, alone = mine[0], False
+    else:
+        api, alone = apis[0], True
     name = API_NAMES.get(api, api)
-    versions = [v for _a, v in fits]
+    versions = [v for a, v in fits if a == api]
     for pool, said in pools:
-        sent = sorted({v for a, v in pool or () if a == api and v in versions})
-        if len(sent) == 1:
-            return _layout(data, api, sent[0], f"{name} v{sent[0]}: {said}")
-        if sent:
-            listed = ", ".join(f"v{v}" for v in sent)
+        told = sorted({v for a, v in pool or () if a == api and v in versions})
+        if len(told) == 1:
+            if not alone:
+                said = f"{said}; the other layouts that fit are of apis it does not send"
+            return _layout(data, api, told[0], f"{name} v{told[0]}: {said}")
+        if told:
+            listed = ", ".join(f"v{v}" for v in told)
             why = f"{why}; only {name} fits, sent as {listed}: ambiguous"
             return Inference(reason=why, fits=fits)
-    if len(versions) == 1 and len(data) >= MIN_UNSEEN:
+    if alone and len(versions) == 1 and len(data) >= MIN_UNSEEN:
         return _layout(data, api, versions[0], f"{name} v{versions[0]}: the only layout that fits")
     listed = ", ".join(f"v{v}" for v in versions)
+    if not alone:  # the client's own api of those that fit, if only a request told the version
+        names = ", ".join(str(API_NAMES.get(a, a)) for a in apis[:6])
+        why = f"{why}; ambiguous: the response layouts of {names} fit it"
+        return Inference(reason=why, fits=fits, version_only=True)
     why = f"{why}; only {name} fits, as {listed}, and no request tells which"
-    return Inference(reason=why, fits=fits)
+    return Inference(reason=why, fits=fits, version_only=True)
 
 
 def _layout(data: bytes, api: int, version: int, evidence: str) -> Inference:
@@ -191,9 +248,11 @@ def _layout(data: bytes, api: int, version: int, evidence: str) -> Inference:
     return Inference(api, version, body_at, header, evidence, "low")
 
 
-def _infer_local(data: bytes, corr: int, requests: list[tuple[int, int, int]]) -> Inference:
-    if not requests:
-        return Inference(reason="no request seen on this connection to infer it from")
+def _local(
+    data: bytes, corr: int, requests: list[tuple[int, int, int]]
+) -> tuple[list[tuple[int, int, tuple[int, dict[str, object]]]], str]:
+    """The connection's (api, version) pairs whose response layout decodes `data` exactly,
+    nearest correlation id first (up to MAX_CANDIDATES tried), and the list of those tried."""
     by_distance = sorted(requests, key=lambda r: (abs(r[0] - corr), r[0]))
     candidates: list[tuple[int, int]] = []
     for _c, api, ver in by_distance:
@@ -205,19 +264,7 @@ def _infer_local(data: bytes, corr: int, requests: list[tuple[int, int, int]]) -
         got = _clean(data, api, ver)
         if got is not None:
             passed.append((api, ver, got))
-    tried = ", ".join(f"{API_NAMES.get(a, a)} v{v}" for a, v in candidates)
-    if not passed:
-        return Inference(reason=f"no api seen on this connection decodes it (tried {tried})")
-    if len(passed) > 1:
-        names = ", ".join(f"{API_NAMES.get(a, a)} v{v}" for a, v, _g in passed)
-        return Inference(reason=f"ambiguous: it decodes as {names}")
-    api, ver, (body_at, header) = passed[0]
-    witnesses = sorted(c for c, a, v in requests if (a, v) == (api, ver))
-    nearest = min(witnesses, key=lambda c: (abs(c - corr), c))
-    adjacent = any(abs(c - corr) == 1 for c in witnesses)
-    where = "before" if nearest < corr else "after"
-    evidence = f"request {nearest} ({API_NAMES.get(api, api)} v{ver}) {where} it on this connection"
-    return Inference(api, ver, body_at, header, evidence, "high" if adjacent else "medium")
+    return passed, ", ".join(f"{API_NAMES.get(a, a)} v{v}" for a, v in candidates)
 
 
 _UNIVERSE: list[tuple[int, int]] = []

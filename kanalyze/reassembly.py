@@ -8,8 +8,8 @@ Policy (documented in docs/architecture.md):
   overlap conflict (checked against the last delivered segment).
 - A hole becomes an explicit gap (never zero-filled) when the peer has
   acknowledged past it and a few more packets went by without it arriving
-  (the capture lost it), when the waiting data exceeds a limit, or at FIN/RST/
-  end of input.
+  (the capture lost it: 4 when the peer already answers past it, else 16), when
+  the waiting data exceeds a limit, or at FIN/RST/end of input.
 Sequence numbers are unwrapped relative to the next expected byte, so streams
 longer than 4 GiB and captures that start mid-connection both work.
 """
@@ -41,6 +41,9 @@ class ReassemblyLimits:
     max_ooo_bytes: int = 32 * 1024 * 1024
     max_ooo_segments: int = 8192
     hole_patience_packets: int = 16  # packets to wait after the peer acked past a hole
+    # ... and when the peer is already answering past it: packets listed out of order (a
+    # request after the response that acknowledges it) still fill it, as tshark reassembles
+    reorder_patience_packets: int = 4
 
 
 class HalfStream:
@@ -168,15 +171,18 @@ class HalfStream:
             self.acked = rel
 
     def check_hole(self, clock: int, pkt_no: int, ts_ns: int, now: bool = False) -> None:
-        """Give up on a hole the peer has acknowledged past: at once when the peer is already
-        answering (`now`), otherwise after some patience (captures may list an ACK before the
-        data it acknowledges)."""
+        """Give up on a hole the peer has acknowledged past: soon when the peer is already
+        answering (`now`: a few packets, for a capture that lists a segment after the answer
+        that acknowledges it), otherwise after more patience (captures may list an ACK before
+        the data it acknowledges)."""
         self.clock = clock
+        lim = self.limits
         if (
             self.heap
             and self.hole_since is not None
             and self.acked > self.next
-            and (now or clock - self.hole_since >= self.limits.hole_patience_packets)
+            and clock - self.hole_since
+            >= (lim.reorder_patience_packets if now else lim.hole_patience_packets)
         ):
             self._gap_to(min(self.acked, self.heap[0][0]), pkt_no, ts_ns)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dissectors.context import DecodeContext
 from kanalyze.headers import plausible_request, read_request_header
-from kanalyze.inference import response_fits
+from kanalyze.inference import LayoutBudget, response_fits
 from kanalyze.resync import request_candidates
 
 MAX_CHAIN = 32  # frames followed per direction; enough evidence, bounded work
@@ -88,15 +88,21 @@ def answers(data: bytes | bytearray, announced: set[int], max_frame: int) -> boo
     return False
 
 
-def judge(a: bytes, b: bytes, max_frame: int, final: bool = False) -> bool | None:
+def judge(
+    a: bytes,
+    b: bytes,
+    max_frame: int,
+    final: bool = False,
+    budget: LayoutBudget | None = None,
+) -> bool | None:
     """True when direction `a` is the client, False when `b` is, None when the bytes cannot tell.
 
     `a` and `b` are the first bytes each direction sent (in arrival order; either may be empty).
     `final`: the roles must be settled now; when the headers cannot tell, the bodies are asked."""
-    by_headers = _by_headers(a, b, max_frame)
+    by_headers = _by_headers(a, b, max_frame, budget)
     if by_headers is not None or not final:
         return by_headers
-    return _by_bodies(a, b, max_frame)
+    return _by_bodies(a, b, max_frame, budget)
 
 
 def judge_later(a: bytes | bytearray, b: bytes | bytearray, max_frame: int) -> bool | None:
@@ -108,7 +114,7 @@ def judge_later(a: bytes | bytearray, b: bytes | bytearray, max_frame: int) -> b
     return a_answered if a_answered != b_answered else None
 
 
-def _by_headers(a: bytes, b: bytes, max_frame: int) -> bool | None:
+def _by_headers(a: bytes, b: bytes, max_frame: int, budget: LayoutBudget | None) -> bool | None:
     ra, rb = request_ids(a, max_frame), request_ids(b, max_frame)
     a_answered = bool(ra) and answers(b, set(ra), max_frame)
     b_answered = bool(rb) and answers(a, set(rb), max_frame)
@@ -120,7 +126,7 @@ def _by_headers(a: bytes, b: bytes, max_frame: int) -> bool | None:
             # header (api 0, version = the id), its body often as an empty client id (a 0
             # throttle time) or a topic name: the bodies are asked first, and a lone
             # "request" must then name its client to count
-            said = _side(a or b, max_frame)
+            said = _side(a or b, max_frame, budget)
             if said is not None:
                 return said if a else not said
             if not _names_client(a if ra else b, max_frame):
@@ -136,15 +142,15 @@ def _names_client(data: bytes, max_frame: int) -> bool:
     return int.from_bytes(data[12:14], "big", signed=True) > 0
 
 
-def _by_bodies(a: bytes, b: bytes, max_frame: int) -> bool | None:
+def _by_bodies(a: bytes, b: bytes, max_frame: int, budget: LayoutBudget | None) -> bool | None:
     """The roles from what the first whole frames of each direction decode as; None when they
     say nothing or contradict each other."""
-    a_says, b_says = _side(a, max_frame), _side(b, max_frame)
+    a_says, b_says = _side(a, max_frame, budget), _side(b, max_frame, budget)
     votes = {v for v in (a_says, None if b_says is None else not b_says) if v is not None}
     return votes.pop() if len(votes) == 1 else None
 
 
-def _side(data: bytes, max_frame: int) -> bool | None:
+def _side(data: bytes, max_frame: int, budget: LayoutBudget | None) -> bool | None:
     """True when the whole frames chained from offset 0 of `data` are a client's (the first
     that tells decodes exactly as a request and fits no response layout), False when a
     broker's (fits a response layout, does not decode as a request), None when none tells."""
@@ -156,7 +162,7 @@ def _side(data: bytes, max_frame: int) -> bool | None:
         if size < 4 or size > max_frame or p + 4 + size > n:
             return None
         frame = bytes(data[p + 4 : p + 4 + size])
-        fits = response_fits(frame)
+        fits = response_fits(frame, budget)
         if fits is None:
             return None  # the run's layout budget is spent: the bodies say nothing
         request, response = request_decodes(frame), bool(fits)

@@ -112,6 +112,12 @@ def has_payload(r: Record) -> bool:
     return total > off + doff
 
 
+def closes(r: Record) -> bool:
+    """Whether the packet carries FIN or RST."""
+    off = _tcp_offset(r.data)
+    return off is not None and len(r.data) > off + 13 and bool(r.data[off + 13] & 0x05)
+
+
 def remap_port(r: Record, old: int, new: int) -> Record:
     """The record with TCP port `old` rewritten to `new` on both sides (checksums left stale:
     analyzers must not drop packets on checksum grounds, real captures have bad ones too)."""

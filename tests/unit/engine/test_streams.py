@@ -375,3 +375,42 @@ def test_expire_settles_acks_zero_produce(tmp_path):
     assert out == []  # held: a later response could still prove the broker answered
     eng.expire(10**9 * 1000)
     assert [(e.correlation_id, e.status, e.acks) for e in out] == [(1, "ok", 0), (2, "ok", 0)]
+
+
+def test_request_listed_after_its_answer_is_reassembled_and_paired(tmp_path):
+    """Request 1's packet is listed after request 2's and after the broker's answer to 1
+    (which acknowledges it): within the reorder patience the hole is filled late, no gap, and
+    both requests are paired with their answers (1's answer waited as an orphan)."""
+    c = P.Conversation()
+    pkts = c.handshake()
+    p1 = c.send(True, apiv_request(1))
+    p2 = c.send(True, apiv_request(2))
+    answer = c.send(False, apiv_response(1))
+    pkts += [p2, answer, p1, c.send(False, apiv_response(2))]
+    exs, s = run_pcap(tmp_path, pkts + c.close())
+    assert sorted(_pairs(exs)) == [(18, 1, "ok"), (18, 2, "ok")]
+    assert s.engine.stats.client.gaps == 0
+    by_corr = {e.correlation_id: e for e in exs}
+    assert by_corr[1].request.pdu.last_pkt == 6 and by_corr[1].response.pdu.last_pkt == 5
+    # timestamps here follow the listing (the answer's is earlier): no latency, never negative
+    assert by_corr[1].latency_ns is None
+    assert [d.code for d in by_corr[1].response.diagnostics] == ["timestamp_order"]
+    _balanced(s)
+
+
+def test_a_lost_request_still_becomes_a_gap_when_the_broker_answers_past_it(tmp_path):
+    """The reorder patience is short: when the request never comes, the hole is given up 4
+    packets after the broker answered past it, and the next request keeps its own packet."""
+    c = P.Conversation()
+    pkts = c.handshake()
+    c.send(True, apiv_request(1))  # lost
+    pkts.append(c.send(True, apiv_request(2)))
+    pkts.append(c.send(False, apiv_response(1)))
+    pkts.append(c.send(False, apiv_response(2)))
+    pkts += [c.send(False, b"", P.ACK) for _ in range(5)]
+    exs, s = run_pcap(tmp_path, pkts + c.close())
+    by_corr = {e.correlation_id: e for e in exs}
+    assert by_corr[2].status == "ok" and by_corr[2].request.pdu.last_pkt == 4
+    assert by_corr[1].status == "request_missing"
+    assert s.engine.stats.client.gap_count == 1
+    _balanced(s)
