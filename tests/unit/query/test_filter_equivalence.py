@@ -93,7 +93,16 @@ def records(d):
     side = {"Produce": d["request"], "Fetch": d["response"]}.get(d["api"])
     if side is None or side["body"] is None:
         return None
-    return sum(x["record_count"] for x in walk(side["body"]) if "batch_length" in x)
+    return sum(_count(b) for x in walk(side["body"]) for b in x.get("batches") or ())
+
+
+def _count(b):
+    """A v2 batch's record count; a magic 0/1 message is one record, or a compressed wrapper of
+    its inner messages."""
+    if "batch_length" in b:
+        return b["record_count"]
+    inner = b.get("records")
+    return len(inner) if isinstance(inner, list) else 1
 
 
 def frames(d):

@@ -165,8 +165,12 @@ def records(d):
     while stack:
         v = stack.pop()
         if isinstance(v, dict):
-            if "batch_length" in v:
-                n += v["record_count"]
+            if isinstance(v.get("batches"), list):  # a records field: count, do not descend
+                for b in v["batches"]:
+                    inner = b.get("records")  # a magic 0/1 wrapper's inner messages
+                    n += b["record_count"] if "batch_length" in b else (
+                        len(inner) if isinstance(inner, list) else 1)
+                continue
             stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
