@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+# first: switches to the pure-Python hot modules if asked or if their build is stale
+from dissectors import native  # noqa: F401  (native.py; installs on import)
 from dissectors.apis import (
     API_NAMES,
     REQUEST_FLEXIBLE_FROM,

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Compile kanalyze's hot modules with mypyc, in place (optional; needs a C compiler).
+
+    python tools/compile.py            # build the extensions beside their .py files
+    python tools/compile.py --check    # say which path this checkout runs: compiled or pure
+    python tools/compile.py --clean    # remove the extensions (back to pure Python)
+
+The modules are listed in `dissectors/native.py` (`COMPILED`); the same `.py` files are the
+pure-Python path, used when nothing is built, when `KANALYZE_PURE=1` is set, and when a
+source is newer than its build (rebuild after editing one). mypyc ships with mypy (a test
+dependency); the generated C and object files go to a scratch directory, the extensions
+(`*.so`, ignored by git) next to their sources plus one shared library for the group,
+`kanalyze_native__mypyc*.so`, at the repo root. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dissectors import native  # noqa: E402
+
+GROUP = "kanalyze_native"  # the shared library's name: kanalyze_native__mypyc<EXT>
+
+# run in a child so setuptools' and mypyc's state stay out of this process
+_BUILD = """
+import sys
+from setuptools import setup
+from mypyc.build import mypycify
+paths, group, scratch = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+sys.argv = [sys.argv[0]]
+setup(
+    name="kanalyze-native",
+    ext_modules=mypycify(paths, opt_level="3", group_name=group, target_dir=scratch + "/c"),
+    script_args=["-q", "build_ext", "--inplace", "--build-temp", scratch + "/obj"],
+)
+"""
+
+
+def artifacts() -> list[Path]:
+    """Every file a build leaves in the tree."""
+    out = [native.extension(name) for name in native.COMPILED]
+    out += sorted(ROOT.glob(f"{GROUP}__mypyc*{native.EXT}"))
+    return [p for p in out if p.exists()]
+
+
+def clean() -> None:
+    for path in artifacts():
+        path.unlink()
+        print(f"removed {path.relative_to(ROOT)}")
+
+
+def check() -> int:
+    built, stale = native.built(), native.stale()
+    if not built:
+        print("pure Python: no compiled modules (python tools/compile.py builds them)")
+    elif stale:
+        print(f"pure Python: the build is older than {', '.join(stale)} (rebuild)")
+    elif native.pure_forced():
+        print(f"pure Python: KANALYZE_PURE is set ({len(built)} compiled modules present)")
+    else:
+        missing = sorted(set(native.COMPILED) - set(built))
+        print(f"compiled: {len(built)} modules" + (f"; not built: {missing}" if missing else ""))
+    return 0
+
+
+def build() -> int:
+    clean()  # a module dropped from the list must not keep an old extension
+    paths = [str(native.source(name).relative_to(ROOT)) for name in native.COMPILED]
+    with tempfile.TemporaryDirectory(prefix="kanalyze-mypyc-") as scratch:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONPATH"] = str(ROOT)
+        done = subprocess.run(
+            [sys.executable, "-c", _BUILD, ",".join(paths), GROUP, scratch],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        print(f"compile failed (exit {done.returncode}); kanalyze runs pure Python", file=sys.stderr)
+        clean()
+        return 1
+    print(f"compiled {len(paths)} modules with mypyc: {', '.join(native.COMPILED)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="say which path this checkout runs")
+    mode.add_argument("--clean", action="store_true", help="remove the compiled extensions")
+    args = ap.parse_args(argv)
+    if args.check:
+        return check()
+    if args.clean:
+        clean()
+        return 0
+    return build()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
