@@ -30,10 +30,24 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
+# A compiled class is pickled (Spark streaming keeps engines in its state) like a plain one only
+# with help: unpickling calls its __init__ (mypyc classes cannot be made without it; its
+# `serializable` option does not call __init__ on ordinary construction either), so each
+# pickled class's `__reduce__` names a function that makes a blank instance, and its state
+# (`__getstate__`: slots here, mypyc's attribute dict there) is set on it afterwards.
+
 # the modules tools/compile.py compiles (one mypyc group), by import name
 COMPILED: tuple[str, ...] = (
+    "dissectors.batch_header",
     "dissectors.record_reader",
+    "dissectors.records_json",
+    "kanalyze.capture.pcap",
+    "kanalyze.correlation",
+    "kanalyze.flows",
     "kanalyze.framing",
+    "kanalyze.headers",
+    "kanalyze.reassembly",
+    "kanalyze.resync",
 )
 
 ROOT = Path(__file__).resolve().parent.parent  # the directory holding both packages

@@ -294,6 +294,10 @@ class RecordNodes:
         self.extra = extra
         self.source = source
 
+    def __reduce__(self) -> tuple:
+        # explicit: a compiled class is pickled only this way (dissectors/native.py)
+        return RecordNodes, (self.spans, self.records, self.extra, self.source)
+
     def __len__(self) -> int:
         return len(self.spans) - 1
 

@@ -52,7 +52,7 @@ class EngineHooks(Protocol):
     def _pending(self, msg: Message) -> None: ...
 
 
-def looks_like_tls(payload: bytes) -> bool:
+def looks_like_tls(payload: bytes | memoryview) -> bool:
     """A TLS record header: content type 20-23, version 3.0-3.4, length <= 2^14 + 2048. Never a
     plausible Kafka frame at the default --max-frame (the size would be over 335 MB)."""
     return (

@@ -26,6 +26,7 @@ from kanalyze.headers import (
     read_response_header,
 )
 from kanalyze.inference import infer
+from kanalyze.unmade import EMPTY
 
 SASL_RAW_API = -1  # api_key reported for raw (un-headered) SASL token exchanges
 SASL_RAW_NAME = "SaslRaw"
@@ -51,6 +52,10 @@ class ConnInfo:
     client: str
     broker: str
 
+    def __reduce__(self) -> tuple:
+        # explicit: a compiled dataclass is pickled only this way (dissectors/native.py)
+        return ConnInfo, (self.id, self.client, self.broker)
+
 
 @dataclass(slots=True)
 class Message:
@@ -67,6 +72,11 @@ class Message:
     # the engine's estimate of what this message costs while it waits (kanalyze.engine,
     # --max-buffered); 0 once it left the wait
     cost: int = 0
+
+    def __reduce__(self) -> tuple:
+        # explicit: a compiled dataclass is pickled only this way (dissectors/native.py)
+        fields = (self.pdu, self.header, self.body_offset, self.diagnostics, self.done, self.cost)
+        return Message, fields
 
 
 class Exchange(NamedTuple):
@@ -133,20 +143,7 @@ def produce_acks(ver: int, data: bytes, pos: int) -> int | None:
 _Pending = tuple[Message, RequestHeader, "int | None"]  # a request waiting: message, header, acks
 
 
-class _Unmade(deque):
-    """The shared stand-in for a Correlator queue not made yet: empty, and adding to it raises
-    (a missed "make it first" fails loudly instead of filling a queue every connection shares)."""
-
-    def append(self, item: object) -> None:
-        raise TypeError("Correlator queue used before it was made")
-
-    appendleft = append
-
-    def __reduce__(self) -> str:  # type: ignore[override]
-        return "_EMPTY"  # pickled (Spark streaming keeps engines in its state) as the one stand-in
-
-
-_EMPTY: deque = _Unmade()
+_EMPTY: deque = EMPTY  # a queue not made yet (unmade.py)
 
 
 class Correlator:
@@ -209,6 +206,11 @@ class Correlator:
         # [message, correlation id, requests seen since, the response layouts that fit it,
         #  requests to wait for before giving up]
         self.orphans: deque[list] = _EMPTY
+
+    def __reduce__(self) -> tuple:
+        # a blank correlator, then its state (dissectors/native.py): its callbacks lead back
+        # to the engine that holds it, so they cannot be constructor arguments
+        return _blank_correlator, (), self.__getstate__()
 
     def expects(self, corr: int) -> bool:
         return corr in self.pending
@@ -597,3 +599,11 @@ def _drop_done(arrivals: list[tuple[int, Message]]) -> None:
         i += 1
     if i:
         del arrivals[:i]
+
+
+def _ignore(_item: object) -> None:
+    """A blank correlator's callbacks (replaced by the unpickled state)."""
+
+
+def _blank_correlator() -> Correlator:
+    return Correlator(ConnInfo(0, "", ""), _ignore, _ignore)

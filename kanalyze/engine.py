@@ -244,7 +244,7 @@ class Engine:
         seq: int,
         ack: int,
         flags: int,
-        payload: bytes,
+        payload: bytes | memoryview,
         pkt,  # noqa: ANN001 - a Packet
     ) -> bool:
         """The common case, fused: the next in-order bytes (or a pure ACK) of a confirmed Kafka

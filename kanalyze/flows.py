@@ -65,7 +65,7 @@ class Segment(NamedTuple):
     seq: int
     ack: int
     flags: int
-    payload: bytes
+    payload: bytes | memoryview  # a view into a capture block with `views`
     cut: int = 0  # payload bytes the IP length announces but the capture did not keep (snaplen)
 
 
@@ -94,7 +94,7 @@ def format_endpoint(ip: bytes, port: int) -> str:
     return f"[{ipaddress.ip_address(ip)}]:{port}"
 
 
-def _network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
+def _network_offset(linktype: int, buf: bytes | memoryview) -> tuple[int, int] | None:
     """(offset of the IP header, IP version 4/6) or None when the packet is not IP."""
     if linktype == ETHERNET:
         if len(buf) < 14:
@@ -143,7 +143,7 @@ def _network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
     return None
 
 
-def network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
+def network_offset(linktype: int, buf: bytes | memoryview) -> tuple[int, int] | None:
     """(offset of the IP header, IP version) of a packet of a supported link type, or None
     (for writers that rewrite IP/TCP headers: the filtered pcap)."""
     if linktype not in SUPPORTED_LINKTYPES:
@@ -151,7 +151,7 @@ def network_offset(linktype: int, buf: bytes) -> tuple[int, int] | None:
     return _network_offset(linktype, buf)
 
 
-def decode_segment(linktype: int, buf: bytes, stats: FlowStats) -> Segment | None:
+def decode_segment(linktype: int, buf: bytes | memoryview, stats: FlowStats) -> Segment | None:
     """The TCP segment in a packet, or None (and a counted reason) when there is none."""
     if (
         linktype == ETHERNET

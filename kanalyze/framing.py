@@ -122,7 +122,12 @@ class Framer:
         self.cut: Pdu | None = None
 
     # -- StreamSink -------------------------------------------------------------------------
-    def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None:
+    def __reduce__(self) -> tuple:
+        # a blank framer, then its state (dissectors/native.py): its callbacks lead back to
+        # the engine that holds it, so they cannot be constructor arguments
+        return _blank_framer, (), self.__getstate__()
+
+    def data(self, chunk: bytes | memoryview, pkt_no: int, ts_ns: int) -> None:
         self.last_pkt, self.last_ts = pkt_no, ts_ns
         start = self.stream_offset
         self.stream_offset += len(chunk)
@@ -234,7 +239,7 @@ class Framer:
     def _lose_sync(self) -> None:
         self.synced = False
 
-    def _frames_in(self, chunk: bytes, pkt_no: int, ts_ns: int, start: int) -> int:
+    def _frames_in(self, chunk: bytes | memoryview, pkt_no: int, ts_ns: int, start: int) -> int:
         """Emit every complete frame in a chunk that starts on a frame boundary; return where
         the rest begins."""
         n = len(chunk)
@@ -408,3 +413,15 @@ class Framer:
             self.skipped += len(self.buf)
             self.buf = bytearray()
             self.marks.clear()
+
+
+def _no_pdu(_pdu: Pdu) -> None:
+    """A blank framer's callbacks (replaced by the unpickled state)."""
+
+
+def _expects_none(_corr: int) -> bool:
+    return False
+
+
+def _blank_framer() -> Framer:
+    return Framer(True, _no_pdu, _expects_none, 0, False)

@@ -202,7 +202,9 @@ def read_response_header(data: bytes, api: int | None, ver: int | None) -> Respo
     return _new(ResponseHeader, (corr, header, pos, ()))
 
 
-def plausible_request(buf: bytes | bytearray, p: int, max_frame: int = 0x7FFFFFFF) -> int:
+def plausible_request(
+    buf: bytes | bytearray | memoryview, p: int, max_frame: int = 0x7FFFFFFF
+) -> int:
     """Whether a request header starts at buf[p]: 1 yes, 0 no, -1 not enough bytes to say."""
     n = len(buf)
     if n - p < 12:

@@ -29,7 +29,7 @@ SNAPLEN = "snaplen"  # the `why` of a gap made of bytes the capture's snaplen cu
 class StreamSink(Protocol):
     """Receives one direction's bytes in order."""
 
-    def data(self, chunk: bytes, pkt_no: int, ts_ns: int) -> None: ...
+    def data(self, chunk: bytes | memoryview, pkt_no: int, ts_ns: int) -> None: ...
 
     def gap(self, nbytes: int, pkt_no: int, ts_ns: int, why: str = "") -> None:
         """`nbytes` will never arrive; `why` is empty for a capture gap, else the bound that
@@ -96,6 +96,11 @@ class HalfStream:
         self.clock = 0  # the connection's packet counter, for hole patience
         self.uncaptured = 0  # bytes cut by the snaplen (also in gap_bytes)
 
+    def __reduce__(self) -> tuple:
+        # a blank half-stream, then its state (dissectors/native.py): its sink leads back to
+        # the engine that holds it, so it cannot be a constructor argument
+        return _blank_half_stream, (), self.__getstate__()
+
     def start(self, seq: int, syn: bool) -> None:
         """Fix stream offset 0 (the SYN consumes one sequence number)."""
         self.base = (seq + 1) & MASK if syn else seq
@@ -105,7 +110,14 @@ class HalfStream:
         return self.fin_at is not None and self.next >= self.fin_at and not self.heap
 
     def segment(
-        self, seq: int, payload: bytes, fin: bool, pkt_no: int, ts_ns: int, clock: int, cut: int = 0
+        self,
+        seq: int,
+        payload: bytes | memoryview,
+        fin: bool,
+        pkt_no: int,
+        ts_ns: int,
+        clock: int,
+        cut: int = 0,
     ) -> None:
         """Take one segment's payload (and FIN) at raw sequence number `seq`; `cut` more bytes
         followed the payload on the wire but were not captured (snaplen): a gap of known size."""
@@ -192,7 +204,7 @@ class HalfStream:
         while self.heap:
             self._gap_to(self.heap[0][0], pkt_no, ts_ns, why)
 
-    def _deliver(self, chunk: bytes, rel: int, pkt_no: int, ts_ns: int) -> None:
+    def _deliver(self, chunk: bytes | memoryview, rel: int, pkt_no: int, ts_ns: int) -> None:
         n = len(chunk)
         end = self.next = rel + n
         self.delivered += n
@@ -216,7 +228,7 @@ class HalfStream:
         self.last_chunk = b""
         self.sink.gap(n, pkt_no, ts_ns, SNAPLEN)
 
-    def _retransmission(self, payload: bytes, rel: int) -> None:
+    def _retransmission(self, payload: bytes | memoryview, rel: int) -> None:
         self.retransmitted += len(payload)
         lc, at = self.last_chunk, self.last_chunk_at
         lo, hi = max(rel, at), min(rel + len(payload), at + len(lc))
@@ -269,3 +281,20 @@ class HalfStream:
         self._drain(pkt_no, ts_ns, own=True)
         if self.heap and self.hole_since is None:
             self.hole_since = self.clock  # a new hole: patience restarts
+
+
+def _blank_half_stream() -> HalfStream:
+    return HalfStream(_NO_SINK, ReassemblyLimits())
+
+
+class _NoSink:
+    """A blank half-stream's sink (replaced by the unpickled state)."""
+
+    def data(self, chunk: bytes | memoryview, pkt_no: int, ts_ns: int) -> None:
+        pass
+
+    def gap(self, nbytes: int, pkt_no: int, ts_ns: int, why: str = "") -> None:
+        pass
+
+
+_NO_SINK = _NoSink()

@@ -115,7 +115,7 @@ def _walk(path: str, m: mmap.mmap) -> Scan | None:
             if incl > MAX_RECORD or end > size:
                 return None
             # a view, as the pcap reader hands the engine (no copy)
-            seg = decode_segment(linktype, mv[pos + 16 : end], flows)  # type: ignore[arg-type]
+            seg = decode_segment(linktype, mv[pos + 16 : end], flows)
             offsets.append(pos)
             out.captured += incl
             if seg is None:

@@ -27,7 +27,10 @@ SKIP = {"sink", "limits", "on_pdu", "expects", "awaited"}  # callables and share
 
 
 def _state(obj: object) -> dict[str, object]:
-    return {k: getattr(obj, k) for k in type(obj).__slots__ if k not in SKIP}
+    # a class compiled with mypyc (tools/compile.py) lists its attributes in __mypyc_attrs__
+    cls = type(obj)
+    names = getattr(cls, "__slots__", None) or cls.__mypyc_attrs__  # type: ignore[attr-defined]
+    return {k: getattr(obj, k) for k in names if k not in SKIP}
 
 
 def _run(path: Path, fast: bool, ports: frozenset[int] = frozenset()) -> tuple:
