@@ -452,6 +452,22 @@ def compile_kanalyze() -> None:
     )
 
 
+def python_path() -> str:
+    """Whether the timed kanalyze runs its hot modules compiled (tools/compile.py) or not."""
+    code = (
+        "import dissectors.native as n; b, s = n.built(), n.stale(); "
+        "print('pure Python' if not b or s or n.pure_forced() else f'compiled ({len(b)})')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**KANALYZE_ENV, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown"
+
+
 def kanalyze_cmd() -> list[str]:
     """This checkout's kanalyze (not whatever `kanalyze` on PATH happens to import)."""
     boot = (
@@ -748,6 +764,7 @@ def table(runs: list[Run]) -> str:
             f"{rate(r.records, r.cpu_s):>7} {r.rss_mb:7.0f}  {ratio}"
         )
     notes = [f"  {r.name}: {r.note}" for r in runs if r.note]
+    notes.append(f"  kanalyze modules: {python_path()}")
     notes.append(
         "  rates are per CPU second (user+sys of the child; both tools are single-threaded), "
         "so a busy machine skews them less than wall time"

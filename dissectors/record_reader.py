@@ -11,7 +11,6 @@ export's fast path (`records_json`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from dissectors.context import RECORD_COST, DecodeContext
@@ -75,16 +74,28 @@ def read_records(
     iso_get = _ISO.get
     zz = _ZIGZAG
     idx = 0
-    # index and slice the bytes object itself when the view covers all of it (the frame, a
-    # decompressed buffer): about twice as fast as going through the memoryview
-    data: bytes | memoryview = buf
-    text: Callable[[Any], str] = _utf8
-    if type(buf) is bytes:
-        text = bytes.decode
-    elif isinstance(buf, memoryview):
+    # The loop reads a bytes object: the bytes object itself when the view covers all of it
+    # (the frame, a decompressed buffer; about twice as fast as going through the memoryview),
+    # else a copy of what it reads (a partial view, a bytearray). The compiled build
+    # (tools/compile.py) turns the typed reads below into C.
+    data: bytes
+    if isinstance(buf, memoryview):
         obj = buf.obj
         if type(obj) is bytes and buf.format == "B" and buf.nbytes == len(obj):
-            data, text = obj, bytes.decode
+            data = obj
+        else:
+            data = bytes(buf[:end])
+    elif type(buf) is bytes:
+        data = buf
+    else:
+        data = bytes(buf[:end])
+    # ints for the compiler (the zigzag table holds None for a byte that continues a varint)
+    b: int
+    b2: int
+    u: int
+    length: int
+    value_len: int
+    count: int
     while pos < end:
         if idx >= limit:
             diags.append(
@@ -205,7 +216,7 @@ def read_records(
                 count, pos = read_varint(data, pos, rec_end)
             headers: list[dict[str, object]] = []
             if count:
-                pos = _headers(data, text, pos, rec_end, count, max_value, headers)
+                pos = _headers(data, pos, rec_end, count, max_value, headers)
             ts = log_append if log_append is not None else base_ts + ts_delta
             iso = iso_get(ts)
             if iso is None:
@@ -219,7 +230,7 @@ def read_records(
                 key = None
             elif max_value is None:
                 try:
-                    key = text(data[key_off : key_off + key_len])
+                    key = data[key_off : key_off + key_len].decode()
                 except UnicodeDecodeError:
                     key = render_bytes(data[key_off : key_off + key_len])
             else:
@@ -228,7 +239,7 @@ def read_records(
                 value = None
             elif max_value is None:
                 try:
-                    value = text(data[value_off : value_off + value_len])
+                    value = data[value_off : value_off + value_len].decode()
                 except UnicodeDecodeError:
                     value = render_bytes(data[value_off : value_off + value_len])
             else:
@@ -344,13 +355,8 @@ def _name(i: int) -> str:
     return _NAMES[i] if i < 4096 else str(i)
 
 
-def _utf8(view: memoryview) -> str:
-    return str(view, "utf-8")
-
-
 def _headers(
-    buf: bytes | memoryview,
-    text: Callable[[Any], str],
+    buf: bytes,
     pos: int,
     end: int,
     count: int,
@@ -389,14 +395,14 @@ def _headers(
         key: object
         value: object
         try:
-            key = text(buf[hk : hk + hk_len])
+            key = buf[hk : hk + hk_len].decode()
         except UnicodeDecodeError:
             key = render_bytes(buf[hk : hk + hk_len])
         if hv_len < 0:
             value = None
         elif max_value is None:
             try:
-                value = text(buf[hv : hv + hv_len])
+                value = buf[hv : hv + hv_len].decode()
             except UnicodeDecodeError:
                 value = render_bytes(buf[hv : hv + hv_len])
         else:
