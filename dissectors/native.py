@@ -90,13 +90,6 @@ def built() -> list[str]:
     return [name for name in COMPILED if extension(name).exists()]
 
 
-def compiled() -> list[str]:
-    """The listed modules this process runs compiled (imported or not yet)."""
-    if _installed:
-        return []
-    return built()
-
-
 class _PureFinder:
     """Finds each listed module's `.py` source, ahead of its compiled extension."""
 
