@@ -45,10 +45,16 @@ setup(
 
 
 def artifacts() -> list[Path]:
-    """Every file a build leaves in the tree."""
-    out = [native.extension(name) for name in native.COMPILED]
-    out += sorted(ROOT.glob(f"{GROUP}__mypyc*{native.EXT}"))
-    return [p for p in out if p.exists()]
+    """Every file a build leaves in the tree: each package's extension modules that sit beside
+    a source of the same name (also those of a module since dropped from the list: it would
+    load against a newer group library) and the group library."""
+    out = [
+        path
+        for package in ("kanalyze", "dissectors")
+        for path in sorted((ROOT / package).rglob(f"*{native.EXT}"))
+        if path.with_name(path.name[: -len(native.EXT)] + ".py").exists()
+    ]
+    return out + sorted(ROOT.glob(f"{GROUP}__mypyc*{native.EXT}"))
 
 
 def clean() -> None:
@@ -86,7 +92,8 @@ def build() -> int:
         )
     if done.returncode != 0:
         sys.stderr.write(done.stdout + done.stderr)
-        print(f"compile failed (exit {done.returncode}); kanalyze runs pure Python", file=sys.stderr)
+        failed = f"compile failed (exit {done.returncode}); kanalyze runs pure Python"
+        print(failed, file=sys.stderr)
         clean()
         return 1
     print(f"compiled {len(paths)} modules with mypyc: {', '.join(native.COMPILED)}")
