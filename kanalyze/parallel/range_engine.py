@@ -242,7 +242,7 @@ class RangeEngine(Engine):
         conn.cf.skip = conn.cf.skipped = 0  # (only differences after a handover are counted)
 
     def _fast(self, conn: Connection, key, seq: int, ack: int, flags: int,  # noqa: ANN001
-              payload: bytes, pkt) -> bool:  # noqa: ANN001
+              payload: bytes | memoryview, pkt) -> bool:  # noqa: ANN001
         """The engine's fused path where this run notes nothing but the output's waits: a
         connection neither joining nor marking (marks and joins are taken in `_segment`, so
         those segments go the general way). Half the packets of a range took the general path
