@@ -39,7 +39,8 @@ sys.argv = [sys.argv[0]]
 setup(
     name="kanalyze-native",
     ext_modules=mypycify(paths, opt_level="3", group_name=group, target_dir=scratch + "/c"),
-    script_args=["-q", "build_ext", "--inplace", "--build-temp", scratch + "/obj"],
+    script_args=["-q", "build_ext", "--inplace", "--build-temp", scratch + "/obj",
+                 "--build-lib", scratch + "/lib"],
 )
 """
 
