@@ -44,6 +44,9 @@ def _exchanges(results: Sequence[RangeResult], own: list[dict[int, Own]],
                ids: list[dict[int, int]]) -> list[tuple[int, int, int, int, int, int]]:
     """(packet, 0, run connection id, rank, range, index) of every exchange that stands."""
     events = []
+    # the first packet of a request of a later range; the first packet after range 0's end
+    # where one of its orphans was settled
+    sent = late = INF
     for r, res in enumerate(results):
         d = own[r]
         for i, (pkt, rank, _ts, lid, first, last, corr, flags) in enumerate(res.done):
@@ -57,10 +60,21 @@ def _exchanges(results: Sequence[RangeResult], own: list[dict[int, Own]],
                     continue  # read mid-frame by a run that joined late: never sent
                 if flags & 2:
                     raise Unstitchable("a correlation id reused after a handover")
-            if r > 0 and i in res.orphans:
-                raise Unstitchable("a response without its request after range 0 (its api "
-                                   "is inferred from evidence of the whole run)")
+            if i in res.orphans:
+                if r > 0:
+                    raise Unstitchable("a response without its request after range 0 (its "
+                                       "api is inferred from evidence of the whole run)")
+                if pkt > res.end_pkt:
+                    late = min(late, pkt)
+            elif r > 0 and first >= 0:
+                sent = min(sent, first)
             events.append((pkt, 0, ids[r][lid], rank, r, i))
+    if late < INF and sent <= late:
+        # an orphan's api, and when it is settled (so its place in the output), come from
+        # what every connection sent (kanalyze/evidence.py): range 0 knows all of it up to its
+        # end, past it only its open connections' requests, and a later range sent one first
+        raise Unstitchable("a response without its request settled after a request of a "
+                           "later range (its api is inferred from evidence of the whole run)")
     return events
 
 
@@ -94,6 +108,18 @@ def _waits(results: Sequence[RangeResult], own: list[dict[int, Own]],
     return events
 
 
+def _decided_at_end(results: Sequence[RangeResult], own: list[dict[int, Own]]) -> bool:
+    """Whether a connection that stands to the end of input had its roles settled only there
+    (held until then: `Engine.close` decides it and replays its packets)."""
+    for r, res in enumerate(results):
+        d = own[r]
+        for lid, _since, done, _ts, _f, _l, _c, held in res.waits:
+            o = d.get(lid)
+            if held and done >= FINAL and o is not None and o.hi == INF:
+                return True
+    return False
+
+
 def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
           ids: list[dict[int, int]], opts: EngineOptions,
           released: list[int] | None = None) -> list[tuple[int, int]]:
@@ -102,6 +128,13 @@ def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
     end of input)."""
     events = _exchanges(results, own, ids) + _waits(results, own, opts)
     events.sort()
+    if events and events[-1][0] >= FINAL and any(e[0] >= FINAL and e[1] == 0 for e in events) \
+            and _decided_at_end(results, own):
+        # one engine releases exchanges after each packet of such a connection it replays at
+        # the end, before what the end still completes (an orphan at its close, say): not the
+        # single release by start time replayed here
+        raise Unstitchable("a connection whose roles were settled at the end of input, and "
+                           "exchanges completed there")
     waiting: Counter[int] = Counter()
     heap: list[int] = []
     done: list[tuple[int, int, int, int, int, int]] = []

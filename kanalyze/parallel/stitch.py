@@ -17,8 +17,11 @@ Whatever one process would do differently is refused (`Unstitchable`, and the ca
 process): no common quiescent packet; a connection reopened before its handover; a SYN on a
 connection after its handover (one process compares it with an ISN the later run never
 saw); a stale request answered, or a resync after the handover on a connection with stale
-requests; a response without its request outside range 0 (its api is inferred from evidence
-of the whole run); a bound shared by all connections that the ranges together may have
+requests; a response without its request outside range 0, or settled in range 0's overlap
+or at its end after a later range's first request (its api, and when it is settled, are
+inferred from evidence of the whole run); a connection whose roles were settled at the end of
+input when exchanges complete there (one process releases while it replays its packets); a
+bound shared by all connections that the ranges together may have
 reached; a message awaited longer than the order window; a flow that is not Kafka (one
 process's closing note judges the whole capture).
 """
