@@ -163,6 +163,10 @@ class RangeEngine(Engine):
             if ex.response is not None and first > self.answered.get(cid, -1):
                 self.answered[cid] = first
         self.res.done_keys[id(ex)] = (self.cur, n, ex.start_ts, cid, first, last, corr, flags)
+        if req is None and self.out.get(cid):
+            # an orphan of a closed connection settled by another connection's request
+            # (`Evidence.late`): its connection takes no more packets to log its wait
+            self._settle(cid)
 
     def _pending(self, msg: Message) -> None:
         super()._pending(msg)

@@ -108,16 +108,38 @@ def _waits(results: Sequence[RangeResult], own: list[dict[int, Own]],
     return events
 
 
-def _decided_at_end(results: Sequence[RangeResult], own: list[dict[int, Own]]) -> bool:
-    """Whether a connection that stands to the end of input had its roles settled only there
-    (held until then: `Engine.close` decides it and replays its packets)."""
+def _decides(results: Sequence[RangeResult], own: list[dict[int, Own]]) -> dict[int, int]:
+    """Per packet where a standing connection held undecided had its roles settled (FINAL: at
+    the end of input), the earliest start time of what its replayed packets made wait or
+    complete there (INF: none). One engine replays the held packets one by one and releases
+    exchanges after each, so what completed before and starts later may go out before them
+    (this replay releases once per packet): refused unless nothing held back then starts
+    later. Raises `Unstitchable` when one of its own exchanges there starts after one of its
+    waits."""
+    at: dict[tuple[int, int], int] = {}  # (range, local id) -> packet of its decision
     for r, res in enumerate(results):
         d = own[r]
         for lid, _since, done, _ts, _f, _l, _c, held in res.waits:
             o = d.get(lid)
-            if held and done >= FINAL and o is not None and o.hi == INF:
-                return True
-    return False
+            if held and o is not None and o.lo < done <= o.hi:
+                at[(r, lid)] = done
+    if not at:
+        return {}
+    waits: dict[int, int] = {}
+    dones: dict[int, int] = {}
+    for r, res in enumerate(results):
+        for lid, since, _done, ts, _f, _l, _c, held in res.waits:
+            p = at.get((r, lid))
+            if p == since and not held:
+                waits[p] = min(waits.get(p, ts), ts)
+        for pkt, _rank, ts, lid, *_rest in res.done:
+            p = at.get((r, lid))
+            if p == pkt:
+                if ts > waits.get(p, ts):
+                    raise Unstitchable("a connection whose roles were settled late, an "
+                                       "exchange of it starting after what it made wait")
+                dones[p] = min(dones.get(p, ts), ts)
+    return {p: min(waits.get(p, INF), dones.get(p, INF)) for p in set(at.values())}
 
 
 def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
@@ -128,8 +150,8 @@ def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
     end of input)."""
     events = _exchanges(results, own, ids) + _waits(results, own, opts)
     events.sort()
-    if events and events[-1][0] >= FINAL and any(e[0] >= FINAL and e[1] == 0 for e in events) \
-            and _decided_at_end(results, own):
+    decides = _decides(results, own)
+    if FINAL in decides and any(e[0] >= FINAL and e[1] == 0 for e in events):
         # one engine releases exchanges after each packet of such a connection it replays at
         # the end, before what the end still completes (an orphan at its close, say): not the
         # single release by start time replayed here
@@ -142,6 +164,10 @@ def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
     k, m = 0, len(events)
     while k < m:
         pkt = events[k][0]
+        first = decides.get(pkt, INF)
+        if first < INF and any(e[0] > first for e in done):
+            raise Unstitchable("a connection whose roles were settled late, and an exchange "
+                               "held back for it that starts after what it made wait")
         while k < m and events[k][0] == pkt:
             _p, kind, a, b, r, i = events[k]
             if kind == 0:
