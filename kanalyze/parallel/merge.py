@@ -12,6 +12,7 @@ import mmap
 from collections.abc import Iterable, Iterator, Sequence
 
 from kanalyze.engine import EngineOptions
+from kanalyze.parallel.plan import ConnKey, Plan
 from kanalyze.parallel.worker import FINAL, LINE_PREFIX, ShardResult
 
 
@@ -25,6 +26,15 @@ def global_ids(results: Sequence[ShardResult]) -> list[dict[int, int]]:
     connection open it at the same packet)."""
     rank = {pkt: gid for gid, pkt in enumerate(sorted({p for r in results for p, _ in r.opens}), 1)}
     return [{lid: rank[pkt] for pkt, lid in r.opens} for r in results]
+
+
+def check_shared(results: Sequence[ShardResult], plan: Plan, keys: Sequence[ConnKey]) -> None:
+    """Raise `Coupled` when a shard did what depends on every connection's packets (an orphan
+    response's api from what they sent, a connection held until its roles were known, which
+    holds back every connection's output) without a piece of every connection."""
+    for r in results:
+        if r.shared and not all(any(p.shard == r.index for p in plan.pieces(k)) for k in keys):
+            raise Coupled(r.shared[0])
 
 
 def check(results: Sequence[ShardResult], opts: EngineOptions, clock: Sequence[int]) -> None:

@@ -124,6 +124,7 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
         cpu = time.process_time()
         try:
             merge.check(results, opts, sc.clock)
+            merge.check_shared(results, plan, sc.keys)
             ids = merge.global_ids(results)
             sequence = list(merge.order(results, ids))
             merge.check_names(results, sequence, ctx.topic_names)

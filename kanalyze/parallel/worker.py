@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from dissectors.context import DecodeContext
 from kanalyze.bodies.names import TopicNames
 from kanalyze.capture import CaptureStats, Packet, read_captures
+from kanalyze.connection import Undecided
 from kanalyze.correlation import Exchange
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.export import SCHEMA_VERSION, ExchangeEncoder
@@ -60,6 +61,9 @@ class ShardResult:
     # per index in `done`: (topic-id names read before, names taught), when any
     names: dict[int, tuple[dict[str, str | None], dict[str, str]]] = field(default_factory=dict)
     coupled: list[str] = field(default_factory=list)  # why this run cannot be merged exactly
+    # what this run did that depends on every connection's packets (an orphan response's api,
+    # a connection held until its roles are known): exact only when the shard saw them all
+    shared: list[str] = field(default_factory=list)
     open_peak: int = 0
     buffered_peak: int = 0
     skipped: int = 0  # bytes skipped, gaps: counted by the shard holding a first piece
@@ -115,6 +119,20 @@ class _ShardEngine(Engine):
         self.rank: dict[tuple[int, int], int] = {}  # completions so far at (packet, conn)
         self.later_piece: dict[int, bool] = {}  # byte accounting: the first piece's stands
         self.dup_skipped = self.dup_gaps = 0
+        # what one engine does from every connection's packets (`ShardResult.shared`)
+        self.shared: list[str] = []
+        self.seen_at: int | None = None  # the first packet of the connection being decided
+
+    def _decide(self, und: Undecided, verdict: bool | None = None) -> None:
+        # a connection met mid-stream: one engine holds every connection's output back for it
+        # while it is undecided, and numbered it when first seen (not when it opened here)
+        if not self.shared:
+            self.shared.append("a connection found mid-stream (held until its roles are known)")
+        self.seen_at = und.held[0][1] if und.held else None
+        try:
+            super()._decide(und, verdict)
+        finally:
+            self.seen_at = None
 
     def _complete(self, ex: Exchange) -> None:
         super()._complete(ex)
@@ -133,7 +151,8 @@ class _ShardEngine(Engine):
     def _open(self, seg, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         conn = super()._open(seg, *args, **kwargs)
         cid = conn.info.id
-        self.opens.append((self.cur, cid))
+        # the packet that numbered it (a held connection: its first, as one engine numbers it)
+        self.opens.append((self.cur if self.seen_at is None else self.seen_at, cid))
         pieces = self.plan.pieces(conn_key(seg))
         if len(pieces) > 1:
             mine = [p for p in pieces if p.shard == self.me]
@@ -196,6 +215,10 @@ def run_shard(task: ShardTask) -> ShardResult:
     def on_exchange(ex: Exchange) -> None:
         nonlocal pos
         pkt, final, n, owns = eng.keys.pop(id(ex))
+        if ex.request is None and not eng.shared:
+            # its api, and when it is settled, are inferred from what every connection sent
+            # (kanalyze/evidence.py): a shard sees only its own connections
+            eng.shared.append("a response without its request (evidence of every connection)")
         names.reads, names.writes = {}, {}
         if not owns:  # another piece of this connection decodes it
             if not task.header_only and TopicNames.teaches(ex):
@@ -238,6 +261,7 @@ def run_shard(task: ShardTask) -> ShardResult:
     res.gaps = st.client.gaps + st.broker.gaps - eng.dup_gaps
     if st.limit_hits:
         res.coupled.append("an engine-wide bound was hit")
+    res.shared = eng.shared
     # the closing notes (TLS flows, flows that are not Kafka, a snaplen, nothing analyzed) are
     # judged over the whole capture by one engine: a run that needs one is not merged
     if st.tls_connections or st.non_kafka_connections or st.flows.cut_packets:
