@@ -99,22 +99,33 @@ def order(results: Sequence[ShardResult], ids: list[dict[int, int]]) -> Iterator
         yield e[3], e[4]
 
 
-def check_names(results: Sequence[ShardResult], sequence: list[tuple[int, int]],
-                preloaded: dict[str, str]) -> None:
-    """Every topic-id name a shard's decode read must be the one the run had learned by then
-    (`preloaded`: the names the run started with, `--topic-ids`)."""
-    if not any(r.names for r in results):
-        return
+NameNotes = dict[int, tuple[dict[str, str | None], dict[str, str]]]  # exchange -> (read, taught)
+
+
+def names_agree(notes: Sequence[NameNotes], sequence: Sequence[tuple[int, int]],
+                preloaded: dict[str, str]) -> bool:
+    """Whether every topic-id name a part's decode read (`notes[part][index]`) is the one the
+    whole run had learned by then, walking the exchanges in output order (`preloaded`: the
+    names the run started with, `--topic-ids`). Shared by connection shards and byte ranges."""
+    if not any(notes):
+        return True
     known = dict(preloaded)
-    for s, i in sequence:
-        got = results[s].names.get(i)
+    for part, i in sequence:
+        got = notes[part].get(i)
         if got is None:
             continue
         reads, writes = got
-        for tid, name in reads.items():
-            if known.get(tid) != name:
-                raise Coupled("a topic name taught on another shard")
+        if any(known.get(tid) != name for tid, name in reads.items()):
+            return False
         known.update(writes)
+    return True
+
+
+def check_names(results: Sequence[ShardResult], sequence: list[tuple[int, int]],
+                preloaded: dict[str, str]) -> None:
+    """Every topic-id name a shard's decode read must be the one the run had learned by then."""
+    if not names_agree([r.names for r in results], sequence, preloaded):
+        raise Coupled("a topic name taught on another shard")
 
 
 def write(out, results: Sequence[ShardResult], paths: Sequence[str],  # noqa: ANN001

@@ -19,7 +19,7 @@ from dissectors.context import DecodeContext
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.export import ExchangeEncoder
-from kanalyze.parallel.merge import write_spliced
+from kanalyze.parallel.merge import names_agree, write_spliced
 from kanalyze.parallel.ranges import Range, RangeResult, run_range
 from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
 from kanalyze.parallel.worker import LINE_PREFIX, RecordingNames
@@ -77,18 +77,8 @@ def export_range(task: RangeTask) -> RangeOutput:
 
 def check_names(outs: Sequence[RangeOutput], st: Stitched, preloaded: dict[str, str]) -> None:
     """Every topic-id name a range's decode read must be the one the run knew by then."""
-    if not any(o.names for o in outs):
-        return
-    known = dict(preloaded)
-    for r, i in st.sequence:
-        got = outs[r].names.get(i)
-        if got is None:
-            continue
-        reads, writes = got
-        for tid, name in reads.items():
-            if known.get(tid) != name:
-                raise Unstitchable("a topic name taught in another range")
-        known.update(writes)
+    if not names_agree([o.names for o in outs], st.sequence, preloaded):
+        raise Unstitchable("a topic name taught in another range")
 
 
 def _write(out: BinaryIO, outs: Sequence[RangeOutput], paths: Sequence[str],
