@@ -7,10 +7,8 @@ LOOP, raw IPv4/IPv6. Anything else is counted, not guessed at.
 
 from __future__ import annotations
 
-import ipaddress
 import struct
 from dataclasses import dataclass, field
-from socket import inet_ntoa
 from typing import NamedTuple
 
 ETHERNET, NULL, RAW, RAW_BSD, RAW_OPENBSD, LOOP, SLL, IPV4, IPV6, SLL2 = (
@@ -87,11 +85,14 @@ class FlowStats:
 
 
 def format_endpoint(ip: bytes, port: int) -> str:
-    """'1.2.3.4:9092' or '[::1]:9092'. IPv4 through `socket.inet_ntoa` (the same text, ~20x
-    faster than `ipaddress`: one per connection opened, a SYN flood's main cost)."""
+    """'1.2.3.4:9092' or '[::1]:9092'. IPv4 spelled directly (the text of `socket.inet_ntoa`,
+    ~20x faster than `ipaddress`: one per connection opened, a SYN flood's main cost; neither
+    module is imported for it, they cost 3 ms of every run's start-up)."""
     if len(ip) == 4:
-        return f"{inet_ntoa(ip)}:{port}"
-    return f"[{ipaddress.ip_address(ip)}]:{port}"
+        return f"{ip[0]}.{ip[1]}.{ip[2]}.{ip[3]}:{port}"
+    import ipaddress
+
+    return f"[{ipaddress.ip_address(bytes(ip))}]:{port}"
 
 
 def _network_offset(linktype: int, buf: bytes | memoryview) -> tuple[int, int] | None:

@@ -354,10 +354,13 @@ def explain_nothing(session: Session) -> int:
     NOTHING_ANALYZED when not one Kafka connection was found, else 0."""
     if session.engine is None:
         return 0
-    from kanalyze.analysis.summary import snaplen_notice
-
     tls, nothing = what_it_is(session.engine.stats, session.capture.packets)
-    for line in (snaplen_notice(session.engine.stats), tls, nothing):
+    cut = None
+    if session.engine.stats.flows.cut_packets:  # the summary module only when it has to speak
+        from kanalyze.analysis.summary import snaplen_notice
+
+        cut = snaplen_notice(session.engine.stats)
+    for line in (cut, tls, nothing):
         if line:
             sys.stderr.write(f"kanalyze: {line}\n")
     return NOTHING_ANALYZED if nothing else 0

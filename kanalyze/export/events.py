@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from dissectors.errors import error_name
 from kanalyze.correlation import OK, Exchange, Message
+from kanalyze.export.formats import DEFAULT_MAX_LINE as _FORMATS_MAX_LINE
 from kanalyze.jsontext import dumps
 
 try:  # a dependency; json (same text, slower) where it is missing
@@ -30,8 +31,7 @@ if TYPE_CHECKING:
     from kanalyze.session import Session
 
 SCHEMA_VERSION = "kanalyze.event/1"
-# the line cap: below Loki's default line limit (256 KiB) with room for a shipper's own fields
-DEFAULT_MAX_LINE = 200_000
+DEFAULT_MAX_LINE = _FORMATS_MAX_LINE  # the line cap, defined with its option
 
 # every field of an event, in line order, with its index type (the template's mapping):
 # keyword, long, date, ip, boolean, text (kafka.body: kept, not indexed); a `[]` suffix is a

@@ -7,9 +7,8 @@ demand, with the user's decode context and the run's topic-name registry.
 from __future__ import annotations
 
 import gc
-from typing import TYPE_CHECKING
-
-import orjson
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from dissectors import DecodeContext
 from kanalyze.correlation import Exchange, Message
@@ -21,10 +20,21 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = "kanalyze.exchange/1"
 
-_orjson_dumps = orjson.dumps
-# types json cannot encode must not be encoded by orjson either (the fallback then raises as
-# `dumps` would)
-_ORJSON_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+# orjson is imported by the first decoded line: the header-only path never needs it, and its
+# import (json, uuid, platform, zoneinfo, datetime) is a tenth of that path's start-up
+_orjson_dumps: Callable[..., bytes] | None = None
+_ORJSON_OPTS = 0
+
+
+def _load_orjson() -> Callable[..., bytes]:
+    global _orjson_dumps, _ORJSON_OPTS
+    import orjson
+
+    # types json cannot encode must not be encoded by orjson either (the fallback then raises
+    # as `dumps` would)
+    _ORJSON_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+    _orjson_dumps = orjson.dumps
+    return _orjson_dumps
 
 
 def _fast_encode(obj: object) -> bytes | str:
@@ -38,8 +48,9 @@ def _fast_encode(obj: object) -> bytes | str:
     other difference (a big int, a non-str key, a lone surrogate, ...) makes orjson raise,
     and json takes over.
     """
+    encode: Any = _orjson_dumps or _load_orjson()
     try:
-        return _orjson_dumps(obj, None, _ORJSON_OPTS)
+        return encode(obj, None, _ORJSON_OPTS)
     except TypeError:
         return dumps(obj)
 

@@ -108,6 +108,8 @@ def check_output_arguments(args: argparse.Namespace) -> list | None:
 
 
 def needs_learning(specs: list | None) -> bool:
+    if not specs:
+        return False  # NDJSON: nothing to import
     from kanalyze.query.fields import FACTS
 
     return bool(specs) and any(s.cost >= FACTS for s in specs)  # type: ignore[union-attr]
