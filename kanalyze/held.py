@@ -63,10 +63,17 @@ class Parked(bytes):
 class HeldFrames:
     """`park` as the engine's `hold`; `unpark` as each held exchange is handed on. With
     `stats` set (the engine's), frames are parked only once the engine holds over `keep`
-    bytes: a short wait costs no copies."""
+    bytes: a short wait costs no copies.
 
-    def __init__(self, keep: int | None = None) -> None:
+    With `wanted` False the consumer never reads a frame's bytes (`export --header-only`
+    writes sizes, packet numbers and times, all in the `Pdu`): the frames that would be parked
+    are dropped instead, with no file and no copy (parking cost that export 10-15 % of its
+    CPU). The engine sees exactly what parking shows it (empty data from the same frames on),
+    so its accounting and hence every output stay the same."""
+
+    def __init__(self, keep: int | None = None, wanted: bool = True) -> None:
         self.keep = KEEP_BYTES if keep is None else keep
+        self.wanted = wanted
         self.stats: EngineStats | None = None
         self._file: BinaryIO | None = None  # made on the first frame written
         self._buf = bytearray()  # not written yet; starts at file offset `_flushed`
@@ -86,6 +93,9 @@ class HeldFrames:
             data = pdu.data
             n = len(data)
             if n < MIN_BYTES:  # small (its exchange's objects cost more), or parked already
+                continue
+            if not self.wanted:
+                msg.pdu = Pdu(b"", *pdu[1:])
                 continue
             if n >= DIRECT_BYTES and self.on_disk and self._write_out(data):
                 at = self._flushed - n  # a big frame went to the file without a copy here
@@ -131,6 +141,8 @@ class HeldFrames:
             return ex
         pdu = req.pdu
         req.pdu = Pdu(b"", *pdu[1:])  # what the engine still holds: the stub
+        if not self.wanted:
+            return ex
         return ex._replace(request=_with_pdu(req, pdu))
 
     def _back(self, msg: Message) -> Message:

@@ -25,12 +25,15 @@ class Session:
     # temporary file (kanalyze.held), put back before they are yielded
     hold: Callable[[Exchange], None] | None = None
     park_held: bool = True  # False: held exchanges keep their frames in memory
+    # False: the consumer reads no frame bytes of the exchanges (the header-only NDJSON):
+    # frames that would be parked are dropped (kanalyze.held)
+    frames_wanted: bool = True
 
     def exchanges(self) -> Iterator[Exchange]:
         """Exchanges in start-time order; raises CaptureError before yielding if an input is
         not a capture."""
         if self.hold is None and self.park_held:
-            held = HeldFrames()
+            held = HeldFrames(wanted=self.frames_wanted)
             try:
                 yield from self._run(held.park, held)
             finally:

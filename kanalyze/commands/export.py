@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
         report_capture_problems(session)
         return status
     enc = ExchangeEncoder(ctx, decode=not args.header_only)
+    if args.header_only and session is base:
+        base.frames_wanted = False  # the lines are written from the headers alone
     # binary output: orjson's bytes go out as they are, no round trip through str; a stdout
     # replaced by a text-only stream (an embedding program's StringIO) gets text
     stdout = getattr(sys.stdout, "buffer", None)
