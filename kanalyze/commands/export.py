@@ -26,6 +26,7 @@ from kanalyze.export.outputs import (
     needs_learning,
     run_output,
 )
+from kanalyze.gcyoung import young_only
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
                 return 0
         write = out.write
         line, newline = (enc.line_bytes, b"\n") if binary else (enc.line, "\n")
-        for ex in session.exchanges():
+        for ex in young_only(session.exchanges()):
             write(line(ex))
             write(newline)
     finally:
