@@ -111,11 +111,13 @@ class Engine:
 
     # -- orderer ------------------------------------------------------------------------------
     def _complete(self, ex: Exchange) -> None:
-        if self.hold is not None and self._held_back(ex.start_ts):
+        req, resp = ex.request, ex.response
+        first = req or resp
+        start = first.pdu.last_ts if first is not None else 0  # ex.start_ts, once
+        if self.hold is not None and self._held_back(start):
             self.hold(ex)
         self.seq += 1
         st = self.stats
-        req, resp = ex.request, ex.response
         if req is not None and req.cost:
             st.held -= req.cost
             req.cost = 0
@@ -123,7 +125,7 @@ class Engine:
             st.held -= resp.cost
             resp.cost = 0
         st.held += _exchange_cost(ex)  # after `hold`, which may have moved the frames out
-        heapq.heappush(self.done, (ex.start_ts, self.seq, ex))
+        heapq.heappush(self.done, (start, self.seq, ex))
 
     def _held_back(self, start_ts: int) -> bool:
         """Whether `_release` will keep an exchange starting at `start_ts`: a request listed

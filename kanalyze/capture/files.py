@@ -121,11 +121,10 @@ def read_captures(
         first = next(g, None)  # raises CaptureError now for a bad file
         if first is not None:
             gens.append(_prepend(first, g))
-    merged: Iterator[Packet] = (
-        gens[0]
-        if len(gens) == 1
-        else heapq.merge(*gens, key=lambda p: (p.ts_ns, p.file_index, p.file_no))
-    )
+    if len(gens) == 1:  # numbered by its reader already (`no` is `file_no`)
+        yield from gens[0]
+        return
+    merged = heapq.merge(*gens, key=lambda p: (p.ts_ns, p.file_index, p.file_no))
     for n, pkt in enumerate(merged, 1):
         pkt.no = n
         yield pkt

@@ -96,7 +96,7 @@ def read_pcap(
                     nbytes += incl
                     data = mv[pos + RECORD_HEADER : end]
                     yield Packet(
-                        0,
+                        no,
                         sec * 1_000_000_000 + frac * ns_mult,
                         linktype,
                         data if views else data.tobytes(),  # type: ignore[arg-type]
@@ -214,7 +214,7 @@ def read_pcap_mapped(
             no += 1
             nbytes += incl
             data = mv[pos + RECORD_HEADER : end] if views else m[pos + RECORD_HEADER : end]
-            yield Packet(0, sec * 1_000_000_000 + frac * ns_mult, linktype, data, fi, no)  # type: ignore[arg-type]
+            yield Packet(no, sec * 1_000_000_000 + frac * ns_mult, linktype, data, fi, no)  # type: ignore[arg-type]
             pos = end
             if pos >= release_at:
                 upto = (pos - MAP_RELEASE // 2) & ~(mmap.PAGESIZE - 1)

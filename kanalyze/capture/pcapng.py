@@ -204,5 +204,5 @@ def read_pcapng(
             no += 1
             stats.packets += 1
             stats.bytes += len(data)
-            yield Packet(0, ts, lt, data, fi, no)
+            yield Packet(no, ts, lt, data, fi, no)
         # other block types (name resolution, statistics, custom, ...) carry no packets

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from dissectors.errors import error_name
 from kanalyze.correlation import OK, Exchange, Message
-from kanalyze.export.formats import DEFAULT_MAX_LINE as _FORMATS_MAX_LINE
+from kanalyze.export import DEFAULT_MAX_LINE as _MAX_LINE
 from kanalyze.jsontext import dumps
 
 try:  # a dependency; json (same text, slower) where it is missing
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from kanalyze.session import Session
 
 SCHEMA_VERSION = "kanalyze.event/1"
-DEFAULT_MAX_LINE = _FORMATS_MAX_LINE  # the line cap, defined with its option
+DEFAULT_MAX_LINE = _MAX_LINE  # the line cap (kanalyze.export: the option's help needs it)
 
 # every field of an event, in line order, with its index type (the template's mapping):
 # keyword, long, date, ip, boolean, text (kafka.body: kept, not indexed); a `[]` suffix is a

@@ -17,14 +17,11 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
+from kanalyze.export import DEFAULT_MAX_LINE
+
 if TYPE_CHECKING:
     from dissectors.context import DecodeContext
     from kanalyze.session import Session
-
-# the cap on one `-T events` line: below Loki's default line limit (256 KiB) with room for a
-# shipper's own fields. Here, not in kanalyze.export.events (imported only when the format is
-# chosen: it brings datetime and orjson, a tenth of the header index's start-up)
-DEFAULT_MAX_LINE = 200_000
 
 DEFAULT_STEP = 15.0  # Prometheus' default scrape interval
 
