@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from dissectors import DecodeContext
 from kanalyze.correlation import Exchange, Message
-from kanalyze.jsontext import dumps, ts_seconds
+from kanalyze.jsontext import dumps, ts_seconds, ts_text
 
 if TYPE_CHECKING:
     from dissectors import JsonWalk
@@ -86,6 +86,7 @@ class ExchangeEncoder:
         self.decode = decode
         self._conn_json: dict[int, str] = {}
         self._str_json: dict[str | None, str] = {}
+        self._api_json: dict[int | None, str] = {}
 
     @property
     def bodies(self) -> BodyDecoder:
@@ -173,7 +174,7 @@ class ExchangeEncoder:
         if self.decode:
             out = self._decoded_line(ex)
             return out if isinstance(out, bytes) else out.encode()
-        return self.line(ex).encode()
+        return self._header_line(ex).encode()
 
     def _decoded_line(self, ex: Exchange) -> bytes | str:
         """orjson's bytes, or json's text when orjson would spell something differently."""
@@ -197,25 +198,35 @@ class ExchangeEncoder:
 
     def _header_line(self, ex: Exchange) -> str:
         """The header-only line, built as text directly (about 5x faster than dumps)."""
-        conn = self._conn_json.get(ex.conn.id)
-        if conn is None:
-            c = ex.conn
+        conn, api_key, api_version, corr, client_id, status, req, resp, acks, inferred = ex
+        out = self._conn_json.get(conn.id)
+        if out is None:
             if len(self._conn_json) >= 10_000:  # bounded: live runs see endless connections
                 self._conn_json.clear()
-            conn = self._conn_json[c.id] = dumps(
-                {"id": c.id, "client": c.client, "broker": c.broker}
+            out = self._conn_json[conn.id] = dumps(
+                {"id": conn.id, "client": conn.client, "broker": conn.broker}
             )
-        lat = ex.latency_ns
-        acks = "" if ex.acks is None else f',"acks":{ex.acks}'
-        if ex.inferred is not None:
-            acks += f',"inferred":{dumps(ex.inferred)}'
-        latency = "null" if lat is None else repr(round(lat / 1e6, 3))
+        # the text of ex.latency_ns (a request and a response in time order) and ex.api
+        if req is not None and resp is not None and resp.pdu.last_ts >= req.pdu.last_ts:
+            latency = repr(round((resp.pdu.last_ts - req.pdu.last_ts) / 1e6, 3))
+        else:
+            latency = "null"
+        api = self._api_json.get(api_key)
+        if api is None:
+            api = self._api_json[api_key] = dumps(ex.api)  # a few dozen keys at most
+        cid = self._str_json.get(client_id)
+        if cid is None:
+            cid = self._str(client_id)
+        tail = "" if acks is None else f',"acks":{acks}'
+        if inferred is not None:
+            tail += f',"inferred":{dumps(inferred)}'
         return (
-            f'{{"schema":"{SCHEMA_VERSION}","connection":{conn},"api_key":{_num(ex.api_key)},'
-            f'"api":{self._str(ex.api)},"api_version":{_num(ex.api_version)},'
-            f'"correlation_id":{_num(ex.correlation_id)},"client_id":{self._str(ex.client_id)},'
-            f'"status":"{ex.status}","latency_ms":{latency},'
-            f'"request":{self._msg_line(ex.request)},"response":{self._msg_line(ex.response)}{acks}}}'
+            f'{{"schema":"{SCHEMA_VERSION}","connection":{out},'
+            f'"api_key":{"null" if api_key is None else api_key},"api":{api},'
+            f'"api_version":{"null" if api_version is None else api_version},'
+            f'"correlation_id":{"null" if corr is None else corr},"client_id":{cid},'
+            f'"status":"{status}","latency_ms":{latency},'
+            f'"request":{self._msg_line(req)},"response":{self._msg_line(resp)}{tail}}}'
         )
 
     def _str(self, value: str | None) -> str:
@@ -231,19 +242,21 @@ class ExchangeEncoder:
             return "null"
         pdu = msg.pdu
         h = msg.header
-        if len(h) == 4 and tuple(h) == _HEADER_KEYS:
+        n = len(h)
+        if n == 4 and tuple(h) == _HEADER_KEYS:
             header = (
                 f'{{"request_api_key":{h["request_api_key"]},"request_api_version":{h["request_api_version"]},'
                 f'"correlation_id":{h["correlation_id"]},"client_id":{self._str(h["client_id"])}}}'  # type: ignore[arg-type]
             )
-        elif len(h) == 1 and "correlation_id" in h:
+        elif n == 1 and "correlation_id" in h:
             header = f'{{"correlation_id":{h["correlation_id"]}}}'
         else:
             header = dumps(h)
         diags = dumps([d.to_json() for d in msg.diagnostics]) if msg.diagnostics else "[]"
         return (
-            f'{{"frame":{pdu.last_pkt},"first_frame":{pdu.first_pkt},"ts":{ts_seconds(pdu.last_ts)!r},'
-            f'"size":{pdu.size + 4},"header":{header},"body":null,"diagnostics":{diags}}}'
+            f'{{"frame":{pdu.last_pkt},"first_frame":{pdu.first_pkt},'
+            f'"ts":{ts_text(pdu.last_ts)},"size":{pdu.size + 4},"header":{header},'
+            f'"body":null,"diagnostics":{diags}}}'
         )
 
 
