@@ -61,19 +61,20 @@ def read_pcap(
 ) -> Iterator[Packet]:
     """The packets of a pcap stream whose 4-byte magic was already read.
 
-    The stream is read with `readinto` into two blocks used in turn (`_Blocks`): a fresh
-    4 MB `bytes` per read cost a quarter of the header index's CPU (the allocator hands
-    every block back to the kernel, so each read page-faulted 1,024 new zeroed pages, and
-    the leftover of each block was copied to a third). A block is reused only when no packet
-    view into it is alive (a consumer may keep one: it then keeps that block to itself)."""
+    The stream is read in blocks of BLOCK bytes, each a new `bytes` (packets are views of
+    it with `views`, or slices); a record cut by the end of a block is completed on its own
+    (its start and the bytes it still needs, a copy of one record) before the next block is
+    read. Joining each block's leftover to the next block cost a second 4 MB copy and
+    allocation per block (a tenth of the header index's CPU). New blocks rather than one
+    reused: freeing each block lets the allocator give memory back (5,000 partial frames
+    peaked at 1.9 GB RSS with a reused block against 1.1 GB, tests/functional/
+    test_memory_bounds.py), and a view a consumer keeps stays valid."""
     hdr = parse_header(magic, f.read(GLOBAL_HEADER - 4), name)
     ns_mult, linktype = hdr.ns_mult, hdr.linktype
     unpack = hdr.record().unpack_from
-    blocks = _Blocks()
-    buf = blocks.buf
+    buf = b""
     mv = memoryview(buf)
-    n = 0  # bytes of buf filled
-    pos = 0
+    n = pos = 0
     base = GLOBAL_HEADER  # file offset of buf[0]
     no = 0
     nbytes = 0
@@ -94,31 +95,21 @@ def read_pcap(
                 if end <= n:
                     no += 1
                     nbytes += incl
-                    data = mv[pos + RECORD_HEADER : end]
-                    yield Packet(
-                        no,
-                        sec * 1_000_000_000 + frac * ns_mult,
-                        linktype,
-                        data if views else data.tobytes(),  # type: ignore[arg-type]
-                        fi,
-                        no,
-                    )
+                    start = pos + RECORD_HEADER
+                    data = mv[start:end] if views else buf[start:end]
+                    ts = sec * 1_000_000_000 + frac * ns_mult
+                    yield Packet(no, ts, linktype, data, fi, no)  # type: ignore[arg-type]
                     pos = end
                     continue
                 need = RECORD_HEADER + incl
-            # refill: the rest of this block to the front of a free one, then read after it
-            mv = data = None  # type: ignore[assignment]
-            buf = blocks.next(buf, pos, n, need)
+            # this block is used up: a new one, or the cut record's start and its rest
             base += pos
-            n -= pos
-            pos = 0
-            got = f.readinto(memoryview(buf)[n:])
-            if not got:
-                if not n:
-                    return
-                if n < RECORD_HEADER:
+            more = f.read(need - (n - pos) if n > pos else BLOCK)
+            if not more:
+                n -= pos
+                if n and n < RECORD_HEADER:
                     stats.damage(name, base, f"truncated packet record header ({n} bytes)")
-                else:
+                elif n:
                     stats.damage(
                         name,
                         base,
@@ -126,45 +117,13 @@ def read_pcap(
                         f"{n - 16} present",
                     )
                 return
-            n += got
+            buf = buf[pos:] + more if n > pos else more
             mv = memoryview(buf)
+            n = len(buf)
+            pos = 0
     finally:
         stats.packets += no
         stats.bytes += nbytes
-
-
-class _Blocks:
-    """The read blocks of `read_pcap`: two `bytearray`s used in turn (the consumer still holds
-    the last packet of the block just finished while the next is filled), each reused once no
-    view into it is left, else replaced by a new one."""
-
-    __slots__ = ("buf", "spare")
-
-    def __init__(self) -> None:
-        self.buf = bytearray(BLOCK)
-        self.spare: bytearray | None = None
-
-    def next(self, old: bytearray, pos: int, n: int, need: int) -> bytearray:
-        """A free block of at least `need` bytes (and BLOCK) holding old[pos:n] at its start."""
-        new = self.spare
-        size = max(BLOCK, need)
-        if new is None or len(new) < size or _viewed(new):
-            new = bytearray(size)
-        if n > pos:
-            new[: n - pos] = old[pos:n]
-        self.spare = old
-        self.buf = new
-        return new
-
-
-def _viewed(block: bytearray) -> bool:
-    """Whether a memoryview of `block` is alive (a bytearray with exports cannot be resized)."""
-    try:
-        block.append(0)
-    except BufferError:
-        return True
-    block.pop()
-    return False
 
 
 MAP_RELEASE = 16 * 1024 * 1024  # mapped bytes walked past before their pages are given back
@@ -214,7 +173,8 @@ def read_pcap_mapped(
             no += 1
             nbytes += incl
             data = mv[pos + RECORD_HEADER : end] if views else m[pos + RECORD_HEADER : end]
-            yield Packet(no, sec * 1_000_000_000 + frac * ns_mult, linktype, data, fi, no)  # type: ignore[arg-type]
+            ts = sec * 1_000_000_000 + frac * ns_mult
+            yield Packet(no, ts, linktype, data, fi, no)  # type: ignore[arg-type]
             pos = end
             if pos >= release_at:
                 upto = (pos - MAP_RELEASE // 2) & ~(mmap.PAGESIZE - 1)
