@@ -32,6 +32,7 @@ DIRECT_BYTES = 64 * 1024  # a frame this big is written as it is (no copy in the
 # what the engine may hold (EngineStats.held) before frames are parked: copying every held frame
 # twice cost 10% of an export's CPU on the bench capture, where most exchanges wait a little
 KEEP_BYTES = 16 * 1024 * 1024
+_new = tuple.__new__  # builds a Pdu at C speed (its NamedTuple __new__ is a Python function)
 
 
 # (the dataclass's fields, not __slots__: a compiled Message has none, tools/compile.py)
@@ -95,7 +96,7 @@ class HeldFrames:
             if n < MIN_BYTES:  # small (its exchange's objects cost more), or parked already
                 continue
             if not self.wanted:
-                msg.pdu = Pdu(b"", *pdu[1:])
+                msg.pdu = _new(Pdu, (b"", *pdu[1:]))
                 continue
             if n >= DIRECT_BYTES and self.on_disk and self._write_out(data):
                 at = self._flushed - n  # a big frame went to the file without a copy here
@@ -104,7 +105,7 @@ class HeldFrames:
                 self._buf += data
                 if len(self._buf) >= FLUSH_BYTES and self.on_disk:
                     self._write_out(None)
-            msg.pdu = Pdu(Parked(at, n), *pdu[1:])  # not _replace: 4 x slower
+            msg.pdu = _new(Pdu, (Parked(at, n), *pdu[1:]))  # not _replace: 4 x slower
             self.parked += 1
 
     def unpark(self, ex: Exchange) -> Exchange:
@@ -140,7 +141,7 @@ class HeldFrames:
         if req is None or len(req.pdu.data) < MIN_BYTES or not waits_before(ex.start_ts):
             return ex
         pdu = req.pdu
-        req.pdu = Pdu(b"", *pdu[1:])  # what the engine still holds: the stub
+        req.pdu = _new(Pdu, (b"", *pdu[1:]))  # what the engine still holds: the stub
         if not self.wanted:
             return ex
         return ex._replace(request=_with_pdu(req, pdu))
@@ -149,7 +150,7 @@ class HeldFrames:
         pdu = msg.pdu
         stub: Parked = pdu.data  # type: ignore[assignment]
         self.parked -= 1
-        return _with_pdu(msg, Pdu(self._read(stub.at, stub.size), *pdu[1:]))
+        return _with_pdu(msg, _new(Pdu, (self._read(stub.at, stub.size), *pdu[1:])))
 
     def close(self) -> None:
         if self._file is not None:
