@@ -174,3 +174,29 @@ def _pcap(pkts: list[bytes]) -> str:
     with f:
         f.write(P.pcap([(1_700_000_000 + i * 1e-3, p) for i, p in enumerate(pkts)], 101))
     return f.name
+
+
+def test_frames_not_wanted_are_dropped_with_the_same_accounting(monkeypatch) -> None:  # noqa: ANN001
+    """`Session.frames_wanted` False (export --header-only): what would be parked is dropped,
+    no file is made, the engine's accounting is the parking one, and the header lines and
+    sizes are the same."""
+    from dissectors import DecodeContext
+    from kanalyze.export import ExchangeEncoder
+
+    monkeypatch.setattr(H, "KEEP_BYTES", 0)
+    path = _pcap(_behind_one(60, True))
+    made: list = []
+    real = tempfile.TemporaryFile
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda *a, **k: made.append(1) or real())
+    parking = Session([path])
+    parked = list(parking.exchanges())
+    assert made  # the frames went to a file
+    made.clear()
+    dropping = Session([path], frames_wanted=False)
+    dropped = list(dropping.exchanges())
+    assert not made
+    assert dropping.engine.stats.held_peak == parking.engine.stats.held_peak  # type: ignore[union-attr]
+    big = [e for e in dropped if e.request.pdu.size >= H.MIN_BYTES]
+    assert big and all(len(e.request.pdu.data) == 0 for e in big)  # nothing kept
+    enc = ExchangeEncoder(DecodeContext(), decode=False)
+    assert [enc.line(e) for e in dropped] == [enc.line(e) for e in parked]
