@@ -85,10 +85,16 @@ def _msg_key(msg: Message) -> tuple[int, int]:
 
 def ordered_events(exchanges: Iterable[Exchange], decoder: BodyDecoder) -> Iterator[Event]:
     """Request and response events in wire order (time, then frame number)."""
+    return events_of((Bodies(ex, decoder) for ex in exchanges), decoder)
+
+
+def events_of(all_bodies: Iterable[Bodies], decoder: BodyDecoder) -> Iterator[Event]:
+    """`ordered_events` of exchanges given with their bodies (bound to `decoder`; a `--jobs`
+    run decodes them in its ranges: `RangeSession.decoded`)."""
     heap: list[tuple[int, int, int, Event]] = []
     seq = 0
-    for ex in exchanges:
-        bodies = Bodies(ex, decoder)
+    for bodies in all_bodies:
+        ex = bodies.ex
         if decoder.names.teaches(ex):
             bodies.response  # noqa: B018 - decode now so later decodes see the topic-id names
         start = _msg_key(ex.request) if ex.request else _msg_key(ex.response)  # type: ignore[arg-type]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from dissectors.context import DecodeContext
 from kanalyze.analysis.consumers import ConsumerAnalyzer
-from kanalyze.analysis.events import Event, analysis_decoder, ordered_events
+from kanalyze.analysis.events import Event, analysis_decoder, events_of, ordered_events
 from kanalyze.analysis.findings import Findings
 from kanalyze.analysis.formats import RecordFormatAnalyzer
 from kanalyze.analysis.groups import GroupAnalyzer
@@ -17,6 +17,7 @@ from kanalyze.analysis.producers import ProducerAnalyzer
 from kanalyze.analysis.replication import ReplicationAnalyzer
 from kanalyze.analysis.stats import StatsAnalyzer
 from kanalyze.analysis.transactions import TransactionAnalyzer
+from kanalyze.bodies import Bodies, BodyDecoder
 from kanalyze.correlation import Exchange
 
 REPORT_SCHEMA = "kanalyze.report/1"
@@ -46,10 +47,13 @@ def analyze(
     timeline_cap: int = 5000,
     stall_ms: float = 10_000.0,
     observers: Sequence[object] = (),
+    decoded: Callable[[BodyDecoder], Iterable[Bodies]] | None = None,
 ) -> dict[str, object]:
     """Run all analyzers over `exchanges` and return the report document (docs/report.schema.json);
     `observers` (objects with `feed(event)`, e.g. the HTML report's chart series) see the same
-    wire-ordered events in the same pass."""
+    wire-ordered events in the same pass. `decoded`, instead of `exchanges`: the exchanges
+    with their bodies bound to the analysis decoder (`RangeSession.decoded`, which decodes
+    them in its ranges)."""
     findings = Findings()
     decoder = analysis_decoder(ctx)
     replication = ReplicationAnalyzer(
@@ -80,7 +84,9 @@ def analyze(
     )
     first_ts = last_ts = None
     strict = bool(ctx and ctx.strict)  # tests: re-raise, as the dissectors do
-    for ev in ordered_events(exchanges, decoder):
+    events = (ordered_events(exchanges, decoder) if decoded is None
+              else events_of(decoded(decoder), decoder))
+    for ev in events:
         if first_ts is None:
             first_ts = ev.ts_s
         last_ts = ev.ts_s

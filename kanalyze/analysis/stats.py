@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from dissectors import ApiKey, error_name
 from kanalyze.analysis.events import Event
 from kanalyze.analysis.summary import percentile
-from kanalyze.bodies import error_codes
 
 MAX_LATENCIES = 100_000  # per api/version; beyond it a reservoir keeps every n-th sample
 
@@ -100,7 +99,7 @@ class StatsAnalyzer:
         body = ev.body
         if body is None:
             return
-        for c in error_codes(body):
+        for c in ev.bodies.error_codes():
             self.errors[(ex.api, c)] += 1
         thr = body.get("throttle_time_ms")
         if isinstance(thr, int) and thr > 0:

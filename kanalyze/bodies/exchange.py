@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kanalyze.bodies.decode import BodyDecoder
-from kanalyze.bodies.facts import ExchangeFacts, facts_of
+from kanalyze.bodies.facts import ExchangeFacts, error_codes, facts_of
 from kanalyze.correlation import Exchange, Message
 
 _UNSET: object = object()
@@ -61,6 +61,11 @@ class Bodies:
         if self._facts is None:
             self._facts = facts_of(self.request, self.response, self.decoder.names)
         return self._facts
+
+    def error_codes(self) -> list[int]:
+        """Every non-zero error code of the response (`facts.error_codes`; [] without one)."""
+        rsp = self.response
+        return error_codes(rsp) if rsp is not None else []
 
 
 def exchange_facts(bodies: Bodies) -> ExchangeFacts:

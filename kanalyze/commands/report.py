@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 
 from dissectors.context import DecodeContext
 from kanalyze.analysis.report import analyze
@@ -70,9 +71,14 @@ def build(
     ctx: DecodeContext | None = None,
     observers: tuple = (),
 ) -> dict[str, object]:
-    doc = analyze(
-        session.exchanges(), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms, observers=observers
-    )
+    if observers or getattr(type(session), "decoded", None) is None:
+        doc = analyze(session.exchanges(), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms,
+                      observers=observers)
+    else:  # --jobs: bodies decoded in the ranges
+        doc = analyze((), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms,
+                      decoded=partial(session.decoded, codes=True))  # type: ignore[attr-defined]
+        if session.diverged:  # type: ignore[attr-defined]
+            return build(session.single(), timeline_cap, stall_ms, ctx)  # type: ignore[attr-defined]
     doc["files"] = list(session.paths)
     return doc
 

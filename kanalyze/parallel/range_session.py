@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from dissectors.context import DecodeContext
+from kanalyze.bodies import Bodies, BodyDecoder
+from kanalyze.bodies.names import TopicNames
 from kanalyze.capture import CaptureError, CaptureStats, read_captures
 from kanalyze.correlation import ConnInfo, Exchange, Message
 from kanalyze.engine import Engine
@@ -93,13 +95,16 @@ Digest = Callable[[Exchange], tuple]
 MakeDigest = Callable[[dict[str, str]], Digest]
 
 
-def collect_range(task: RangeTask, make: MakeDigest | None = None) -> RangeOutput:
+def collect_range(task: RangeTask, make: MakeDigest | None = None,
+                  preloaded: dict[str, str] | None = None) -> RangeOutput:
     """One range's exchanges (or their digests), pickled one after the other into
     `task.out_path` (the `RangeOutput.lines` entries give each one's offset, size and local
-    connection id; `.names` the topic-id names each digest read and taught)."""
+    connection id; `.names` the topic-id names each digest read and taught, the registry
+    starting from `preloaded`). A digest with a `finish()` is asked at the end whether the
+    range stands (it raises `Unstitchable` when not)."""
     items: list[tuple[int, int, int]] = []
     recorded: dict[int, tuple[dict[str, str | None], dict[str, str]]] = {}
-    names = RecordingNames({})
+    names = RecordingNames(dict(preloaded or {}))
     digest = make(names) if make is not None else None
     pos = 0
     dumps = pickle.dumps
@@ -122,6 +127,9 @@ def collect_range(task: RangeTask, make: MakeDigest | None = None) -> RangeOutpu
             pos += len(blob)
 
         res = run_range(task.rng, task.opts, on_exchange)
+    finish = getattr(digest, "finish", None)
+    if finish is not None:
+        finish()
     return RangeOutput(res, items, recorded)
 
 
@@ -135,6 +143,9 @@ class RangeSession(Session):
 
     jobs: int = 1
     processes: bool = True
+    # why a `decoded` run's shipped bodies differ from one process's (then run `single()`)
+    diverged: str | None = None
+    _names: tuple[dict[str, str], dict[str, str]] | None = None  # (registry, its preload)
 
     def exchanges(self) -> Iterator[Exchange]:
         return self._ranged(None)  # type: ignore[return-value]
@@ -143,6 +154,54 @@ class RangeSession(Session):
         """What `make`'s digest returns for each exchange, in the one-process order, computed
         in the ranges (one process: here, from a registry that starts empty)."""
         return self._ranged(make)  # type: ignore[return-value]
+
+    def decoded(self, decoder: BodyDecoder, learn: bool = False, facts: bool = False,
+                codes: bool = False, latency: bool = False) -> Iterator[Bodies]:
+        """Each exchange in the one-process order with its bodies bound to `decoder`, as
+        `Bodies(ex, decoder)` would give them (after `decoder.learn(ex)` with `learn`), but
+        decoded in the ranges (`range_bodies`), with the facts (`facts`), the response's error
+        codes (`codes`) and the report text's latency kind (`latency`) worked out there too.
+        When the stitch refuses, one process decodes them here. When a shipped body read a
+        topic name the run's registry did not hold at that point, `diverged` says so after
+        the run: the caller runs again over `single()`."""
+        global last_fallback, last_ranges
+        from kanalyze.parallel.range_bodies import BodiesDigest, ShippedBodies, wants
+
+        last_fallback, last_ranges = None, 0
+        self.diverged = None
+        mapping = decoder.names.mapping
+        self._names = (mapping, dict(mapping))
+        template, records, from_data = wants(decoder)
+        make = partial(BodiesDigest, template=template, records=records,
+                       learn_from_data=from_data, facts=facts, codes=codes, latency=latency)
+        with tempfile.TemporaryDirectory(prefix="kanalyze-jobs-") as tmp:
+            got = self._stitched(tmp, make, dict(mapping), bodies=True)  # type: ignore[arg-type]
+            if isinstance(got, str):
+                last_fallback = got
+                for ex in Session.exchanges(self):
+                    if learn:
+                        decoder.learn(ex)
+                    yield Bodies(ex, decoder)
+                return
+            outs, st, paths, shifts = got
+            last_ranges = len(outs)
+            for item in _replay(outs, st, paths, shifts, self._tap(), True):
+                b = ShippedBodies(item[0], decoder, item[1:], self)  # type: ignore[index]
+                if learn and TopicNames.teaches(b.ex):
+                    b.response  # noqa: B018 - what it teaches, taught now (decoder.learn)
+                yield b
+
+    def single(self) -> Session:
+        """The same run in one process, the registry of the last `decoded` run back to what
+        it held before (a caller's rerun after `diverged`, noted in `last_fallback`)."""
+        global last_fallback
+        last_fallback = f"ran again in one process: {self.diverged}"
+        if self._names is not None:
+            mapping, before = self._names
+            mapping.clear()
+            mapping.update(before)
+        return Session(self.paths, self.opts, progress=self.progress, on_packet=self.on_packet,
+                       hold=self.hold, park_held=self.park_held)
 
     def _ranged(self, make: MakeDigest | None) -> Iterator[object]:
         global last_fallback, last_ranges
@@ -158,12 +217,15 @@ class RangeSession(Session):
             last_ranges = len(outs)
             yield from _replay(outs, st, paths, shifts, self._tap(), make is not None)
 
-    def _stitched(self, tmp: str, make: MakeDigest | None) -> tuple[
+    def _stitched(self, tmp: str, make: MakeDigest | None,
+                  preloaded: dict[str, str] | None = None, bodies: bool = False) -> tuple[
             list[RangeOutput], Stitched, list[str], dict[tuple[int, int], tuple[int, int]]] | str:
-        """The ranges run and stitched, or why not (then this is a one-process run)."""
+        """The ranges run and stitched, or why not (then this is a one-process run);
+        `preloaded`: the topic-id names the run's registry starts with; `bodies`: whether
+        the ranges decode bodies (the planner weighs their bytes then)."""
         range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
         try:
-            ranges = plan_ranges(self.paths, self.jobs, range_bytes, bodies=False)
+            ranges = plan_ranges(self.paths, self.jobs, range_bytes, bodies=bodies)
         except CaptureError:  # not a capture: one process says so, in its words
             return "the input is not a capture"
         if ranges is None:
@@ -173,12 +235,14 @@ class RangeSession(Session):
                  for r in ranges]
         try:
             outs = run_tasks(tasks, self.jobs - 1 if self.processes else None,
-                             partial(collect_range, make=make))
+                             partial(collect_range, make=make, preloaded=preloaded))
         except OSError as e:
             return f"workers failed: {e}"
+        except Unstitchable as e:  # a range's own verdict (`collect_range`, in this process)
+            return str(e)
         try:
             st = stitch([o.result for o in outs], self.opts)
-            check_names(outs, st, {})
+            check_names(outs, st, preloaded or {})
             self._totals(outs, st)
             shifts = range_stats.offset_shifts([o.result for o in outs], st)
         except Unstitchable as e:

@@ -9,11 +9,11 @@ the capture's packets and damage notes. `--json` is untouched by this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from dissectors.context import DecodeContext
 from kanalyze.analysis.report import analyze
-from kanalyze.bodies import Bodies, exchange_facts
+from kanalyze.bodies import Bodies, BodyDecoder, exchange_facts
 from kanalyze.correlation import Exchange
 from kanalyze.session import Session
 from kanalyze.views.expected import expected_error
@@ -411,14 +411,31 @@ def text_report(session: Session, timeline_cap: int, stall_ms: float, out: Out,
     latency = LatencyCollector()
     source = BodySource()
 
-    def tee(exchanges: Iterator[Exchange]) -> Iterator[Exchange]:
+    def tee(exchanges: Iterable[Exchange]) -> Iterator[Exchange]:
         for ex in exchanges:
             source.decoder.learn(ex)
             if ex.latency_ns is not None:
                 latency.feed(Exch(ex, Bodies(ex, source.decoder), exchange_facts))
             yield ex
 
-    doc = analyze(tee(session.exchanges()), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms)
+    def tee_decoded(decoder: BodyDecoder) -> Iterator[Bodies]:
+        """`tee` over a `--jobs` run's bodies: the latency kind comes worked out in the ranges
+        (`latency_kind`); bodies decoded here (the run fell back to one process) as `tee`."""
+        for b in session.decoded(decoder, codes=True, latency=True):  # type: ignore[attr-defined]
+            if hasattr(b, "latency_kind"):
+                if b.latency_kind is not None:
+                    latency.add(b.ex, b.latency_kind)
+            else:
+                next(tee((b.ex,)))
+            yield b
+
+    if getattr(type(session), "decoded", None) is None:
+        doc = analyze(tee(session.exchanges()), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms)
+    else:
+        doc = analyze((), ctx, timeline_cap=timeline_cap, stall_ms=stall_ms, decoded=tee_decoded)
+        if session.diverged:  # type: ignore[attr-defined]
+            text_report(session.single(), timeline_cap, stall_ms, out, ctx)  # type: ignore[attr-defined]
+            return
     doc["files"] = list(session.paths)
     capture = {"packets": session.capture.packets, "notes": capture_notes(session)}
     render(doc, out, latency.rows(), capture)

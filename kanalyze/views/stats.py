@@ -10,11 +10,14 @@ tables decide what is decoded (`-z conv` alone decodes only ApiVersions requests
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from dissectors.context import DecodeContext
 from dissectors.errors import error_name
 from kanalyze.analysis.stats import ApiStats
+from kanalyze.bodies import Bodies
+from kanalyze.correlation import Exchange
 from kanalyze.views.conv import ConversationTracker
 from kanalyze.views.expected import expected_error
 from kanalyze.views.stats_common import (
@@ -251,11 +254,16 @@ class LatencyCollector:
 
     def feed(self, x: Exch) -> None:
         ex = x.ex
+        if ex.latency_ns is None or ex.api_key is None or ex.api is None or ex.api_version is None:
+            return
+        self.add(ex, latency_kind(x))
+
+    def add(self, ex: Exchange, kind: str) -> None:
+        """One exchange's latency as `kind` (`latency_kind`, worked out elsewhere)."""
         lat = ex.latency_ns
         if lat is None or ex.api_key is None or ex.api is None or ex.api_version is None:
             return
         ms = lat / 1e6
-        kind = latency_kind(x)
         st = self.stats[(ex.api_key, ex.api, ex.api_version, kind)]
         st.count += 1
         st.add_latency(ms)
@@ -386,15 +394,22 @@ def build(
     first = last = None
     n = 0
     feeds = [c.feed for c in cols.values()]  # type: ignore[attr-defined]
-    for ex in session.exchanges():
+    if getattr(type(session), "decoded", None) is None:
+        all_bodies: Iterator[Bodies] = map(source.bodies, session.exchanges())
+    else:  # --jobs: decoded in the ranges, facts too
+        all_bodies = session.decoded(source.decoder, learn=True, facts=True)  # type: ignore[attr-defined]
+    for bodies in all_bodies:
+        ex = bodies.ex
         n += 1
         t0 = ex.start_ts
         t1 = ex.response.pdu.last_ts if ex.response else t0
         first = t0 if first is None else min(first, t0)
         last = t1 if last is None else max(last, t1)
-        x = Exch(ex, source.bodies(ex), exchange_facts)
+        x = Exch(ex, bodies, exchange_facts)
         for f in feeds:
             f(x)
+    if getattr(session, "diverged", None):  # --jobs: a name read differs, one process then
+        return build(session.single(), choices, topic_ids, ctx)  # type: ignore[attr-defined]
     notes = capture_notes(session)
     cut = bool(session.capture.diagnostics)
     for name, c in cols.items():
