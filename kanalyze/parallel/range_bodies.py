@@ -39,7 +39,7 @@ from kanalyze.analysis.wire import batches, fetch_responses, produce_partitions
 from kanalyze.bodies import Bodies, BodyDecoder, ExchangeFacts, Records
 from kanalyze.bodies.decode import DATA_BODIES
 from kanalyze.bodies.exchange import _UNSET
-from kanalyze.bodies.facts import error_codes, plain_records
+from kanalyze.bodies.facts import PARTITION_FIELDS, PartitionFacts, error_codes, plain_records
 from kanalyze.bodies.names import TopicNames
 from kanalyze.correlation import Exchange
 from kanalyze.parallel.stitch import Unstitchable
@@ -125,11 +125,11 @@ class BodiesDigest:
         for body, is_req in ((req, True), (rsp, False)):
             if body is not None:
                 elide_records(body, ex.api_key, is_req)
-        facts: ExchangeFacts | None = None
+        facts: tuple | None = None
         facts_checks: Checks = None
         if self.facts:
             names.reads, names.writes = {}, {}
-            facts = bodies.facts
+            facts = facts_tuple(bodies.facts)
             facts_checks = _noted(names, reads, writes)
         codes = error_codes(rsp) if self.codes and rsp is not None else None
         kind = self._latency_kind(ex) if self.latency is not None else None
@@ -153,6 +153,20 @@ class BodiesDigest:
         links = self.decoder.links
         if links is not None and any(is_id for is_id, _label in links.seen.values()):
             raise Unstitchable("record batches under a topic id a range could not name")
+
+
+def facts_tuple(f: ExchangeFacts) -> tuple:
+    """`f` as plain tuples: a frozen dataclass unpickles through `dataclasses.fields` per
+    object, several times slower than building it (`from_tuple`)."""
+    return (f.error_codes, f.error_code, f.throttle_time_ms, f.replica_id, f.topics,
+            tuple(tuple(getattr(p, n) for n in PARTITION_FIELDS) for p in f.partitions),
+            f.listed_topics)
+
+
+def from_tuple(t: tuple) -> ExchangeFacts:
+    """`facts_tuple`'s facts back."""
+    return ExchangeFacts(t[0], t[1], t[2], t[3], t[4],
+                         tuple(PartitionFacts(*p) for p in t[5]), t[6])
 
 
 def _noted(names: RecordingNames, reads: dict[str, str | None],
@@ -221,7 +235,7 @@ class ShippedBodies(Bodies):
             facts = self._got[4]
             if facts is None:  # not shipped: from the bodies, as one process does
                 return super().facts
-            self._facts = facts
+            self._facts = from_tuple(facts)
         return self._facts
 
     def error_codes(self) -> list[int]:
