@@ -80,6 +80,16 @@ class TopicNames:
         self.origin[topic_id] = origin
         return True
 
+    def replay(self, taught: dict[str, str]) -> None:
+        """Names a decode made elsewhere taught, written as the dissectors' hook writes them
+        (a `--jobs` range decoded the response: `kanalyze.parallel.range_bodies`)."""
+        self.mapping.update(taught)
+
+    def restore(self, snapshot: dict[str, str]) -> None:
+        """Back to `snapshot` (a copy of `mapping`): a run redone from its start."""
+        self.mapping.clear()
+        self.mapping.update(snapshot)
+
     @staticmethod
     def teaches(ex: Exchange) -> bool:
         """Whether decoding this exchange's response teaches names to later decodes."""

@@ -206,12 +206,12 @@ class ShippedBodies(Bodies):
         return self._got[value]
 
     def _check(self, c: tuple[dict[str, str | None], dict[str, str]]) -> None:
-        mapping = self.decoder.names.mapping
+        names = self.decoder.names
         reads, writes = c
         for k, v in reads.items():
-            if mapping.get(k) != v and self.guard.diverged is None:
+            if names.mapping.get(k) != v and self.guard.diverged is None:
                 self.guard.diverged = "a topic name a range read differs from the run's"
-        mapping.update(writes)
+        names.replay(writes)
 
     @property
     def request(self) -> dict | None:

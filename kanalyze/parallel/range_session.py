@@ -10,10 +10,12 @@ ids and stream offsets (`range_stats.offset_shifts`). The consumers (the report'
 the stats collectors, the TUI's store; body decoding and topic names learned in wire order)
 are the unchanged one-process code fed the same exchanges in the same order, so their output
 is the same by construction: what runs in parallel is the engine (reassembly, framing,
-correlation), what stays serial is decoding and analysis. `digests(make)` moves per-exchange
-work into the ranges as well: each range ships what `make`'s digest returns for its exchanges
-instead of them (`summary`: the frameless exchange and its response's error codes), checked
-like `export` for topic-id names read in one range and taught in another.
+correlation), what stays serial is the analysis. `digests(make)` moves per-exchange work into
+the ranges as well: each range ships what `make`'s digest returns for its exchanges instead of
+them (`summary`: the frameless exchange and its response's error codes), checked like `export`
+for topic-id names read in one range and taught in another. `decoded(decoder)` is that for the
+bodies (`report`, `stats`: `kanalyze.parallel.range_bodies`), with the names checked where one
+process would decode each side, and a rerun in one process (`single`) when one differs.
 
 What the consumers read besides exchanges: the packet count and files (`capture`), the
 engine's statistics (`engine.stats`, rebuilt by `range_stats` without the peaks: `summary
@@ -145,7 +147,7 @@ class RangeSession(Session):
     processes: bool = True
     # why a `decoded` run's shipped bodies differ from one process's (then run `single()`)
     diverged: str | None = None
-    _names: tuple[dict[str, str], dict[str, str]] | None = None  # (registry, its preload)
+    _names: tuple[TopicNames, dict[str, str]] | None = None  # (registry, what it held)
 
     def exchanges(self) -> Iterator[Exchange]:
         return self._ranged(None)  # type: ignore[return-value]
@@ -170,7 +172,7 @@ class RangeSession(Session):
         last_fallback, last_ranges = None, 0
         self.diverged = None
         mapping = decoder.names.mapping
-        self._names = (mapping, dict(mapping))
+        self._names = (decoder.names, dict(mapping))
         template, records, from_data = wants(decoder)
         make = partial(BodiesDigest, template=template, records=records,
                        learn_from_data=from_data, facts=facts, codes=codes, latency=latency)
@@ -197,9 +199,8 @@ class RangeSession(Session):
         global last_fallback
         last_fallback = f"ran again in one process: {self.diverged}"
         if self._names is not None:
-            mapping, before = self._names
-            mapping.clear()
-            mapping.update(before)
+            names, before = self._names
+            names.restore(before)
         return Session(self.paths, self.opts, progress=self.progress, on_packet=self.on_packet,
                        hold=self.hold, park_held=self.park_held)
 
