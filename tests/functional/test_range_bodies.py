@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,26 @@ def test_shipped_facts_and_codes_equal_one_process() -> None:
         assert (got[7] or []) == want.error_codes()
         compared += bool(want.facts.partitions)
     assert compared > 5
+
+
+def test_topic_ids_file_in_every_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--topic-ids names by-id topics in every range from its first body on (the ranges'
+    registries start from the file): stitched, and what one process prints. Without the file
+    the report names the id from record batches (learned from the data): one process; `stats`
+    does not learn from the data: stitched, the id unnamed as in one process."""
+    capture = "captures/replication/mixed_ids.pcap"
+    truth = json.loads((ROOT / "captures/replication/mixed_ids.truth.json").read_text())
+    ((tid, name),) = truth["topic_ids"].items()
+    ids = tmp_path / "ids.json"
+    ids.write_text(json.dumps({name: tid}))
+    monkeypatch.setenv(RANGE_BYTES_ENV, "1500")
+    for mode in (["report", "--json"], ["stats", "--json"]):
+        argv = [*mode, "--topic-ids", str(ids), capture]
+        got = cli([*argv, "--jobs", "2"])
+        assert range_session.last_fallback is None and range_session.last_ranges > 2
+        assert got == cli([*argv, "--jobs", "1"])
+        assert name in got[1].decode()
+        got = cli([*mode, capture, "--jobs", "2"])
+        learned = "learned from the data" in (range_session.last_fallback or "")
+        assert learned == (mode[0] == "report")
+        assert got == one_process((*mode, capture))
