@@ -125,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         t1 = best(command, args.pcap, 1, args.repeat)[0]
         print(f"\n{command}: --jobs 1 {t1:.2f} s")
         for jobs in (int(j) for j in args.scale.split(",")):
-            r = best(command, args.pcap, jobs, args.repeat)
+            try:
+                r = best(command, args.pcap, jobs, args.repeat)
+            except RuntimeError as e:  # the stitch refused: one process, nothing to model
+                print(f"  --jobs {jobs:2}: {e}")
+                continue
             total, ranges = r
             tn = path(r, fork)
             print(f"  --jobs {jobs:2}: {tn:5.2f} s  speed-up {t1 / tn:5.2f}x  slowest range "
