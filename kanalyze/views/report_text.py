@@ -411,11 +411,14 @@ def text_report(session: Session, timeline_cap: int, stall_ms: float, out: Out,
     latency = LatencyCollector()
     source = BodySource()
 
+    def one(ex: Exchange) -> None:
+        source.decoder.learn(ex)
+        if ex.latency_ns is not None:
+            latency.feed(Exch(ex, Bodies(ex, source.decoder), exchange_facts))
+
     def tee(exchanges: Iterable[Exchange]) -> Iterator[Exchange]:
         for ex in exchanges:
-            source.decoder.learn(ex)
-            if ex.latency_ns is not None:
-                latency.feed(Exch(ex, Bodies(ex, source.decoder), exchange_facts))
+            one(ex)
             yield ex
 
     def tee_decoded(decoder: BodyDecoder) -> Iterator[Bodies]:
@@ -426,7 +429,7 @@ def text_report(session: Session, timeline_cap: int, stall_ms: float, out: Out,
                 if b.latency_kind is not None:
                     latency.add(b.ex, b.latency_kind)
             else:
-                next(tee((b.ex,)))
+                one(b.ex)
             yield b
 
     if getattr(type(session), "decoded", None) is None:

@@ -394,9 +394,10 @@ def build(
     first = last = None
     n = 0
     feeds = [c.feed for c in cols.values()]  # type: ignore[attr-defined]
-    if getattr(type(session), "decoded", None) is None:
+    ranged = getattr(type(session), "decoded", None) is not None  # a RangeSession (--jobs)
+    if not ranged:
         all_bodies: Iterator[Bodies] = map(source.bodies, session.exchanges())
-    else:  # --jobs: decoded in the ranges, facts too
+    else:  # decoded in the ranges, facts too
         all_bodies = session.decoded(source.decoder, learn=True, facts=True)  # type: ignore[attr-defined]
     for bodies in all_bodies:
         ex = bodies.ex
@@ -408,7 +409,7 @@ def build(
         x = Exch(ex, bodies, exchange_facts)
         for f in feeds:
             f(x)
-    if getattr(session, "diverged", None):  # --jobs: a name read differs, one process then
+    if ranged and session.diverged:  # type: ignore[attr-defined]  # a name read differs
         return build(session.single(), choices, topic_ids, ctx)  # type: ignore[attr-defined]
     notes = capture_notes(session)
     cut = bool(session.capture.diagnostics)
