@@ -31,6 +31,7 @@ under an id it could not name, refuses (`BodiesDigest.finish`), and the run is o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
@@ -47,6 +48,10 @@ from kanalyze.parallel.worker import RecordingNames
 
 # one side's topic-id names: (what its decode read, what it taught), None when neither
 Checks = tuple[dict[str, str | None], dict[str, str]] | None
+# which bodies (request, response) a consumer reads besides the facts; the others are not
+# shipped (`NOT_SHIPPED`: reading one after all makes the run `diverged`)
+Keep = Callable[[Exchange, ExchangeFacts | None], tuple[bool, bool]]
+NOT_SHIPPED = ...
 
 
 class ElidedRecords:
@@ -101,11 +106,12 @@ class BodiesDigest:
     with each side's names checks, and what the consumer derives from them."""
 
     def __init__(self, names: RecordingNames, template: DecodeContext, records: Records,
-                 learn_from_data: bool, facts: bool, codes: bool, latency: bool) -> None:
+                 learn_from_data: bool, facts: bool, codes: bool, latency: bool,
+                 keep: Keep | None = None) -> None:
         self.names = names
         self.decoder = BodyDecoder(replace(template, topic_names=names), records,
                                    learn_from_data=learn_from_data)
-        self.facts, self.codes = facts, codes
+        self.facts, self.codes, self.keep = facts, codes, keep
         # the report text's latency table decodes with the default context (report_text)
         self.latency = BodyDecoder(DecodeContext(), Records.DATA) if latency else None
 
@@ -134,6 +140,10 @@ class BodiesDigest:
         codes = error_codes(rsp) if self.codes and rsp is not None else None
         kind = self._latency_kind(ex) if self.latency is not None else None
         names.reads, names.writes = reads, writes  # the exchange's, for `check_names`
+        if self.keep is not None:  # only the bodies the consumer reads besides the facts
+            keep_req, keep_rsp = self.keep(ex, bodies.facts if self.facts else None)
+            req = req if keep_req or req is None else NOT_SHIPPED
+            rsp = rsp if keep_rsp or rsp is None else NOT_SHIPPED
         return (ex, req, rsp, checks[0], checks[1], facts, facts_checks, codes, kind)
 
     def _latency_kind(self, ex: Exchange) -> str | None:
@@ -191,19 +201,36 @@ class ShippedBodies(Bodies):
     """`Bodies` decoded in a range: each side handed out at its first ask, its names checked
     against the run's registry then, and what it taught taught then (module docstring)."""
 
-    __slots__ = ("_codes", "_got", "guard")
+    __slots__ = ("_got", "_opened", "guard")
 
     def __init__(self, ex: Exchange, decoder: BodyDecoder, got: tuple, guard: Guard) -> None:
         super().__init__(ex, decoder)
         self._got = got  # BodiesDigest's tuple after the exchange
         self.guard = guard
-        self._codes: list[int] | None = None
+        self._opened = 0  # bit i: side i's names checked (0 request, 1 response)
 
-    def _take(self, value: int, checks: int) -> dict | None:
-        c = self._got[checks]
-        if c is not None:
-            self._check(c)
-        return self._got[value]
+    def _open(self, i: int) -> object:
+        """Side `i` as shipped, its names checked and taught the first time (one process
+        decodes it then)."""
+        if not self._opened & (1 << i):
+            self._opened |= 1 << i
+            c = self._got[2 + i]
+            if c is not None:
+                self._check(c)
+        return self._got[i]
+
+    def learn(self) -> None:
+        """What decoding the response taught, taught now (`BodyDecoder.learn` in one
+        process: the response decoded as soon as its exchange arrives)."""
+        self._open(1)
+
+    def _take(self, i: int) -> dict | None:
+        value = self._open(i)
+        if value is NOT_SHIPPED:  # read after all: the consumer's `keep` was wrong
+            if self.guard.diverged is None:
+                self.guard.diverged = "a body the range did not ship was read"
+            return None
+        return value  # type: ignore[return-value]
 
     def _check(self, c: tuple[dict[str, str | None], dict[str, str]]) -> None:
         names = self.decoder.names
@@ -216,19 +243,19 @@ class ShippedBodies(Bodies):
     @property
     def request(self) -> dict | None:
         if self._req is _UNSET:
-            self._req = self._take(0, 2)
+            self._req = self._take(0)
         return self._req  # type: ignore[return-value]
 
     @property
     def response(self) -> dict | None:
         if self._rsp is _UNSET:
-            self._rsp = self._take(1, 3)
+            self._rsp = self._take(1)
         return self._rsp  # type: ignore[return-value]
 
     @property
     def facts(self) -> ExchangeFacts:
         if self._facts is None:
-            self.request, self.response  # noqa: B018 - decoded first, as facts_of does
+            self._open(0), self._open(1)  # decoded first, as facts_of does
             c = self._got[5]
             if c is not None:
                 self._check(c)
@@ -257,4 +284,5 @@ def wants(decoder: BodyDecoder) -> tuple[DecodeContext, Records, bool]:
     return decoder.template, decoder.records, decoder.links is not None
 
 
-__all__ = ["BodiesDigest", "ElidedRecords", "Guard", "ShippedBodies", "elide_records", "wants"]
+__all__ = ["NOT_SHIPPED", "BodiesDigest", "ElidedRecords", "Guard", "Keep", "ShippedBodies",
+           "elide_records", "wants"]

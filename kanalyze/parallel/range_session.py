@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from dissectors.context import DecodeContext
 from kanalyze.bodies import Bodies, BodyDecoder
@@ -54,6 +55,9 @@ from kanalyze.parallel.ranges import plan_ranges, run_range
 from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
 from kanalyze.parallel.worker import RecordingNames
 from kanalyze.session import Session
+
+if TYPE_CHECKING:
+    from kanalyze.parallel.range_bodies import Keep
 
 # tests and benchmarks read these after a run
 last_fallback: str | None = None  # why the last run was one process (None: it was stitched)
@@ -158,11 +162,13 @@ class RangeSession(Session):
         return self._ranged(make)  # type: ignore[return-value]
 
     def decoded(self, decoder: BodyDecoder, learn: bool = False, facts: bool = False,
-                codes: bool = False, latency: bool = False) -> Iterator[Bodies]:
+                codes: bool = False, latency: bool = False,
+                keep: Keep | None = None) -> Iterator[Bodies]:
         """Each exchange in the one-process order with its bodies bound to `decoder`, as
         `Bodies(ex, decoder)` would give them (after `decoder.learn(ex)` with `learn`), but
         decoded in the ranges (`range_bodies`), with the facts (`facts`), the response's error
-        codes (`codes`) and the report text's latency kind (`latency`) worked out there too.
+        codes (`codes`) and the report text's latency kind (`latency`) worked out there too;
+        with `keep`, only the bodies it names are shipped.
         When the stitch refuses, one process decodes them here. When a shipped body read a
         topic name the run's registry did not hold at that point, `diverged` says so after
         the run: the caller runs again over `single()`."""
@@ -175,7 +181,8 @@ class RangeSession(Session):
         self._names = (decoder.names, dict(mapping))
         template, records, from_data = wants(decoder)
         make = partial(BodiesDigest, template=template, records=records,
-                       learn_from_data=from_data, facts=facts, codes=codes, latency=latency)
+                       learn_from_data=from_data, facts=facts, codes=codes, latency=latency,
+                       keep=keep)
         with tempfile.TemporaryDirectory(prefix="kanalyze-jobs-") as tmp:
             got = self._stitched(tmp, make, dict(mapping), bodies=True)  # type: ignore[arg-type]
             if isinstance(got, str):
@@ -190,7 +197,7 @@ class RangeSession(Session):
             for item in _replay(outs, st, paths, shifts, self._tap(), True):
                 b = ShippedBodies(item[0], decoder, item[1:], self)  # type: ignore[index]
                 if learn and TopicNames.teaches(b.ex):
-                    b.response  # noqa: B018 - what it teaches, taught now (decoder.learn)
+                    b.learn()
                 yield b
 
     def single(self) -> Session:

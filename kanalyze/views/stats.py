@@ -31,6 +31,7 @@ from kanalyze.views.stats_common import (
     PRODUCE,
     SYNC_GROUP,
     Exch,
+    bodies_read,
     frame_of,
     lat_ms,
     latency_kind,
@@ -398,7 +399,8 @@ def build(
     if not ranged:
         all_bodies: Iterator[Bodies] = map(source.bodies, session.exchanges())
     else:  # decoded in the ranges, facts too
-        all_bodies = session.decoded(source.decoder, learn=True, facts=True)  # type: ignore[attr-defined]
+        all_bodies = session.decoded(  # type: ignore[attr-defined]
+            source.decoder, learn=True, facts=True, keep=bodies_read)
     for bodies in all_bodies:
         ex = bodies.ex
         n += 1

@@ -45,6 +45,15 @@ class Exch:
         return software_of(self.bodies.request)
 
 
+def bodies_read(ex: Exchange, facts: ExchangeFacts | None) -> tuple[bool, bool]:
+    """Which of an exchange's bodies (request, response) the tables read besides its facts:
+    the request of ApiVersions (`software`), Fetch (`latency_kind`: max wait) and of any
+    exchange with errors (`expected_error`), the response of JoinGroup (`latency_kind`). A
+    `--jobs` run ships only these from its ranges (`RangeSession.decoded`)."""
+    key = ex.api_key
+    return key in (API_VERSIONS, FETCH) or bool(facts and facts.error_codes), key == JOIN_GROUP
+
+
 def frame_of(ex: Exchange) -> int:
     m = ex.response or ex.request
     return m.pdu.last_pkt if m else 0
