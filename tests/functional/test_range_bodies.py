@@ -181,3 +181,21 @@ def test_topic_ids_file_in_every_range(tmp_path: Path, monkeypatch: pytest.Monke
         learned = "learned from the data" in (range_session.last_fallback or "")
         assert learned == (mode[0] == "report")
         assert got == one_process((*mode, capture))
+
+
+def test_unshipped_body_read_runs_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stats` ships only the bodies `bodies_read` names; one read after all (here: none
+    named, and the tables read ApiVersions requests) makes the run one process again, with
+    one process's output. With the real rule, the run stands."""
+    from kanalyze.views import stats
+
+    capture = "captures/kp_codecs.pcap"
+    monkeypatch.setenv(RANGE_BYTES_ENV, "1500")
+    got = cli(["stats", "--json", capture, "--jobs", "2"])
+    assert range_session.last_fallback is None
+    assert got == one_process(("stats", "--json", capture))
+    monkeypatch.setattr(stats, "bodies_read", lambda _ex, _facts: (False, False))
+    got = cli(["stats", "--json", capture, "--jobs", "2"])
+    assert range_session.last_fallback == (
+        "ran again in one process: a body the range did not ship was read")
+    assert got == one_process(("stats", "--json", capture))
