@@ -4,18 +4,22 @@ one-process order (`RangeSession.decoded`).
 
 Decoding is most of their work, and it is per exchange; the analyses are not (HW/LEO
 progress, groups and producers follow state across connections in wire order), so they stay
-in one process, fed what one process would have decoded. Two costs make shipping work:
+in one process, fed what one process would have decoded. Three things make shipping pay:
 
 * Decoded bodies pickle about as slowly as they decode: most of a Produce request or Fetch
   response is its records, of which the analyses read only how many there are. A magic 2
   data batch whose records are plain (`facts.plain_records`: scalars, text, plain headers;
   not control records, not the decoded records of Kafka's own topics) ships its records as
   an `ElidedRecords` count: `len()` and truthiness as the list's, and no iteration (an
-  analysis that starts reading such records fails loudly in the tests, which run strict).
+  analysis that starts reading such records raises, and its `analyzer_error` finding makes
+  the output differ from one process's in the tests, which compare every capture).
 * What each consumer derives from the bodies is computed where they are decoded: the facts
   (`stats`), the response's error codes (the report's stats) and the latency kind of the
   report text's latency table (read from bodies decoded with the default context, as
   `report_text` does).
+* Only the bodies a consumer reads besides those are shipped (`keep`: `stats` reads a few
+  requests and JoinGroup responses); reading another one after all (`NOT_SHIPPED`) makes
+  the run `diverged`, so a wrong `keep` costs a rerun, never a different output.
 
 Topic-id names: one process decodes each side when a consumer first asks for it, with the
 names its registry knows then; a range decodes each exchange when it completes, with what
