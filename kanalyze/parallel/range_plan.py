@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kanalyze.capture.packets import MAX_RECORD, CaptureError, Packet
+from kanalyze.capture.source import is_remote, open_source, readable, source_size
 from kanalyze.capture.split import RangeResult as WalkResult
 from kanalyze.capture.split import iter_range, probe_layout, sync
 from kanalyze.flows import FlowStats
@@ -171,14 +172,14 @@ def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
     (`Range.then`). None when a file is not a regular uncompressed capture, is damaged or
     cannot be walked, or the files overlap in time. Raises CaptureError when a file is not a
     capture."""
-    if not paths or any(p == "-" or not os.path.isfile(p) for p in paths):
+    if not paths or any(p == "-" or not readable(p) for p in paths):
         return None
-    sizes = [os.path.getsize(p) for p in paths]
+    sizes = [source_size(p) for p in paths]
     total = sum(sizes) or 1
     files: list[tuple[Layout, list[tuple[int, int, int]]]] = []
     for rank, (path, size) in enumerate(zip(paths, sizes, strict=True)):
         lay = Layout(size=size, rank=rank if ranks is None else ranks[rank])
-        with open(path, "rb") as f:
+        with open_source(path) as f:
             if f.read(2) == b"\x1f\x8b":
                 return None
             f.seek(0)
@@ -231,29 +232,18 @@ def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None, bodies: bool,
                lead: float = 0.0) -> list[tuple[int, int, int]] | None:
     """(start, packets, latest time) per range, every record header walked (exact cuts):
     `n` ranges of about equal estimated CPU, or ranges of `span` bytes."""
-    unpack = struct.Struct(lay.endian + "IIII").unpack_from
+    if lay.size <= lay.data_start:
+        return None
     mult = lay.ns_mult
-    with open(path, "rb") as f:
-        if lay.size <= lay.data_start:
-            return None
-        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     offs, costs, times = array("q"), array("d"), array("q")
     total = 0.0
-    try:
-        pos, size = lay.data_start, lay.size
-        while pos < size:
-            if size - pos < 16:
-                return None  # damaged: one process reports it
-            sec, frac, incl, _o = unpack(m, pos)
-            if incl > MAX_RECORD or pos + 16 + incl > size:
-                return None
-            offs.append(pos)
-            total += _record_cost(incl, bodies) if span is None else 16 + incl
-            costs.append(total)
-            times.append(sec * 1_000_000_000 + frac * mult)
-            pos += 16 + incl
-    finally:
-        m.close()
+    for pos, sec, frac, incl in _pcap_headers(path, lay):
+        if incl < 0:
+            return None  # damaged: one process reports it
+        offs.append(pos)
+        total += _record_cost(incl, bodies) if span is None else 16 + incl
+        costs.append(total)
+        times.append(sec * 1_000_000_000 + frac * mult)
     if not offs:
         return None
     if span is None:  # range 0 takes `lead` more than each other range
@@ -269,6 +259,48 @@ def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None, bodies: bool,
             firsts.append(i)
     ends = [*firsts[1:], len(offs)]
     return [(offs[a], b - a, max(times[a:b])) for a, b in zip(firsts, ends, strict=True)]
+
+
+def _pcap_headers(path: str, lay: Layout) -> Iterator[tuple[int, int, int, int]]:
+    """(offset, seconds, fraction, captured length) per record, from the first record to the
+    end; a damaged record ends it with a length of -1. Local files through mmap; a remote one
+    read in blocks through its stream (`kanalyze.capture.source`), its bodies skipped."""
+    unpack = struct.Struct(lay.endian + "IIII").unpack_from
+    size = lay.size
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            pos = lay.data_start
+            while pos < size:
+                if size - pos < 16:
+                    yield pos, 0, 0, -1
+                    return
+                sec, frac, incl, _o = unpack(m, pos)
+                if incl > MAX_RECORD or pos + 16 + incl > size:
+                    yield pos, 0, 0, -1
+                    return
+                yield pos, sec, frac, incl
+                pos += 16 + incl
+        finally:
+            m.close()
+        return
+    with open_source(path) as f:
+        buf, at, pos = b"", lay.data_start, lay.data_start  # buf[0] is at file offset `at`
+        while pos < size:
+            if pos + 16 > at + len(buf):
+                keep = buf[pos - at :] if pos < at + len(buf) else b""
+                f.seek(pos + len(keep))
+                buf, at = keep + f.read(VIEW_BLOCK), pos
+                if len(buf) < 16:
+                    yield pos, 0, 0, -1
+                    return
+            sec, frac, incl, _o = unpack(buf, pos - at)
+            if incl > MAX_RECORD or pos + 16 + incl > size:
+                yield pos, 0, 0, -1
+                return
+            yield pos, sec, frac, incl
+            pos += 16 + incl
 
 
 def _pcapng_cuts(f, lay: Layout, span: int) -> list[tuple[int, int, int]] | None:  # noqa: ANN001
@@ -307,7 +339,7 @@ def read_range(rng: Range, until: int | None = None, start: int | None = None,
         yield from _pcap_views(rng, first, until or rng.end, no)
         return
     res = WalkResult()
-    with open(rng.path, "rb") as f:
+    with open_source(rng.path) as f:
         for pkt in iter_range(f, rng.layout, first, until or rng.end, res, no):
             pkt.no = pkt.file_no
             yield pkt
@@ -328,7 +360,7 @@ def _pcap_views(rng: Range, start: int, end: int, no: int) -> Iterator[Packet]:
     mult, lt, rank = lay.ns_mult, lay.linktype, lay.rank
     buf = memoryview(b"")
     pos, base = 0, start  # base: the file offset of buf[0]
-    with open(rng.path, "rb") as f:
+    with open_source(rng.path) as f:
         f.seek(start)
         while base + pos < end:
             n = len(buf)
@@ -385,7 +417,16 @@ def read_overlap(rng: Range, wanted: Wanted) -> Iterator[Packet]:
 
 def _overlap_in(rng: Range, wanted: Wanted) -> Iterator[Packet]:
     """`read_overlap` within the range's own file. A classic pcap is walked through mmap (the
-    others skipped without a copy); a pcapng through the split walker."""
+    others skipped without a copy); a remote pcap through the block reader, a pcapng through
+    the split walker."""
+    if is_remote(rng.path) and rng.layout.format == "pcap":
+        for pkt in _pcap_views(rng, rng.end, rng.stop, rng.base + rng.count):
+            if wanted.pattern is None:
+                return
+            if wanted.pattern.search(pkt.data, 0, Wanted.HEAD):
+                pkt.file_index = 0  # as the mmap walk numbers it
+                yield pkt
+        return
     if rng.layout.format != "pcap":
         for pkt in read_range(rng, rng.stop, rng.end, rng.base + rng.count):
             if wanted.pattern is None:

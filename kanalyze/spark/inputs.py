@@ -8,8 +8,11 @@
   glob or directory with no file, or an unreadable file raises `InputError` at once: a run over
   a mistyped path must fail, not write empty tables.
 * **Reading** (`open_input`): local files directly. Remote files through the driver's Hadoop
-  stream when one is registered (planning: probes, sync points, range walks), else through
-  `pyarrow.fs` in the Python workers (`s3a://` is read as `s3://`, `hdfs://` needs libhdfs).
+  stream when one is registered (planning: probes, sync points, range walks), in the Python
+  workers through their own Hadoop reader JVM (`kanalyze.spark.hadoop_read`, installed by
+  `use_worker_hadoop` with the settings the driver shipped), else through `pyarrow.fs`
+  (`s3a://` is read as `s3://`, `hdfs://` needs libhdfs). Either reader is also installed as
+  the byte-range planner's and range reader's (`kanalyze.capture.source`).
 * **Identity** (`content_id`): the file's size and a hash of its first and last KiB, so a
   relative, an absolute or a copied spelling of the same capture gives the same connection ids.
 """
@@ -22,13 +25,14 @@ import io
 import os
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from kanalyze.capture import CaptureError
+from kanalyze.capture import CaptureError, source
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
 ID_PROBE = 1024  # bytes hashed at each end of a file for its content identity
 _HADOOP: dict[str, Any] = {}  # the driver's Hadoop FS handles ("jvm", "conf"), when registered
+_WORKER: dict[str, Any] = {}  # a task's Hadoop settings ("settings"), when shipped
 
 
 class InputError(ValueError):
@@ -63,7 +67,20 @@ def use_hadoop(spark: SparkSession | None) -> bool:
     if jvm is None:
         return False
     _HADOOP["jvm"], _HADOOP["conf"] = jvm, conf
+    source.set_remote(open_input, file_size)
     return True
+
+
+def use_worker_hadoop(settings: dict[str, str] | None) -> None:
+    """In a task: read URIs through this worker's Hadoop reader JVM with the driver's
+    `spark.hadoop.*` settings (`kanalyze.spark.hadoop_read`); None leaves pyarrow.fs."""
+    if settings is None or _HADOOP:
+        return
+    from kanalyze.spark import hadoop_read
+
+    _WORKER["settings"] = settings
+    source.set_remote(open_input, file_size)
+    hadoop_read.reader(settings)  # started now: a missing Java fails the task at once
 
 
 def _hpath(path: str) -> tuple[Any, Any]:
@@ -108,13 +125,13 @@ class _HadoopStream(io.RawIOBase):
         n = min(len(b), self._size - self._pos)
         if n <= 0:
             return 0
-        jvm = _HADOOP["jvm"]
-        buf = jvm.java.nio.ByteBuffer.allocate(n).array()
-        self._in.readFully(self._pos, buf)
-        data = bytes(buf)
-        b[:n] = data
-        self._pos += n
-        return n
+        # py4j passes byte arrays by value: a Java array filled in place is never seen here, so
+        # the JVM returns the bytes (readNBytes) instead
+        self._in.seek(self._pos)
+        data = bytes(self._in.readNBytes(n))
+        b[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
 
     def close(self) -> None:
         if not self.closed:
@@ -138,6 +155,10 @@ def open_input(path: str) -> BinaryIO:
         try:
             if _HADOOP:
                 return io.BufferedReader(_HadoopStream(path), 1 << 20)  # type: ignore[return-value]
+            if _WORKER:
+                from kanalyze.spark.hadoop_read import open_stream
+
+                return open_stream(_WORKER["settings"], path)
             filesystem, inner = _pyarrow_fs(path)
             return filesystem.open_input_file(inner)  # type: ignore[return-value]
         except (OSError, ValueError) as e:
@@ -155,6 +176,10 @@ def file_size(path: str) -> int:
         if _HADOOP:
             p, fs = _hpath(path)
             return int(fs.getFileStatus(p).getLen())
+        if _WORKER:
+            from kanalyze.spark.hadoop_read import reader
+
+            return reader(_WORKER["settings"]).size(path)
         filesystem, inner = _pyarrow_fs(path)
         return int(filesystem.get_file_info(inner).size or 0)
     return os.path.getsize(local_path(path))

@@ -145,16 +145,29 @@ def _by_index(spark: SparkSession, n: int, fn, ddl: str) -> DataFrame:  # noqa: 
     return spark.range(0, max(n, 1), 1, max(n, 1)).where(f"id < {n}").mapInArrow(fn, ddl)
 
 
+def _worker_settings(spark: SparkSession, paths: list[str]) -> dict[str, str] | None:
+    """The Hadoop settings a task needs to read remote inputs through its own Hadoop reader
+    (`kanalyze.spark.hadoop_read`), when any input is remote and this driver has a JVM."""
+    from kanalyze.spark.hadoop_read import hadoop_settings
+
+    if not any(is_uri(p) for p in paths) or not use_hadoop(spark):
+        return None
+    return hadoop_settings(spark)
+
+
 def _count_ranges_on_spark(
     spark: SparkSession, files: list, todo: list[tuple[int, int, int, int]]
 ) -> dict[tuple[int, int], RangeResult]:
     ddl = "rank INT, idx INT, count BIGINT, stop BIGINT, whole BOOLEAN, error STRING"
+    settings = _worker_settings(spark, [f.path for f in files])
 
     def count(batches: Iterator) -> Iterator:
         import pyarrow as pa
 
+        from kanalyze.spark.inputs import use_worker_hadoop
         from kanalyze.spark.units import walk_range
 
+        use_worker_hadoop(settings)
         for b in batches:
             out = []
             for i in b.column("id").to_pylist():
@@ -185,10 +198,13 @@ def segments(spark: SparkSession, plan: Plan, opts: EngineOptions | None = None)
     Data Source's `segments` table): TCP numbers and payload, no link or IP headers."""
     opts = opts or EngineOptions()
     ports, max_frame = frozenset(opts.ports), opts.max_frame
+    settings = _worker_settings(spark, [f.path for f in plan.files])
 
     def stage1(batches: Iterator) -> Iterator:
         from kanalyze.spark.extract import extract
+        from kanalyze.spark.inputs import use_worker_hadoop
 
+        use_worker_hadoop(settings)
         for b in batches:
             for i in b.column("id").to_pylist():
                 yield from extract(plan, plan.partitions[i], ports, max_frame)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kanalyze.capture import CaptureError
+from kanalyze.capture.source import readable
 from kanalyze.engine import EngineOptions
 from kanalyze.flows import FIN, RST, SYN
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
@@ -25,6 +26,7 @@ from kanalyze.parallel.range_plan import RANK_BITS, plan_chain
 from kanalyze.parallel.ranges import Range, Unstitchable, stitch
 from kanalyze.parallel.replay import INF
 from kanalyze.spark import schemas as R
+from kanalyze.spark.hadoop_read import hadoop_settings
 from kanalyze.spark.range_rows import RANGED_SCHEMA, Edge, unpack_edge
 from kanalyze.spark.rows import stable_conn_id
 from kanalyze.spark.schemas import pointer
@@ -73,8 +75,7 @@ def plan_groups(files: list[FileInfo], parallelism: int) -> tuple[list[list[Rang
     left: list[int] = []
     for group in groups.values():
         got = None
-        if all(not f.compressed and not is_uri(f.path) and os.path.isfile(f.path)
-               for f in group):
+        if all(not f.compressed and readable(f.path) for f in group):
             share = max(1, round(n * sum(f.size for f in group) / total))
             try:
                 got = plan_chain([f.path for f in group], share, range_bytes,
@@ -270,10 +271,14 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     caps = [files[r.layout.rank].capture_id for r in ranges]
     # the longest first: a task that starts last should be a short one
     order = sorted(range(len(ranges)), key=lambda t: ranges[t].start - ranges[t].end)
+    # remote inputs: the tasks read them through their own Hadoop reader, with these settings
+    settings = hadoop_settings(spark) if any(is_uri(p) for p in paths) else None
 
     def task(batches: Iterator) -> Iterator:
+        from kanalyze.spark.inputs import use_worker_hadoop
         from kanalyze.spark.range_rows import range_rows
 
+        use_worker_hadoop(settings)
         for b in batches:
             for t in b.column("id").to_pylist():
                 t = order[t]
