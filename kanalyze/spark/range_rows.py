@@ -40,9 +40,11 @@ class Edge:
     # per exchange index: (topic-id names its decode read, names it taught), when any
     names: dict[int, tuple[dict[str, str | None], dict[str, str]]] = field(default_factory=dict)
     roles: dict[int, tuple[str, str]] = field(default_factory=dict)  # lid -> (client, broker)
-    # per 4-tuple (`range_engine.conn_key`), over the range's own packets: [first ts, last ts,
-    # packets, TCP flags seen] (the connections table; the ranges' counts add up to the file's)
-    flows: dict[tuple, list[int]] = field(default_factory=dict)
+    # per 4-tuple (`range_engine.conn_key`), over the range's own packets, one part per
+    # connection this range's engine opened on it (a reused 4-tuple has several): [first
+    # packet, first ts, last ts, packets, TCP flags seen] (the connections table; the ranges'
+    # counts add up to the file's; the driver gives each part to its incarnation)
+    flows: dict[tuple, list[list[int]]] = field(default_factory=dict)
     task_s: tuple[float, float] = (0.0, 0.0)  # the whole task's (wall, CPU) seconds
 
 
@@ -54,9 +56,13 @@ def unpack_edge(text: str) -> Edge:
     return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own tasks' rows
 
 
-def _unit_row(rng: Range, capture_id: str, per: dict[tuple, list[int]]) -> dict:
+def _unit_row(rng: Range, capture_id: str, per: dict[tuple, list[list[int]]],
+              opened: dict[tuple, list[int]] | None = None) -> dict:
     """The range's reading statistics (the `files` table), walked again without the engine:
-    the range's own packets only, so the ranges' counts add up to the file's."""
+    the range's own packets only, so the ranges' counts add up to the file's. `per` gets each
+    4-tuple's parts, a new part at each packet in `opened` (where the engine opened a
+    connection on that 4-tuple)."""
+    opened = opened or {}
     stats, flows = CaptureStats(), FlowStats()
     tcp = other = 0
     first = last = None
@@ -71,13 +77,14 @@ def _unit_row(rng: Range, capture_id: str, per: dict[tuple, list[int]]) -> dict:
                 continue
             tcp += 1
             key = conn_key((seg.src, seg.sport, seg.dst, seg.dport))
-            got = per.get(key)
-            if got is None:
-                per[key] = [pkt.ts_ns, pkt.ts_ns, 1, seg.flags]
+            parts = per.get(key)
+            if parts is None or pkt.no in opened.get(key, ()):
+                per.setdefault(key, []).append([pkt.no, pkt.ts_ns, pkt.ts_ns, 1, seg.flags])
             else:
-                got[1] = max(got[1], pkt.ts_ns)
-                got[2] += 1
-                got[3] |= seg.flags
+                got = parts[-1]
+                got[2] = max(got[2], pkt.ts_ns)
+                got[3] += 1
+                got[4] |= seg.flags
     except CaptureError as e:
         error = str(e)
     stat = {
@@ -129,7 +136,10 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
     for tid, name in builder.bodies.names.items():
         rows.append({"kind": "topic", "capture_id": capture_id, "rng": key,
                      "extra": json.dumps([tid, name])})
-    rows.append({**_unit_row(rng, capture_id, edge.flows), "rng": key})
+    opened: dict[tuple, list[int]] = {}
+    for conn in edge.result.conns.values():
+        opened.setdefault(conn.key, []).append(conn.opened)
+    rows.append({**_unit_row(rng, capture_id, edge.flows, opened), "rng": key})
     batches = [pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA)]
     edge.task_s = (time.perf_counter() - t0, time.process_time() - c0)
     edge_row = {"kind": "edge", "capture_id": capture_id, "rng": key, "extra": pack_edge(edge)}

@@ -10,6 +10,7 @@ stitch that refuses. Driver-side; pyspark is imported when used.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
@@ -142,6 +143,36 @@ def _totals(edges: list[Edge], ids: list[dict[int, int]],
     return out
 
 
+def _flows(edges: list[Edge], starts: dict[tuple, list[tuple[int, int]]]) -> dict:
+    """The ranges' 4-tuple parts (`Edge.flows`) summed per incarnation (run id -> [first ts,
+    last ts, packets]: a part belongs to the newest incarnation that started at or before its
+    first packet, as the shuffle path counts a packet to the newest) and per 4-tuple (key ->
+    [first ts, last ts, packets, flags, file ranks])."""
+    out: dict = {}
+
+    def add(k: object, t0: int, t1: int, n: int) -> list:
+        got = out.get(k)
+        if got is None:
+            got = out[k] = [t0, t1, n, 0, set()]
+        else:
+            got[0], got[1] = min(got[0], t0), max(got[1], t1)
+            got[2] += n
+        return got
+
+    for edge in edges:
+        rank = edge.result.base >> RANK_BITS  # a range lies in one file
+        for key, parts in edge.flows.items():
+            inc = starts.get(key, [])
+            for no, t0, t1, n, flg in parts:
+                whole = add(key, t0, t1, n)
+                whole[3] |= flg
+                whole[4].add(rank)
+                at = bisect.bisect_right(inc, (no, INF)) - 1
+                if inc:  # packets before its first start: the first incarnation's
+                    add(inc[max(at, 0)][1], t0, t1, n)
+    return out
+
+
 def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, int],
                files: list[FileInfo], owners: list[dict[int, tuple[int, int]]],
                ) -> tuple[dict[int, str], list[dict]]:
@@ -157,22 +188,12 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
     for edge, local in zip(edges, ids, strict=True):
         for lid, role in edge.roles.items():
             roles.setdefault(local.get(lid, -1), role)
-    flows: dict[tuple, list] = {}  # 4-tuple -> [first ts, last ts, packets, flags, file ranks]
-    for edge in edges:
-        rank = edge.result.base >> RANK_BITS  # a range lies in one file
-        for key, (t0, t1, n, flg) in edge.flows.items():
-            got = flows.get(key)
-            if got is None:
-                flows[key] = [t0, t1, n, flg, {rank}]
-            else:
-                got[0], got[1] = min(got[0], t0), max(got[1], t1)
-                got[2] += n
-                got[3] |= flg
-                got[4].add(rank)
-    incarnations: dict[tuple, int] = {}
-    for _o, r, lid in first.values():
-        key = edges[r].result.conns[lid].key
-        incarnations[key] = incarnations.get(key, 0) + 1
+    starts: dict[tuple, list[tuple[int, int]]] = {}  # 4-tuple -> (first packet, run id)
+    for gid, (opened, r, lid) in first.items():
+        starts.setdefault(edges[r].result.conns[lid].key, []).append((opened, gid))
+    for got in starts.values():
+        got.sort()
+    flows = _flows(edges, starts)
     totals = _totals(edges, ids, owners)
     per_tuple: dict[tuple, list[int]] = {}  # the shuffle path's counters are the 4-tuple's
     for gid, (_o, r, lid) in first.items():
@@ -201,11 +222,16 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
         }  # fmt: skip
         if n == 1 and conn.key in per_tuple:  # the first incarnation's row, as the shuffle path
             info.update(zip(COUNTERS, per_tuple[conn.key], strict=True), non_kafka_bytes=0)
-        flow = flows.get(conn.key)
-        if flow is not None and incarnations[conn.key] == 1:  # the 4-tuple's packets are its
-            info.update(first_ns=flow[0], last_ns=flow[1], packets=flow[2],
-                        syn_seen=bool(flow[3] & SYN), fin_seen=bool(flow[3] & FIN),
-                        rst_seen=bool(flow[3] & RST), files_spanned=len(flow[4]), incarnations=1)
+        part = flows.get(gid)
+        if part is not None:
+            info.update(first_ns=part[0], last_ns=part[1], packets=part[2])
+        whole = flows.get(conn.key)
+        if n == 1 and whole is not None:  # the 4-tuple's, on its first row (the shuffle path's)
+            info.update(syn_seen=bool(whole[3] & SYN), fin_seen=bool(whole[3] & FIN),
+                        rst_seen=bool(whole[3] & RST), files_spanned=len(whole[4]),
+                        incarnations=len(starts[conn.key]))
+        elif n > 1:
+            info.update(kafka=None, syn_seen=None)
         rows.append({"kind": "connection", "capture_id": cap, "extra": json.dumps(info)})
     return names, rows
 

@@ -148,3 +148,26 @@ def test_a_group_whose_stitch_refuses_alone_takes_the_shuffle_path(spark, tmp_pa
         assert spark_keys(mine) == offline_keys(p), p
         assert files[str(p)]["packets"] == sum(1 for _ in read_capture(str(p)))
     assert {r["conn_id"] for r in rows} <= {c["conn_id"] for c in conns}
+
+
+def test_a_reused_4_tuple_has_the_shuffle_paths_connection_rows(spark, tmp_path, monkeypatch):
+    """Port reuse cut into ranges: each incarnation's row has its own times and packets, and
+    every column equals the shuffle path's (and the exchanges one process's)."""
+    path = tmp_path / "port_reuse.pcap"
+    shutil.copy(LONG_CAPTURE.parent / "crafted" / "port_reuse.pcap", path)
+    monkeypatch.setenv(RANGE_BYTES_ENV, "1024")
+    balance, rows, files = _build(spark, path, ranges=True)
+    assert balance["ranges"] >= 4 and balance["refused_files"] == 0
+    assert spark_keys(rows) == offline_keys(path)
+    monkeypatch.delenv(RANGE_BYTES_ENV)
+    _b, _rows, base_files = _build(spark, path, ranges=False)
+
+    def conns(fs: list[dict]) -> list[dict]:
+        return sorted(({k: v for k, v in c.items() if k != "capture_id"}
+                       for c in fs[0]["connections"]), key=lambda c: c["incarnation"])
+
+    got, want = conns(files), conns(base_files)
+    assert [c["incarnation"] for c in got] == [1, 2]
+    assert all(c["first_ns"] and c["packets"] for c in got)
+    assert got[0]["last_ns"] < got[1]["first_ns"]  # each incarnation its own packets
+    assert got == want
