@@ -172,10 +172,14 @@ def open_input(path: str) -> BinaryIO:
 
 
 def file_size(path: str) -> int:
+    """Raises CaptureError for a URI that cannot be read (no connector, no such file)."""
     if is_uri(path):
         if _HADOOP:
-            p, fs = _hpath(path)
-            return int(fs.getFileStatus(p).getLen())
+            try:
+                p, fs = _hpath(path)
+                return int(fs.getFileStatus(p).getLen())
+            except Exception as e:  # noqa: BLE001 - py4j wraps the JVM's exceptions
+                raise CaptureError(f"{path}: cannot read: {_first_line(e)}") from None
         if _WORKER:
             from kanalyze.spark.hadoop_read import reader
 

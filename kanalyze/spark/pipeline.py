@@ -380,8 +380,9 @@ def build(
     files, skipped = rank_inputs(spark, inputs, capture_id, skip_file_ids)
     opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
     cut, left = plan_groups(files, spark.sparkContext.defaultParallelism) if ranges else ([], [])
+    waste: dict[str, float] = {}  # range work the stitch refused (also when it refused all)
     got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies,
-                             left)
+                             left, waste)
     balance = None
     ranged = None
     if got and not got.refused:
@@ -398,6 +399,8 @@ def build(
         if got:
             decoded = got.decoded.unionByName(decoded)
             ranged, balance = got.tasks, {**balance_report(plan, placement), **got.balance}
+        elif waste:
+            balance = {**balance_report(plan, placement), **waste}
     decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
     exchanges = decoded.where(F.col("kind") == "exchange").select(*R.EXCHANGE_COLUMNS)
     topics = (

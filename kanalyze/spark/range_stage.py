@@ -283,11 +283,14 @@ def _stitch_group(edges: list[Edge], first: int, files: list[FileInfo], opts: En
 def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInfo],
                opts: EngineOptions, decode: bool = True,
                topic_ids: dict[str, str] | None = None,
-               with_bodies: bool = False, left: list[int] | None = None) -> Ranged | None:
+               with_bodies: bool = False, left: list[int] | None = None,
+               report: dict[str, float] | None = None) -> Ranged | None:
     """Stage 1 per range (all groups' ranges in one job), the stitch per capture group on the
     driver, the kept rows. A group whose stitch refuses is left out (`Ranged.refused`: the
     caller decodes only its files with the shuffle pipeline); None when every group refused
-    (the task output is unpersisted)."""
+    (the task output is unpersisted). `report` gets what the refusals cost (`refused_*`: the
+    groups, ranges, bytes and task CPU seconds whose range work was thrown away), also when
+    every group refused."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -322,6 +325,8 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     refused: list[int] = list(left or [])  # the planner's leftovers: the shuffle path's too
     reasons: list[str] = []
     first = 0
+    waste = dict.fromkeys(("refused_groups", "refused_ranges", "refused_bytes"), 0)
+    waste["refused_task_cpu_s"] = 0.0
     for group in plan:
         try:
             if any(first + i not in got for i in range(len(group))):
@@ -331,7 +336,16 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
         except Unstitchable as e:
             refused.extend(sorted({r.layout.rank for r in group}))
             reasons.append(str(e))
+            # this work is redone by the shuffle pipeline (measured: docs/spark.md)
+            waste["refused_groups"] += 1
+            waste["refused_ranges"] += len(group)
+            waste["refused_bytes"] += sum(r.end - r.start for r in group)
+            waste["refused_task_cpu_s"] += sum(
+                got[first + i].task_s[1] for i in range(len(group)) if first + i in got)
         first += len(group)
+    waste["refused_task_cpu_s"] = round(waste["refused_task_cpu_s"], 2)
+    if report is not None:
+        report.update(waste)
     if not groups:
         tasks.unpersist()
         return None
@@ -378,5 +392,6 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
         "join_s": round(time.perf_counter() - t2, 1),  # the kept table built and sent
     }
     balance["refused_files"] = len(refused)
+    balance.update(waste)
     return Ranged(exchanges.unionByName(side).unionByName(conns), tasks, balance, refused,
                   reasons)

@@ -110,7 +110,7 @@ def test_local_uncompressed_captures_are_cut_unless_they_overlap_in_time(monkeyp
                                                       compressed=True)]
     planned, left = plan_groups(mixed, 2)
     assert len(planned) == 1 and {r.layout.rank for r in planned[0]} == {0} and left == [1]
-    remote = [replace(one[0], path="s3a://bucket/x.pcap")]
+    remote = [replace(one[0], path="s3a://bucket/x.pcap")]  # no S3 connector: unreadable
     assert plan_file(remote, 2) is None
 
 
@@ -143,6 +143,10 @@ def test_a_group_whose_stitch_refuses_alone_takes_the_shuffle_path(spark, tmp_pa
         t.unpersist()
     refused = t.balance["refused_files"]
     assert refused == 1 and t.balance["ranges"] >= 4 and t.plan.units  # one group shuffled
+    # the refused group's range work is counted (thrown away: the shuffle path redoes it)
+    assert t.balance["refused_groups"] == 1 and t.balance["refused_ranges"] >= 2
+    assert 0 < t.balance["refused_bytes"] < sum(p.stat().st_size for p in paths)
+    assert t.balance["refused_task_cpu_s"] > 0
     for p in paths:
         mine = [r for r in rows if r["capture_id"] == str(p.parent)]
         assert spark_keys(mine) == offline_keys(p), p
