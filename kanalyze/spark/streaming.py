@@ -47,9 +47,9 @@ import pyarrow as pa
 from kanalyze.capture import CaptureError, CaptureStats, Packet
 from kanalyze.correlation import Exchange
 from kanalyze.engine import Engine, EngineOptions
-from kanalyze.flows import FlowStats, decode_segment
+from kanalyze.flows import ACK, FIN, RST, SYN, FlowStats, decode_segment
 from kanalyze.spark import schemas as R
-from kanalyze.spark.payload import FROM_FIRST, RAW_LINKTYPE, rebuild
+from kanalyze.spark.payload import FROM_FIRST, RAW_LINKTYPE, kafka_hint, rebuild
 from kanalyze.spark.payload import conn_key as payload_key
 from kanalyze.spark.rows import RowBuilder, row_context, stable_conn_id
 from kanalyze.spark.units import Plan, Unit, iter_unit, probe
@@ -97,10 +97,40 @@ def local_or_uri(path: str) -> str:
 
 
 # --------------------------------------------------------------------------- stage 1
-def file_packets(path: str, capture_id: str) -> Iterator[pa.RecordBatch]:
+def _finished_non_kafka(plan: Plan, opts: EngineOptions) -> set[bytes]:
+    """The flows of the file that began in it (their first segment a SYN), ended in it (a RST,
+    or a FIN each way) and never showed a plausible Kafka request (`payload.kafka_hint`, which
+    also keeps every flow on a --port): no later file can make them Kafka, so they need not
+    reach the state step. (A flow that continues into another file is kept: its request may
+    come later, and its state must see every packet.)"""
+    seen: dict[bytes, int] = {}  # key -> bits: 1 began with a SYN, 2 FIN from the first
+    # endpoint, 4 FIN from the second, 8 RST, 16 a Kafka hint
+    flows = FlowStats()
+    ports, max_frame = frozenset(opts.ports), opts.max_frame
+    for pkt in iter_unit(plan, plan.units[0], CaptureStats()):
+        seg = decode_segment(pkt.linktype, pkt.data, flows)
+        if seg is None:
+            continue
+        key, from_first = payload_key(seg)
+        bits = seen.get(key)
+        if bits is None:
+            bits = 1 if seg.flags & (SYN | ACK) == SYN else 0
+        if seg.flags & FIN:
+            bits |= 2 if from_first else 4
+        if seg.flags & RST:
+            bits |= 8
+        if not bits & 16 and kafka_hint(seg, ports, max_frame):
+            bits |= 16
+        seen[key] = bits
+    return {k for k, b in seen.items() if b & 17 == 1 and (b & 8 or b & 6 == 6)}
+
+
+def file_packets(path: str, capture_id: str,
+                 opts: EngineOptions | None = None) -> Iterator[pa.RecordBatch]:
     """Every TCP segment of one file as rows keyed by connection: its numbers and payload,
-    not its link and IP headers. A file that is not a capture gives no rows and one line on
-    the task's stderr: the stream goes on."""
+    not its link and IP headers; without the flows that began and ended in the file and are
+    not Kafka (`_finished_non_kafka`: the file is read twice). A file that is not a capture
+    gives no rows and one line on the task's stderr: the stream goes on."""
     info = probe(path, capture_id)
     cols: dict[str, list] = {f.name: [] for f in PACKET_SCHEMA}
     if info.error:
@@ -109,11 +139,14 @@ def file_packets(path: str, capture_id: str) -> Iterator[pa.RecordBatch]:
     plan = Plan([info], [Unit(0)], [[0]])
     flows = FlowStats()
     try:
+        drop = _finished_non_kafka(plan, opts or EngineOptions())
         for pkt in iter_unit(plan, plan.units[0], CaptureStats()):
             seg = decode_segment(pkt.linktype, pkt.data, flows)
             if seg is None:
                 continue
             key, from_first = payload_key(seg)
+            if key in drop:
+                continue
             cols["capture_id"].append(capture_id)
             cols["conn_key"].append(key)
             cols["file"].append(path)
@@ -135,11 +168,12 @@ def file_packets(path: str, capture_id: str) -> Iterator[pa.RecordBatch]:
         yield pa.RecordBatch.from_pydict(cols, schema=PACKET_SCHEMA)
 
 
-def extract_new_files(capture_id: str):  # noqa: ANN201 - a mapInArrow function
+def extract_new_files(capture_id: str,  # noqa: ANN201 - a mapInArrow function
+                      opts: EngineOptions | None = None):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for path in b.column("path").to_pylist():
-                yield from file_packets(local_or_uri(path), capture_id)
+                yield from file_packets(local_or_uri(path), capture_id, opts)
 
     return run
 
@@ -276,7 +310,8 @@ def exchanges_stream(
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
     paths = reader.load(directory).select("path")
-    packets = paths.mapInArrow(extract_new_files(cap), R.spark_ddl(PACKET_SCHEMA))
+    packets = paths.mapInArrow(extract_new_files(cap, config.opts),
+                               R.spark_ddl(PACKET_SCHEMA))
     ex = packets.groupBy("capture_id", "conn_key").applyInPandasWithState(
         make_step(config),
         R.spark_ddl(R.EXCHANGE_SCHEMA),

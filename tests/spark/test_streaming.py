@@ -19,6 +19,7 @@ from tests.spark.support import LONG_CAPTURE, frame_offsets, offline_keys, rotat
 
 pytest.importorskip("pandas", reason="the Spark extra is not installed")
 import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
 
 from kanalyze.engine import EngineOptions  # noqa: E402
 from kanalyze.flows import FlowStats, decode_segment  # noqa: E402
@@ -227,3 +228,64 @@ def test_a_file_that_is_not_a_capture_is_skipped_with_one_line(tmp_path, capsys)
     flows = FlowStats()
     payload = sum(len(decode_segment(p.linktype, p.data, flows).payload) for p in packets)
     assert sum(len(d) for b in batches for d in b.column("data").to_pylist()) == payload
+
+
+def _mixed_capture(path: Path) -> tuple[set[bytes], bytes]:
+    """LONG_CAPTURE with HTTP conversations interleaved: complete ones (SYN .. FIN both ways,
+    or RST) and one found mid-stream (no SYN: it may go on into the next file). Returns the
+    complete ones' keys and the mid-stream one's."""
+    from kanalyze.capture.writer import PcapWriter
+    from tests.spark.test_inputs import _eth_tcp
+
+    packets = list(read_capture(str(LONG_CAPTURE)))
+    w = PcapWriter(str(path), packets[0].linktype)
+    a, b = bytes([10, 9, 9, 1]), bytes([10, 9, 9, 2])
+    done: set[bytes] = set()
+    req, resp = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 200 OK\r\n\r\nhello"
+    for i, p in enumerate(packets):
+        w.write(p.ts_ns, bytes(p.data))
+        if i % 20 == 5:  # a whole conversation between two Kafka packets
+            port = 40000 + i
+            rst = i % 40 == 5
+            ts = p.ts_ns
+            for frame in (
+                _eth_tcp(a, port, b, 80, 100, 0x02, b""),
+                _eth_tcp(b, 80, a, port, 500, 0x12, b""),
+                _eth_tcp(a, port, b, 80, 101, 0x18, req),
+                _eth_tcp(b, 80, a, port, 501, 0x18, resp),
+                *((_eth_tcp(a, port, b, 80, 101 + len(req), 0x14, b""),) if rst else (
+                    _eth_tcp(a, port, b, 80, 101 + len(req), 0x11, b""),
+                    _eth_tcp(b, 80, a, port, 501 + len(resp), 0x11, b""))),
+            ):
+                w.write(ts, frame)
+            done.add(payload_key(decode_segment(1, _eth_tcp(a, port, b, 80, 0, 2, b""),
+                                                FlowStats()))[0])
+        if i % 30 == 3:  # mid-stream: never a SYN
+            w.write(p.ts_ns, _eth_tcp(a, 39999, b, 80, 7000 + i, 0x18, resp))
+    w.close()
+    mid = payload_key(decode_segment(1, _eth_tcp(a, 39999, b, 80, 0, 0x18, b""), FlowStats()))
+    return done, mid[0]
+
+
+def test_finished_non_kafka_flows_stay_out_of_the_state_step(tmp_path):
+    """A file's flows that began and ended in it without a Kafka request are not shipped to
+    the state step; a flow found mid-stream is (it may be Kafka in a later file); the
+    exchanges are still the offline ones."""
+    path = tmp_path / "mixed.pcap"
+    done, mid = _mixed_capture(path)
+    assert len(done) >= 5
+    batches = list(file_packets(str(path), "cap"))
+    keys = {k for b in batches for k in b.column("conn_key").to_pylist()}
+    assert not keys & done and mid in keys
+    kafka = {payload_key(s)[0] for p in read_capture(str(LONG_CAPTURE))
+             if (s := decode_segment(p.linktype, p.data, FlowStats())) is not None}
+    assert kafka <= keys
+    table = pa.Table.from_batches(batches).to_pandas()
+    rows = []
+    for _key, packets in table.groupby("conn_key", sort=False):
+        conn = ConnState("cap", EngineOptions(), False)
+        rows += conn.feed(packets) + conn.close()
+    assert spark_keys(rows) == offline_keys(path)
+    # on a --port every flow may be Kafka: nothing is left out
+    ported = list(file_packets(str(path), "cap", EngineOptions(ports=frozenset({80}))))
+    assert done <= {k for b in ported for k in b.column("conn_key").to_pylist()}
