@@ -95,7 +95,12 @@ def drained(query: StreamingQuery) -> bool:
 
 def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
     from kanalyze.engine import EngineOptions
-    from kanalyze.spark.streaming import StreamConfig, start_stream
+    from kanalyze.spark.streaming import (
+        CheckpointError,
+        StreamConfig,
+        checkpoint_problem,
+        start_stream,
+    )
 
     config = StreamConfig(
         idle_timeout_s=args.idle_timeout,
@@ -106,21 +111,31 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
     if args.shuffle_partitions:  # the state store's partitions: fixed by the first checkpoint
         spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
     out = args.out.rstrip("/")
-    query = start_stream(
-        spark,
-        args.files[0],
-        out,
-        checkpoint=args.checkpoint,
-        config=config,
-        trigger_s=args.trigger,
-        capture_id=args.capture_id,
-        max_files_per_trigger=args.max_files_per_trigger,
-    )
+    checkpoint = args.checkpoint or f"{out}/_checkpoint"
+    try:
+        query = start_stream(
+            spark,
+            args.files[0],
+            out,
+            checkpoint=checkpoint,
+            config=config,
+            trigger_s=args.trigger,
+            capture_id=args.capture_id,
+            max_files_per_trigger=args.max_files_per_trigger,
+        )
+    except CheckpointError as e:
+        sys.stderr.write(f"kanalyze: error: {e}\n")
+        return 2
     sys.stderr.write(f"kanalyze: streaming {args.files[0]} -> {out}/exchanges (Ctrl-C stops)\n")
     deadline = time.monotonic() + args.duration if args.duration else None
+    from pyspark.errors import StreamingQueryException
+
     try:
         while query.isActive:
-            query.awaitTermination(0.5)
+            try:
+                query.awaitTermination(0.5)
+            except StreamingQueryException:
+                break  # the query failed: its exception is reported below, in one line
             if args.until_drained and drained(query):
                 break
             if deadline is not None and time.monotonic() > deadline:
@@ -131,7 +146,12 @@ def run_stream(spark: SparkSession, args: argparse.Namespace) -> int:
         error = query.exception()
         query.stop()
     if error is not None:  # one line, not the JVM's stack
-        line = next((x.strip() for x in str(error).splitlines() if x.strip()), "unknown error")
+        text = str(error)
+        old = checkpoint_problem(text, checkpoint)
+        if old is not None:
+            sys.stderr.write(f"kanalyze: error: {old}\n")
+            return 2
+        line = next((x.strip() for x in text.splitlines() if x.strip()), "unknown error")
         sys.stderr.write(f"kanalyze: error: the stream failed: {line[:500]}\n")
         return 1
     n = 0

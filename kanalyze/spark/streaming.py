@@ -4,7 +4,9 @@ appended to a Parquet table as they complete, with each connection's state carri
     readStream binaryFile DIR    the new files of each micro-batch (paths only: the JVM never
                                  holds file contents)
     mapInArrow                   stage 1: every TCP segment of each new file, keyed by connection
-                                 (numbers and payload only: `kanalyze.spark.payload`)
+                                 (numbers and payload only: `kanalyze.spark.payload`), but
+                                 for the flows the file shows are not Kafka (begun and ended
+                                 in it without a Kafka request: `_finished_non_kafka`)
     groupBy(capture, connection) Spark's state store holds, per connection, the pickled engine
      .applyInPandasWithState     (`ConnState`); each micro-batch feeds the connection's new
                                  packets in capture order and emits the exchanges that completed
@@ -85,6 +87,64 @@ PACKET_SCHEMA = pa.schema(
     ]
 )
 NS_PER_HOUR = 3_600 * 10**9
+CHECKPOINT_MARK = "kanalyze-stream.json"  # in the checkpoint: the layout that wrote it
+# Spark's errors for a checkpoint whose state does not fit the query (names across versions)
+STATE_MISMATCH = ("STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "STATE_STORE_VALUE_SCHEMA_NOT_COMP",
+                  "StateSchemaNotCompatible", "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION",
+                  "schema is not compatible", "from another kanalyze version")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint written by another layout of the stream (its state or its rows): one line
+    saying to start with a new checkpoint."""
+
+
+def stream_layout() -> str:
+    """What a checkpoint's state and output depend on: the state's tag and schema, the grouping
+    key and the rows' schema. A change to any gives another value."""
+    import hashlib
+
+    parts = [STATE_TAG.decode(), STATE_DDL, "capture_id STRING, conn_key BINARY",
+             R.spark_ddl(PACKET_SCHEMA), R.spark_ddl(R.EXCHANGE_SCHEMA)]
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def check_checkpoint(checkpoint: str) -> None:
+    """Before the query starts: a local checkpoint another stream layout wrote raises
+    CheckpointError; a new one is marked with this layout. A checkpoint without the mark
+    (older kanalyze) is left to Spark, whose state-schema errors `checkpoint_problem` turns
+    into the same line. URIs are left to Spark too."""
+    import json
+
+    p = local_or_uri(checkpoint)
+    if "://" in p:
+        return
+    mark = os.path.join(p, CHECKPOINT_MARK)
+    if os.path.isfile(mark):
+        try:
+            with open(mark, encoding="utf-8") as f:
+                got = json.loads(f.read()).get("layout")
+        except (OSError, ValueError, AttributeError):
+            got = None
+        if got != stream_layout():
+            raise CheckpointError(f"{checkpoint}: {_MESSAGE}")
+        return
+    if os.path.isdir(os.path.join(p, "offsets")):
+        return  # written before the mark existed
+    os.makedirs(p, exist_ok=True)
+    with open(mark, "w", encoding="utf-8") as f:
+        f.write(json.dumps({"layout": stream_layout()}) + "\n")
+
+
+_MESSAGE = ("this checkpoint was written by another version of the kanalyze stream (its state "
+            "or rows differ): start the stream with a new --checkpoint directory")
+
+
+def checkpoint_problem(error: str, checkpoint: str) -> str | None:
+    """The one line for a query that failed on an incompatible checkpoint, else None."""
+    if any(tag in error for tag in STATE_MISMATCH):
+        return f"{checkpoint}: {_MESSAGE}"
+    return None
 ORDER = ["file_first_ns", "file", "file_no"]  # capture order of a rotation chain
 
 
@@ -249,7 +309,7 @@ class ConnState:
             raise RuntimeError(
                 "the stream's checkpoint holds connection state from another kanalyze version: "
                 "start the stream with a new --checkpoint directory"
-            )
+            )  # `checkpoint_problem` finds this text in the failed query's error
         return pickle.loads(blob[len(STATE_TAG) :])  # noqa: S301 - our own checkpoint
 
 
@@ -346,15 +406,18 @@ def start_stream(
 ) -> StreamingQuery:
     """Start the query: exchanges appended to `out_dir`/exchanges (Parquet, by `dt` and `hour`),
     state and progress in `checkpoint` (default `out_dir`/_checkpoint). Returns the running
-    query."""
+    query. Raises CheckpointError for a checkpoint another layout of the stream wrote
+    (`check_checkpoint`)."""
     if not is_directory(directory):
         raise FileNotFoundError(f"{directory}: not a directory to watch")
     out = out_dir.rstrip("/")
+    checkpoint = checkpoint or f"{out}/_checkpoint"
+    check_checkpoint(checkpoint)
     df = exchanges_stream(spark, directory, config, capture_id, max_files_per_trigger)
     return (
         df.writeStream.format("parquet")
         .option("path", f"{out}/exchanges")
-        .option("checkpointLocation", checkpoint or f"{out}/_checkpoint")
+        .option("checkpointLocation", checkpoint)
         .partitionBy("dt", "hour")
         .outputMode("append")
         .trigger(processingTime=f"{trigger_s} seconds")

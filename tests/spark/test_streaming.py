@@ -289,3 +289,64 @@ def test_finished_non_kafka_flows_stay_out_of_the_state_step(tmp_path):
     # on a --port every flow may be Kafka: nothing is left out
     ported = list(file_packets(str(path), "cap", EngineOptions(ports=frozenset({80}))))
     assert done <= {k for b in ported for k in b.column("conn_key").to_pylist()}
+
+
+def test_a_checkpoint_of_another_stream_layout_is_one_line_and_exit_2(spark, tmp_path, capsys):
+    from kanalyze.spark.streaming import CHECKPOINT_MARK
+
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    (cp / CHECKPOINT_MARK).write_text('{"layout": "an older one"}\n')
+    rc = main(["spark", "--stream", str(watched), "--out", str(tmp_path / "o"),
+               "--checkpoint", str(cp), "--duration", "30"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith(f"kanalyze: error: {cp}: ") and "new --checkpoint" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_restarting_on_a_checkpoint_from_before_the_current_state_schema(spark, tmp_path,
+                                                                        capsys):
+    """A checkpoint an older stream wrote (another state schema, no layout mark): the restart
+    fails with one line saying to use a new checkpoint, not the JVM's stack."""
+    from kanalyze.spark.streaming import BINARY_FILE_DDL, PACKET_SCHEMA, extract_new_files
+
+    pieces = _pieces(tmp_path)
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    cp = tmp_path / "cp"
+    _publish(pieces[0], watched)
+
+    def old_step(_key, pdfs, state):  # noqa: ANN001, ANN202 - an older layout's state
+        for _ in pdfs:
+            pass
+        state.update(("old", 1))
+        return iter([])
+
+    paths = spark.readStream.format("binaryFile").schema(BINARY_FILE_DDL).load(str(watched))
+    old = (
+        paths.select("path")
+        .mapInArrow(extract_new_files(str(watched)), R.spark_ddl(PACKET_SCHEMA))
+        .groupBy("capture_id", "conn_key")
+        .applyInPandasWithState(old_step, "n INT", "state STRING, version INT", "append",
+                                "NoTimeout")  # no timeout: no endless empty micro-batches
+        .writeStream.format("parquet").option("path", str(tmp_path / "old"))
+        .option("checkpointLocation", str(cp)).start()
+    )
+    try:
+        old.processAllAvailable()
+    finally:
+        old.stop()
+    assert (cp / "offsets").is_dir() and (cp / "state").is_dir()
+    _publish(pieces[1], watched)  # something for the restarted query to read
+    rc = main(["spark", "--stream", str(watched), "--out", str(tmp_path / "o"),
+               "--checkpoint", str(cp), "--trigger", "0.5", "--until-drained",
+               "--duration", str(DEADLINE_S)])  # fmt: skip
+    err = capsys.readouterr().err.splitlines()
+    errors = [line for line in err if line.startswith("kanalyze: error:")]
+    assert rc == 2, err
+    assert errors == [f"kanalyze: error: {cp}: " + errors[0].split(": ", 3)[-1]]
+    assert "new --checkpoint" in errors[0]
