@@ -28,9 +28,10 @@ def _mount(spark, name: str, target) -> str:  # noqa: ANN001
     return f"viewfs://{name}/caps"
 
 
-def _tables(spark, inputs: list[str]) -> tuple[dict, dict[str, list[tuple]]]:  # noqa: ANN001
+def _tables(spark, inputs: list[str],  # noqa: ANN001
+            ranges: bool = True) -> tuple[dict, dict[str, list[tuple]]]:
     """(balance, table -> sorted rows without the columns that spell a path)."""
-    t = build(spark, inputs, ranges=True)
+    t = build(spark, inputs, ranges=ranges)
     try:
         out = {}
         for name in ("exchanges", "connections"):
@@ -63,6 +64,10 @@ def test_a_hadoop_scheme_takes_the_range_path_with_the_local_tables(spark, tmp_p
     assert remote_balance["bytes_shuffled_est"] == 0  # the range path, not the shuffle
     assert len(remote["exchanges"]) >= 80
     assert remote == local  # conn ids included: they hash the content, not the path
+    if not rotated:  # the shuffle path's tasks read the URI through the same worker reader
+        shuffled_balance, shuffled = _tables(spark, [uri + "/"], ranges=False)
+        assert "ranges" not in shuffled_balance
+        assert shuffled["exchanges"] == local["exchanges"]
 
 
 def test_a_missing_hadoop_input_fails_at_once(spark, tmp_path):
