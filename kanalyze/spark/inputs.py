@@ -8,7 +8,8 @@
   glob or directory with no file, or an unreadable file raises `InputError` at once: a run over
   a mistyped path must fail, not write empty tables.
 * **Reading** (`open_input`): local files directly. Remote files through the driver's Hadoop
-  stream when one is registered (planning: probes, sync points, range walks), in the Python
+  stream when one is registered (probes, content ids; the range planner's long walks use the
+  Hadoop reader JVM, `kanalyze.spark.hadoop_read`, on the driver too), in the Python
   workers through their own Hadoop reader JVM (`kanalyze.spark.hadoop_read`, installed by
   `use_worker_hadoop` with the settings the driver shipped), else through `pyarrow.fs`
   (`s3a://` is read as `s3://`, `hdfs://` needs libhdfs). Either reader is also installed as
@@ -67,7 +68,12 @@ def use_hadoop(spark: SparkSession | None) -> bool:
     if jvm is None:
         return False
     _HADOOP["jvm"], _HADOOP["conf"] = jvm, conf
-    source.set_remote(open_input, file_size)
+    # the planner's long reads (every pcap record header) through the Hadoop reader JVM the
+    # tasks use: 50+ MB/s where py4j moves about 11 (100 MB through viewfs:// here)
+    from kanalyze.spark.hadoop_read import hadoop_settings, open_stream
+
+    settings = hadoop_settings(spark)
+    source.set_remote(lambda path: open_stream(settings, path), file_size)
     return True
 
 
