@@ -76,3 +76,20 @@ def test_a_missing_hadoop_input_fails_at_once(spark, tmp_path):
     uri = _mount(spark, "h6miss", tmp_path / "caps")
     with pytest.raises(InputError, match="no such file"):
         build(spark, [uri + "/gone.pcap"])
+
+
+def test_the_worker_reader_reads_byte_ranges_and_names_a_missing_file(tmp_path):
+    """The Hadoop reader JVM a task starts (no Spark session): positional reads in bounded
+    blocks, byte-exact; a missing path is a CaptureError naming it."""
+    from kanalyze.capture import CaptureError
+    from kanalyze.spark.hadoop_read import BLOCK, open_stream
+
+    data = LONG_CAPTURE.read_bytes()
+    settings = {"fs.viewfs.mounttable.h6unit.link./caps": "file://" + str(LONG_CAPTURE.parent)}
+    with open_stream(settings, f"viewfs://h6unit/caps/{LONG_CAPTURE.name}") as f:
+        f.seek(1000)
+        assert f.read(5000) == data[1000:6000]
+        f.seek(len(data) - 10)
+        assert f.read(BLOCK) == data[-10:] and f.read(1) == b""
+    with pytest.raises(CaptureError, match="gone.pcap.*FileNotFound"):
+        open_stream(settings, "viewfs://h6unit/caps/gone.pcap")
