@@ -7,7 +7,8 @@ tuples, lists, dicts and small dataclasses, no engine objects):
 
 * `plan_ranges(paths, n, range_bytes=None, bodies=True, lead_us=0.0) -> list[Range] | None`:
   a single regular pcap or pcapng file cut into `n` ranges of about equal estimated CPU (a
-  pcap: every record header walked through mmap; a pcapng: equal bytes at verified sync
+  pcap: every record header walked, through mmap, or in blocks for a URI read through
+  `kanalyze.capture.source` (`plan_chain`); a pcapng: equal bytes at verified sync
   points, `kanalyze.capture.split`), or into ranges of `range_bytes`; range 0 gets `lead_us`
   more (the others' workers start meanwhile). Each `Range` knows the run's number of its
   first packet (`base`) and the latest packet time of the run (`last_ts`). None when the

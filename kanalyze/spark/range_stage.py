@@ -1,11 +1,13 @@
-"""Shard by work, not by connection (issue 19): one local capture file cut into byte ranges
-(`kanalyze.parallel.ranges.plan_ranges`), one Spark task per range running the unmodified
+"""Shard by work, not by connection (issue 19): each capture group (one file or a rotated set,
+local or any Hadoop URI: `kanalyze.capture.source`) cut into byte ranges
+(`kanalyze.parallel.range_plan.plan_chain`), one Spark task per range running the unmodified
 engine over it (`range_rows`), the ranges' edge states collected and stitched on the driver,
 and only the exchange rows the stitch keeps joined back with the run's connection ids. No
 packet bytes cross a shuffle; a long connection is decoded by as many tasks as it spans
 ranges. `None` (the caller runs the shuffle pipeline) whenever this path cannot prove the
-result equal to `kanalyze export`: several files, a remote, compressed or damaged input, or a
-stitch that refuses. Driver-side; pyspark is imported when used.
+result equal to `kanalyze export`: files that overlap in time, a compressed or damaged
+input, a URI no reader can open, or a stitch that refuses. Driver-side; pyspark is imported
+when used.
 """
 
 from __future__ import annotations
