@@ -70,12 +70,18 @@ def test_a_hadoop_scheme_takes_the_range_path_with_the_local_tables(spark, tmp_p
         assert shuffled["exchanges"] == local["exchanges"]
 
 
-def test_a_missing_hadoop_input_fails_at_once(spark, tmp_path):
+def test_a_missing_hadoop_input_fails_at_once(spark, tmp_path, capsys):
     (tmp_path / "caps").mkdir()
     shutil.copy(LONG_CAPTURE, tmp_path / "caps" / "x.pcap")
     uri = _mount(spark, "h6miss", tmp_path / "caps")
     with pytest.raises(InputError, match="no such file"):
         build(spark, [uri + "/gone.pcap"])
+    from kanalyze.cli import main  # the CLI (in this session): one line, exit 2, no table
+
+    assert main(["spark", uri + "/gone.pcap", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gone.pcap" in err and "no such file" in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_the_worker_reader_reads_byte_ranges_and_names_a_missing_file(tmp_path):
