@@ -307,7 +307,6 @@ def test_a_checkpoint_of_another_stream_layout_is_one_line_and_exit_2(spark, tmp
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.slow
 def test_restarting_on_a_checkpoint_from_before_the_current_state_schema(spark, tmp_path,
                                                                         capsys):
     """A checkpoint an older stream wrote (another state schema, no layout mark): the restart
