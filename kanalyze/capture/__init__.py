@@ -7,6 +7,8 @@ stdin), writing pcap, and cutting a file into independently readable byte ranges
     files.py    opening files (gzip, stdin), read_capture, read_captures (merge by time)
     writer.py   PcapWriter (`kanalyze live --write-pcap`)
     split.py    probe, sync points and range walks over the same record decoding
+    source.py   where a capture's bytes come from: a local file or a URI through an installed
+                remote reader (the byte-range planner's and range reader's opener)
 """
 
 from kanalyze.capture.files import GZIP_MAGIC, open_capture, read_capture, read_captures
