@@ -1,11 +1,15 @@
 """`export --jobs N` over byte ranges: each range's exchanges encoded as NDJSON lines into a
 scratch file by its worker (range 0 in the calling process), the stitch choosing which lines
-stand and in what order, the lines copied out with the run's connection ids. None (nothing
-written) when the stitch refuses: the caller runs one process.
+stand and in what order, the lines copied out with the run's connection ids. Into a regular
+output file, range 0 writes straight into it and each process copies its own ranges' lines to
+their final offsets (`place.py`). None (nothing written) when the stitch refuses: the caller
+runs one process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import multiprocessing as mp
 import os
 import time
@@ -19,6 +23,7 @@ from dissectors.context import DecodeContext
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.export import ExchangeEncoder
+from kanalyze.parallel import place
 from kanalyze.parallel.merge import names_agree, write_spliced
 from kanalyze.parallel.ranges import Range, RangeResult, run_range
 from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
@@ -45,8 +50,9 @@ class RangeOutput:
     bad_line: bool = False
 
 
-def export_range(task: RangeTask) -> RangeOutput:
-    """One range's lines into `task.out_path` (spawn-safe: picklable in and out)."""
+def export_range(task: RangeTask, sink: BinaryIO | None = None) -> RangeOutput:
+    """One range's lines into `task.out_path`, or into `sink` (range 0 straight into the
+    output file), offsets from where it starts (spawn-safe: picklable in and out)."""
     names = RecordingNames(task.ctx.topic_names)
     enc = ExchangeEncoder(replace(task.ctx, topic_names=names), decode=not task.header_only)
     line_of = enc.line_bytes
@@ -54,7 +60,7 @@ def export_range(task: RangeTask) -> RangeOutput:
     recorded: dict[int, tuple[dict[str, str | None], dict[str, str]]] = {}
     pos = 0
     bad = False
-    with open(task.out_path, "wb") as out:
+    with open(task.out_path, "wb") if sink is None else contextlib.nullcontext(sink) as out:
         write = out.write
 
         def on_exchange(ex: Exchange) -> None:
@@ -91,51 +97,127 @@ def _write(out: BinaryIO, outs: Sequence[RangeOutput], paths: Sequence[str],
     write_spliced(out, paths, items)
 
 
+PlaceJob = tuple[int, int, list[list[place.Place]]]  # (output fd, its base, per task: places)
+
+
+def place_from(path: str, fd: int, base: int, places: list[place.Place]) -> None:
+    """A range's lines from its scratch file `path` to their final offsets in `fd`."""
+    if not places:
+        return
+    src = os.open(path, os.O_RDONLY)
+    try:
+        place.place(src, fd, base, places)
+    finally:
+        os.close(src)
+
+
 def _child(tasks: list[RangeTask], conn: Connection,
            fn: Callable[[RangeTask], RangeOutput]) -> None:
-    """A forked worker: its ranges' outputs back through the pipe (or why it failed)."""
+    """A forked worker: its ranges' outputs back through the pipe (or why it failed); then,
+    when the parent sends a `PlaceJob`, its lines copied to their final offsets."""
     try:
         conn.send(("ok", [fn(t) for t in tasks]))
+        job: PlaceJob | None = conn.recv()
+        if job is not None:
+            cpu = time.process_time()
+            fd, base, per_task = job
+            for t, places in zip(tasks, per_task, strict=True):
+                place_from(t.out_path, fd, base, places)
+            conn.send(("placed", time.process_time() - cpu))
+    except EOFError:
+        pass  # the parent is gone or needs nothing more
     except Exception as e:  # noqa: BLE001 (reported by the parent, which runs one process)
         conn.send(("failed", f"{type(e).__name__}: {e}"))
     finally:
         conn.close()
 
 
-def run_tasks(tasks: list[RangeTask], workers: Executor | int | None,
-              fn: Callable[[RangeTask], RangeOutput] = export_range) -> list[RangeOutput]:
-    """`fn` over every range: in this process one after another (`workers` None), or range 0
-    here and the others in a pool of spawned workers, or over `workers` forked workers (round
-    robin): a fork starts at once with every module this process imported, where a spawned
-    worker spends ~0.1 s. Raises OSError when a worker failed."""
+class Forked:
+    """The forked workers of a run, kept after their ranges for the placement (`place`)."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[mp.process.BaseProcess, Connection, list[RangeTask]]] = []
+
+    def send(self, job: Callable[[list[RangeTask]], PlaceJob]) -> None:
+        """Each worker starts copying its ranges' lines (`job(its tasks)`)."""
+        for _proc, conn, share in self.procs:
+            conn.send(job(share))
+
+    def wait(self) -> list[float]:
+        """The workers' CPU seconds of copying, once all are done. Raises OSError when one
+        failed."""
+        cpus = []
+        for _proc, conn, _share in self.procs:
+            status, got = _receive(conn)
+            if status != "placed":
+                raise OSError(got)
+            cpus.append(got)
+        return cpus
+
+    def close(self) -> None:
+        """Release the workers (those waiting for a placement get none) and join them."""
+        for proc, conn, _share in self.procs:
+            # said, not left to the end of the pipe: a later fork holds a copy of this end
+            with contextlib.suppress(OSError):
+                conn.send(None)
+            conn.close()
+            proc.join()
+        self.procs = []
+
+
+def _receive(conn: Connection) -> tuple[str, object]:
+    try:
+        return conn.recv()
+    except EOFError:
+        return "failed", "a worker ended without its result"
+
+
+def start_tasks(tasks: list[RangeTask], workers: Executor | int | None,
+                fn: Callable[[RangeTask], RangeOutput] = export_range,
+                first: Callable[[RangeTask], RangeOutput] | None = None,
+                ) -> tuple[list[RangeOutput], Forked]:
+    """`fn` over every range (`first` over range 0 when given): in this process one after
+    another (`workers` None), or range 0 here and the others in a pool of spawned workers, or
+    over `workers` forked workers (round robin; a fork starts at once with every module this
+    process imported, where a spawned worker spends ~0.1 s), which stay for `Forked.place`
+    until `Forked.close`. Raises OSError when a worker failed (the workers closed)."""
+    first = first or fn
+    forked = Forked()
     if workers is None:
-        return [fn(t) for t in tasks]
+        return [first(tasks[0])] + [fn(t) for t in tasks[1:]], forked
     if not isinstance(workers, int):
         futures = [workers.submit(fn, t) for t in tasks[1:]]
-        return [fn(tasks[0])] + [f.result() for f in futures]
+        return [first(tasks[0])] + [f.result() for f in futures], forked
     n = workers
     fork = mp.get_context("fork")
     shares = [tasks[1 + i :: n] for i in range(n)]
-    procs = []
-    for share in shares:
-        if share:
-            recv, send = fork.Pipe(duplex=False)
-            proc = fork.Process(target=_child, args=(share, send, fn), daemon=True)
-            proc.start()
-            send.close()
-            procs.append((proc, recv, share))
-    outs: list[RangeOutput | None] = [fn(tasks[0])] + [None] * (len(tasks) - 1)
-    for proc, recv, share in procs:
-        try:
-            status, got = recv.recv()
-        except EOFError:
-            status, got = "failed", "a worker ended without its result"
-        proc.join()
-        if status != "ok":
-            raise OSError(got)
-        for t, o in zip(share, got, strict=True):
-            outs[t.rng.index] = o
-    return [o for o in outs if o is not None]
+    try:
+        for share in shares:
+            if share:
+                here, there = fork.Pipe(duplex=True)
+                proc = fork.Process(target=_child, args=(share, there, fn), daemon=True)
+                proc.start()
+                there.close()
+                forked.procs.append((proc, here, share))
+        outs: list[RangeOutput | None] = [first(tasks[0])] + [None] * (len(tasks) - 1)
+        for _proc, conn, share in forked.procs:
+            status, got = _receive(conn)
+            if status != "ok":
+                raise OSError(got)
+            for t, o in zip(share, got, strict=True):  # type: ignore[call-overload]
+                outs[t.rng.index] = o
+    except BaseException:
+        forked.close()
+        raise
+    return [o for o in outs if o is not None], forked
+
+
+def run_tasks(tasks: list[RangeTask], workers: Executor | int | None,
+              fn: Callable[[RangeTask], RangeOutput] = export_range) -> list[RangeOutput]:
+    """`start_tasks` without a placement: the workers are released at once."""
+    outs, forked = start_tasks(tasks, workers, fn)
+    forked.close()
+    return outs
 
 
 def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeContext,
@@ -146,7 +228,28 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
     a number of workers to fork, or None (every range in this process, one after another)."""
     tasks = [RangeTask(r, opts, ctx, header_only, os.path.join(tmp, f"r{r.index}.ndjson"))
              for r in ranges]
-    outs = run_tasks(tasks, workers)
+    out.flush()  # a forked worker must not inherit lines still buffered here
+    target = place.open_target(out)
+    first = None if target is None else functools.partial(export_range, sink=out)
+    try:
+        outs, forked = start_tasks(tasks, workers, first=first)
+    except BaseException:
+        if target is not None:
+            target.reset()
+            target.close()
+        raise
+    try:
+        return _finish(outs, tasks, forked, target, opts, ctx, out, timings)
+    finally:
+        forked.close()
+        if target is not None:
+            target.close()
+
+
+def _finish(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
+            target: place.Target | None, opts: EngineOptions, ctx: DecodeContext,
+            out: BinaryIO, timings: dict[str, object]) -> tuple[int, int] | str:
+    """The stitch, then the lines written out (see `export_ranges`)."""
     timings["shards"] = shards = [o.result.cpu_s for o in outs]
     timings["balance"] = max(shards) * len(shards) / (sum(shards) or 1.0)
     cpu = time.process_time()
@@ -156,10 +259,61 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
         st = stitch([o.result for o in outs], opts)
         check_names(outs, st, ctx.topic_names)
     except Unstitchable as e:
+        if target is not None:
+            target.reset()
         return str(e)
     timings["stitch"] = time.process_time() - cpu
-    _write(out, outs, [t.out_path for t in tasks], st)
-    timings["merge"] = time.process_time() - cpu
     timings["handovers"] = st.handovers
     timings["stale"] = st.stale
+    if target is None:
+        _write(out, outs, [t.out_path for t in tasks], st)
+        timings["merge"] = time.process_time() - cpu
+        timings["place"] = []
+        return st.skipped, st.gaps
+    try:
+        timings["place"] = _place(outs, tasks, forked, target, st, timings)
+    except BaseException:
+        target.reset()
+        raise
+    timings["merge"] = time.process_time() - cpu
     return st.skipped, st.gaps
+
+
+def _place(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
+           target: place.Target, st: Stitched, timings: dict[str, object]) -> list[float]:
+    """Range 0's lines are in the output file from its start: its first lines stay, its tail
+    is set aside; every other line goes to its final offset, copied by the process that wrote
+    it. Per range, the CPU seconds of its copying (the merge's parallel part)."""
+    lines = [o.lines for o in outs]
+    k = place.prefix(st.sequence, lines[0], st.ids[0])
+    start = lines[0][k][0] if k < len(lines[0]) else sum(s for _o, s, _l in lines[0])
+    end0 = sum(s for _o, s, _l in lines[0])
+    places, end = place.layout(st.sequence, lines, st.ids, start, k, len(outs))
+    timings["in_place"] = k
+    cpu = time.process_time()
+    target.out.flush()  # range 0's lines all written before anything lands after them
+    aside = None
+    if places[0]:  # moved before any other line lands on it
+        aside = place.set_tail_aside(target, start, end0, tasks[0].out_path)
+    if forked.procs:
+        forked.send(lambda share: (target.fd, target.base, [places[t.rng.index] for t in share]))
+    by_range = [0.0] * len(outs)
+    if aside is not None:
+        try:
+            place.place(aside, target.fd, target.base,
+                        [(o - start, n, lid, gid, pos) for o, n, lid, gid, pos in places[0]])
+        finally:
+            os.close(aside)
+    by_range[0] = time.process_time() - cpu
+    mine = {t.rng.index for _p, _c, share in forked.procs for t in share}
+    for t in tasks[1:]:
+        if t.rng.index not in mine:
+            cpu = time.process_time()
+            place_from(t.out_path, target.fd, target.base, places[t.rng.index])
+            by_range[t.rng.index] = time.process_time() - cpu
+    if forked.procs:
+        for (_p, _c, share), c in zip(forked.procs, forked.wait(), strict=True):
+            for t in share:
+                by_range[t.rng.index] = c / len(share)
+    target.finish(end)
+    return by_range
