@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,12 +72,12 @@ def start_up_cpu() -> float:
     return best
 
 
-def phases(pcap: Path, jobs: int, header_only: bool, processes: bool) -> dict:
+def phases(pcap: Path, jobs: int, header_only: bool, processes: bool, dest: str) -> dict:
     from dissectors.context import DecodeContext
     from kanalyze.engine import EngineOptions
     from kanalyze.parallel import run
 
-    with open(os.devnull, "wb") as out:
+    with open(dest, "wb") as out:
         done = run.run_export(
             [str(pcap)],
             jobs,
@@ -107,8 +108,9 @@ def fork_cpu() -> float:
     return best
 
 
-def one_process(pcap: Path, header_only: bool) -> float:
-    """CPU seconds of the one-process export (`--jobs 1`) in this process, output discarded."""
+def one_process(pcap: Path, header_only: bool, dest: str) -> float:
+    """CPU seconds of the one-process export (`--jobs 1`) in this process, written to `dest`
+    (a file, or /dev/null)."""
     from dissectors.context import DecodeContext
     from kanalyze.engine import EngineOptions
     from kanalyze.export import ExchangeEncoder
@@ -116,19 +118,58 @@ def one_process(pcap: Path, header_only: bool) -> float:
 
     enc = ExchangeEncoder(DecodeContext(), decode=not header_only)
     c0 = time.process_time()
-    with open(os.devnull, "wb") as out:
+    with open(dest, "wb") as out:
         for ex in Session([str(pcap)], EngineOptions()).exchanges():
             out.write(enc.line_bytes(ex))
+            out.write(b"\n")
     return time.process_time() - c0
 
 
 def critical_path(t: dict, start: float, worker: float) -> float:
     """start-up, then range 0 after the plan in this process, each other range once both the
     plan and its worker's own start (`worker`: a fork, or a spawned interpreter's imports,
-    which run meanwhile) are done; then the stitch and the merge."""
+    which run meanwhile) are done; then the stitch and the merge: into a file, each process
+    copies its own ranges' lines to their final offsets at once (`place`: the slowest counts;
+    the ranges run in this process placed them one after the other), into /dev/null the
+    calling process copies them all."""
     shards, scan = t["shards"], t["scan"]
     ends = [scan + shards[0]] + [max(scan, worker) + s for s in shards[1:]]
-    return start + max(ends) + t["merge"]
+    places = t.get("place") or [0.0]
+    here = t.get("place_here", 0.0)
+    return start + max(ends) + t["merge"] - here + max(places)
+
+
+def model(pcap: Path, ho: bool, mode: str, dest: str, start: float, fork: float,
+          scale: str) -> None:
+    """The critical-path model of one mode: `--jobs 2` with a forked worker, then the ranges
+    of 2..16 jobs run one after the other in this process."""
+    one_process(pcap, ho, dest)  # warm the caches as the other runs are
+    t1 = start + min(one_process(pcap, ho, dest) for _ in range(2))
+    two = phases(pcap, 2, ho, True, dest)
+    t2 = critical_path(two, start, fork)
+    print(
+        f"  {mode}: --jobs 1 {t1:.2f} s, --jobs 2 {t2:.2f} s (ranges "
+        f"{', '.join(f'{s:.2f}' for s in two['shards'])}, plan {two['scan']:.2f}, stitch "
+        f"{two.get('stitch', 0):.2f}, copies {_secs(two.get('place'))}, stitch + merge here "
+        f"{two['merge']:.2f}): speed-up {t1 / t2:.2f}x"
+    )
+    print(f"  {mode}, scaling (shards timed one after the other in this process):")
+    for jobs in (int(j) for j in scale.split(",")):
+        t = phases(pcap, jobs, ho, False, dest)
+        tn = critical_path(t, start, fork)
+        places = t.get("place") or [0.0]
+        print(
+            f"    --jobs {jobs:2}: {tn:5.2f} s  speed-up {t1 / tn:5.2f}x  balance "
+            f"{t['balance']:.2f}  slowest range {max(t['shards']):.2f} s, all ranges "
+            f"{sum(t['shards']):.2f} s, plan {t['scan']:.2f} s, stitch "
+            f"{t.get('stitch', 0):.2f} s, merge serial "
+            f"{t['merge'] - t.get('place_here', 0.0):.2f} s, slowest copy {max(places):.2f} s, "
+            f"all copies {sum(places):.2f} s, handovers {t.get('handovers', 0)}"
+        )
+
+
+def _secs(xs: list[float] | None) -> str:
+    return "+".join(f"{x:.2f}" for x in xs) if xs else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,18 +181,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="best of N for each timed run")
     ap.add_argument("--tshark-full", action="store_true", help="also time tshark -V (slow)")
     ap.add_argument("--scale", default="2,4,8,16", help="job counts for the scaling model")
+    ap.add_argument("--output", default="file", choices=["file", "null"],
+                    help="where kanalyze's exports write: a scratch file in $TMPDIR (what a "
+                         "user gets with -o or > FILE; default) or /dev/null")
     args = ap.parse_args(argv)
     pcap = args.pcap
     port = args.port or json.loads(pcap.with_suffix(".json").read_text())["port"]
     size = pcap.stat().st_size / MB
     print(f"capture: {pcap} ({size:.0f} MB)")
     print(f"before: {load()}")
+    dest = os.devnull
+    if args.output == "file":
+        fd, dest = tempfile.mkstemp(prefix="bench-jobs-", suffix=".ndjson")
+        os.close(fd)
+    print(f"kanalyze's exports write to {'a file' if dest != os.devnull else dest}")
     compile_kanalyze()
     kan = kanalyze_cmd()
     rows: list[tuple[str, float, float, float]] = []
 
-    def run(name: str, cmd: list[str]) -> float:
-        wall, rss, cpu = timed(cmd, None, args.repeat)
+    def run(name: str, cmd: list[str], out: str | None = None) -> float:
+        wall, rss, cpu = timed(cmd, Path(out) if out else None, args.repeat)
         rows.append((name, wall, cpu, rss))
         sys.stderr.write(f"{name}: {cpu:.2f} s CPU, {wall:.2f} s wall\n")
         return cpu
@@ -161,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             run(
                 f"export {mode} --jobs {jobs}",
                 [*kan, "export", *flag, "--jobs", str(jobs), str(pcap)],
+                dest,
             )
     run("header sketch (floor)", [sys.executable, str(HERE / "header_sketch.py"), str(pcap)])
     base = tshark_base(pcap, port)
@@ -191,28 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     fork = fork_cpu()
     print(f"fork and join of a worker: {fork:.3f} s CPU")
-    for mode, ho in (("full", False), ("header-only", True)):
-        one_process(pcap, ho)  # warm the caches as the other runs are
-        t1 = start + min(one_process(pcap, ho) for _ in range(2))
-        two = phases(pcap, 2, ho, True)
-        t2 = critical_path(two, start, fork)
-        print(
-            f"  {mode}: --jobs 1 {t1:.2f} s, --jobs 2 {t2:.2f} s (ranges "
-            f"{', '.join(f'{s:.2f}' for s in two['shards'])}, plan {two['scan']:.2f}, stitch "
-            f"{two.get('stitch', 0):.2f}, stitch + merge {two['merge']:.2f}): speed-up "
-            f"{t1 / t2:.2f}x"
-        )
-        print(f"  {mode}, scaling (shards timed one after the other in this process):")
-        for jobs in (int(j) for j in args.scale.split(",")):
-            t = phases(pcap, jobs, ho, False)
-            tn = critical_path(t, start, fork)
-            print(
-                f"    --jobs {jobs:2}: {tn:5.2f} s  speed-up {t1 / tn:5.2f}x  balance "
-                f"{t['balance']:.2f}  slowest range {max(t['shards']):.2f} s, all ranges "
-                f"{sum(t['shards']):.2f} s, plan {t['scan']:.2f} s, stitch "
-                f"{t.get('stitch', 0):.2f} s, stitch + merge {t['merge']:.2f} s, "
-                f"handovers {t.get('handovers', 0)}"
-            )
+    try:
+        for mode, ho in (("full", False), ("header-only", True)):
+            model(pcap, ho, mode, dest, start, fork, args.scale)
+    finally:
+        if dest != os.devnull:
+            os.unlink(dest)
     print(f"\nend: {load()}")
     return 0
 

@@ -311,6 +311,7 @@ def _place(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
             cpu = time.process_time()
             place_from(t.out_path, target.fd, target.base, places[t.rng.index])
             by_range[t.rng.index] = time.process_time() - cpu
+    timings["place_here"] = sum(by_range)  # (the workers' are added below)
     if forked.procs:
         for (_p, _c, share), c in zip(forked.procs, forked.wait(), strict=True):
             for t in share:

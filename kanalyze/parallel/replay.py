@@ -12,6 +12,7 @@ come in connection id order, then in the order of their run.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ def _waits(results: Sequence[RangeResult], own: list[dict[int, Own]],
             if a >= b:
                 continue
             if not held:
-                k = next((x for x, e in enumerate(ends) if b - 1 <= e), len(ends) - 1)
+                k = min(bisect_left(ends, b - 1), len(ends) - 1)  # the range it ends in
                 if top[k] - window > ts:
                     raise Unstitchable("a message awaited longer than the order window")
             events.append((a, 1, 1, ts, 0, 0))
