@@ -114,12 +114,13 @@ def one_process(pcap: Path, header_only: bool, dest: str) -> float:
     from dissectors.context import DecodeContext
     from kanalyze.engine import EngineOptions
     from kanalyze.export import ExchangeEncoder
+    from kanalyze.gcyoung import young_only  # as the CLI's export
     from kanalyze.session import Session
 
     enc = ExchangeEncoder(DecodeContext(), decode=not header_only)
     c0 = time.process_time()
     with open(dest, "wb") as out:
-        for ex in Session([str(pcap)], EngineOptions()).exchanges():
+        for ex in young_only(Session([str(pcap)], EngineOptions()).exchanges()):
             out.write(enc.line_bytes(ex))
             out.write(b"\n")
     return time.process_time() - c0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import multiprocessing as mp
 import os
 import time
@@ -20,6 +21,7 @@ from multiprocessing.connection import Connection
 from typing import BinaryIO
 
 from dissectors.context import DecodeContext
+from kanalyze import gcyoung as young
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.export import ExchangeEncoder
@@ -65,6 +67,8 @@ def export_range(task: RangeTask, sink: BinaryIO | None = None) -> RangeOutput:
 
         def on_exchange(ex: Exchange) -> None:
             nonlocal pos, bad
+            if len(lines) % young.EVERY == young.EVERY - 1:
+                gc.collect(1)  # the young generations, as the one-process export (gcyoung)
             names.reads, names.writes = {}, {}
             line = line_of(ex)  # and the newline written apart: a line may be megabytes
             if names.reads or names.writes:
@@ -77,7 +81,13 @@ def export_range(task: RangeTask, sink: BinaryIO | None = None) -> RangeOutput:
             write(b"\n")
             pos += size
 
-        res = run_range(task.rng, task.opts, on_exchange)
+        paused = gc.isenabled()
+        gc.disable()  # as `gcyoung.young_only` in the one-process export
+        try:
+            res = run_range(task.rng, task.opts, on_exchange)
+        finally:
+            if paused:
+                gc.enable()
     return RangeOutput(res, lines, recorded, bad)
 
 
