@@ -25,6 +25,7 @@ from kanalyze.correlation import Exchange, Message
 from kanalyze.engine import Engine, EngineOptions
 from kanalyze.flows import ACK, SYN, FlowStats, Segment, decode_segment
 from kanalyze.headers import plausible_request
+from kanalyze.held import HeldFrames
 from kanalyze.parallel.range_plan import (
     MsgKey,
     Range,
@@ -132,8 +133,9 @@ class RangeEngine(Engine):
     """`Engine` + the notes of `ranges.RangeResult` (filled into `res`)."""
 
     def __init__(self, on_exchange: Callable[[Exchange], None], opts: EngineOptions,
-                 res: RangeResult, boundary: int) -> None:
-        super().__init__(on_exchange, opts)
+                 res: RangeResult, boundary: int,
+                 hold: Callable[[Exchange], None] | None = None) -> None:
+        super().__init__(on_exchange, opts, hold)
         self.res = res
         self.boundary = boundary  # last packet of the range proper (the overlap follows)
         self.cur = 0
@@ -359,9 +361,12 @@ def _overlap(rng: Range, eng: RangeEngine, res: RangeResult) -> None:
             wanted.follow(keys)
 
 
-def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]) -> RangeResult:
+def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None],
+        held: HeldFrames | None = None) -> RangeResult:
     """`ranges.run_range`: the range, then the overlap (only the packets of the connections
-    open at the range's end) until each of them closed or has `MAX_TAIL` tail marks."""
+    open at the range's end) until each of them closed or has `MAX_TAIL` tail marks. With
+    `held`, the frames of exchanges held back are parked (or dropped) as one process's
+    `Session` does, and put back as each is handed on."""
     cpu0 = time.process_time()
     res = RangeResult(rng.index, rng.base, rng.base + rng.count)
     keys = res.done_keys
@@ -370,9 +375,13 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
         if ex.request is None:
             res.orphans.add(len(res.done))
         res.done.append(keys.pop(id(ex)))
+        if held is not None:
+            ex = held.hand_on(ex, eng.waits_before)
         on_exchange(ex)
 
-    eng = RangeEngine(emit, opts, res, res.end_pkt)
+    eng = RangeEngine(emit, opts, res, res.end_pkt, None if held is None else held.park)
+    if held is not None:
+        held.stats = eng.stats
     latest = 0
     try:
         for pkt in read_range(rng, views=True):

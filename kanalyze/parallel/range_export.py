@@ -25,6 +25,7 @@ from kanalyze import gcyoung as young
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.export import ExchangeEncoder
+from kanalyze.held import HeldFrames
 from kanalyze.parallel import place
 from kanalyze.parallel.merge import names_agree, write_spliced
 from kanalyze.parallel.ranges import Range, RangeResult, run_range
@@ -83,9 +84,13 @@ def export_range(task: RangeTask, sink: BinaryIO | None = None) -> RangeOutput:
 
         paused = gc.isenabled()
         gc.disable()  # as `gcyoung.young_only` in the one-process export
+        # held frames parked (full) or dropped (header-only) as one process's Session does:
+        # kept in memory, the held 4 MB blocks of a range cost page faults and memory
+        held = HeldFrames(wanted=not task.header_only)
         try:
-            res = run_range(task.rng, task.opts, on_exchange)
+            res = run_range(task.rng, task.opts, on_exchange, held)
         finally:
+            held.close()
             if paused:
                 gc.enable()
     return RangeOutput(res, lines, recorded, bad)

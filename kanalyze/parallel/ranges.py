@@ -55,6 +55,7 @@ from collections.abc import Callable
 
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
+from kanalyze.held import HeldFrames
 from kanalyze.parallel.range_engine import run
 from kanalyze.parallel.range_plan import (
     ConnEdge,
@@ -72,7 +73,7 @@ __all__ = ["ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult", "Stit
            "Unstitchable", "plan_ranges", "read_range", "run_range", "stitch"]
 
 
-def run_range(rng: Range, opts: EngineOptions,
-              on_exchange: Callable[[Exchange], None]) -> RangeResult:
-    """See the module docstring."""
-    return run(rng, opts, on_exchange)
+def run_range(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None],
+              held: HeldFrames | None = None) -> RangeResult:
+    """See the module docstring (`held`: `range_engine.run`)."""
+    return run(rng, opts, on_exchange, held)
