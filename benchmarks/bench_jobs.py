@@ -156,7 +156,11 @@ def model(pcap: Path, ho: bool, mode: str, dest: str, start: float, fork: float,
     )
     print(f"  {mode}, scaling (shards timed one after the other in this process):")
     for jobs in (int(j) for j in scale.split(",")):
-        t = phases(pcap, jobs, ho, False, dest)
+        try:
+            t = phases(pcap, jobs, ho, False, dest)
+        except RuntimeError as e:  # a refused stitch: one process (same output), no figure
+            print(f"    --jobs {jobs:2}: {e}")
+            continue
         tn = critical_path(t, start, fork)
         places = t.get("place") or [0.0]
         print(
