@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from dissectors.context import DecodeContext
+from kanalyze import held
 from kanalyze.cli import main
+from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
-from kanalyze.parallel import place, range_engine
+from kanalyze.parallel import place, range_engine, range_export
 from kanalyze.parallel import run as parallel_run
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
 from kanalyze.parallel.worker import LINE_PREFIX
@@ -107,3 +109,30 @@ def test_place_rewrites_ids_and_copies_runs(tmp_path: Path) -> None:
         os.close(s)
         os.close(d)
     assert dst.read_bytes() == b"#" + want
+
+
+@pytest.mark.usefixtures("tiny_ranges")
+@pytest.mark.parametrize("mode", [[], ["--header-only"]], ids=["full", "header-only"])
+def test_ranges_park_held_frames(mode: list[str], tmp_path: Path,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every held frame parked (full) or dropped (header-only) in the ranges, as one
+    process's Session does: the same file."""
+    monkeypatch.setattr(held, "KEEP_BYTES", 0)
+    monkeypatch.setattr(held, "MIN_BYTES", 1)
+    calls = []
+
+    class Counting(held.HeldFrames):
+        def park(self, ex: Exchange) -> None:
+            calls.append(1)
+            super().park(ex)
+
+    monkeypatch.setattr(range_export, "HeldFrames", Counting)
+    capture = "captures/kp_codecs.pcap"
+    one, two = tmp_path / "one.ndjson", tmp_path / "two.ndjson"
+    assert main(["export", str(ROOT / capture), *mode, "--jobs", "1", "-o", str(one)]) == 0
+    with open(two, "wb") as out:
+        got = parallel_run.run_export([str(ROOT / capture)], 2, EngineOptions(),
+                                      DecodeContext(), bool(mode), out, processes=False)
+    assert got is not None, parallel_run.last_fallback
+    assert calls  # the ranges held exchanges back and parked their frames
+    assert two.read_bytes() == one.read_bytes()
