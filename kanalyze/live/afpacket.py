@@ -54,6 +54,8 @@ class CaptureCounters:
 class AfPacketSource:
     """A Linux AF_PACKET capture on one interface (or `any`), BPF-filtered in the kernel."""
 
+    _timeout: float | None = -1.0  # the socket's timeout, set only when it changes
+
     def __init__(
         self,
         iface: str,
@@ -107,7 +109,9 @@ class AfPacketSource:
         """One packet (kernel timestamp in ns, link-layer bytes), or None after `timeout` seconds
         without one (0: do not wait)."""
         sock = self.sock
-        sock.settimeout(timeout)
+        if timeout != self._timeout:  # a system call each time (the blocking mode)
+            sock.settimeout(timeout)
+            self._timeout = timeout
         while True:
             try:
                 n, anc, _flags, addr = sock.recvmsg_into([self._buf], self._anc, socket.MSG_TRUNC)

@@ -223,6 +223,17 @@ def test_output_rotation_by_time(tmp_path: Path) -> None:
         NdjsonOutput("-", rotate_bytes=10)
 
 
+def test_worker_lines_are_written_as_bytes_and_rotated_by_bytes(tmp_path: Path) -> None:
+    """`live --workers` hands the output the workers' UTF-8 as it came (views of a blob)."""
+    o = NdjsonOutput(str(tmp_path / "x"), rotate_bytes=8)
+    o.write("text")  # one process's path first, then bytes: the order is kept
+    blob = "é1\nline2".encode()
+    o.write_many([memoryview(blob)[:3], memoryview(blob)[4:]])
+    o.close()
+    assert [Path(f).read_text() for f in o.files] == ["text\né1\n", "line2\n"]
+    assert o.lines == 3
+
+
 def test_header_only_with_metrics(fake_capture, tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
     src = CAPTURES / "lib_acks.pcap"
     fake_capture(src)
