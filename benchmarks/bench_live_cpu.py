@@ -95,10 +95,10 @@ def replay(frames: list[bytes], rate_mb: float) -> float:
     return time.monotonic() - t0
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process so far."""
+def cpu_s(pid: int, which: slice = slice(11, 13)) -> float:
+    """CPU seconds of one process so far: user + system (or `which` of the two)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return sum(int(f) for f in fields[which]) / TICK
 
 
 def children(pid: int) -> list[int]:
@@ -109,9 +109,10 @@ def children(pid: int) -> list[int]:
 
 
 def tree_cpu(pid: int) -> dict[str, float]:
-    out = {"parent": cpu_s(pid)}
-    for i, kid in enumerate(children(pid)):
-        out[f"worker{i}"] = cpu_s(kid)
+    """CPU seconds of the parent and each worker, and the system part of the whole tree."""
+    pids = {"parent": pid} | {f"worker{i}": kid for i, kid in enumerate(children(pid))}
+    out = {name: cpu_s(p) for name, p in pids.items()}
+    out["system"] = sum(cpu_s(p, slice(12, 13)) for p in pids.values())
     return out
 
 
@@ -138,10 +139,10 @@ def run(
         b = tree_cpu(proc.pid)
         took = replay(frames, args.rate)
         # caught up: the tree's CPU time stops growing (two readings 0.5 s apart, < 2 ticks)
-        last = sum(tree_cpu(proc.pid).values())
+        last = _total(tree_cpu(proc.pid))
         while True:
             time.sleep(0.5)
-            now = sum(tree_cpu(proc.pid).values())
+            now = _total(tree_cpu(proc.pid))
             if now - last < 2.0 / TICK + 0.5 * idle_rate(a, b, args.idle):
                 break
             last = now
@@ -156,7 +157,7 @@ def run(
     drops = [int(x) for x in _after(summary, "passed the filter, ", " dropped")]
     busy = {k: c[k] - b.get(k, 0.0) for k in c}
     idle = {k: (b[k] - a.get(k, 0.0)) / args.idle for k in b}
-    total = sum(busy.values())
+    total = _total(busy)
     return {
         "workers": workers,
         "replayed_s": round(took, 1),
@@ -176,7 +177,11 @@ def run(
 
 
 def idle_rate(a: dict[str, float], b: dict[str, float], seconds: float) -> float:
-    return sum(b[k] - a.get(k, 0.0) for k in b) / seconds
+    return (_total(b) - _total(a)) / seconds
+
+
+def _total(cpu: dict[str, float]) -> float:
+    return sum(v for k, v in cpu.items() if k != "system")
 
 
 def _after(text: str, head: str, tail: str) -> list[str]:

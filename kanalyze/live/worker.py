@@ -10,14 +10,14 @@ Batches go out when 256 items or 1 MiB of lines are waiting, when the oldest is 
 (checked at each line and each packet read), when the socket has had nothing to read while the
 oldest waited 0.05 s, and at every tick. Sending at every empty read instead made batches of a
 few lines (a worker keeping up finds its socket empty after most packets), and their fixed costs
-(a watermark, two pipe writes, a wake-up of the parent) made a pool of one worker cost a third
-more CPU per MB than one process. Each batch carries the lines' start times and the worker's
-watermark (`low_water`), by which the parent merges the workers' lines in start-time order
-(`kanalyze.live.merge`); a worker with nothing to send sends its watermark alone, at most every
-0.1 s, so it holds the others' lines back no longer. Signals are the parent's business: a worker
-ignores SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole process group) and stops when the
-shared `Control` says so, draining its socket up to the shared stop time. If the parent goes
-away (the pipe breaks) it stops at once.
+(a watermark, two pipe writes, a wake-up of the parent) were part of why a pool of one worker
+cost 1.25x the CPU per MB of one process (docs/performance.md). Each batch carries the lines'
+start times and the worker's watermark (`low_water`), by which the parent merges the workers'
+lines in start-time order (`kanalyze.live.merge`); a worker with nothing to send sends its
+watermark alone, at most every 0.1 s, so it holds the others' lines back no longer. Signals are
+the parent's business: a worker ignores SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole
+process group) and stops when the shared `Control` says so, draining its socket up to the shared
+stop time. If the parent goes away (the pipe breaks) it stops at once.
 """
 
 from __future__ import annotations
