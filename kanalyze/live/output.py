@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Sequence
 from typing import TextIO
 
 
@@ -46,7 +47,7 @@ class NdjsonOutput:
             if self.rotate_bytes is not None and self._size >= self.rotate_bytes:
                 self._rotate()
 
-    def write_many(self, lines: list[memoryview] | list[bytes]) -> None:
+    def write_many(self, lines: Sequence[bytes | memoryview]) -> None:
         """Several UTF-8 lines (without their newlines), flushed once: `live --workers` writes
         the workers' bytes as they came, not decoded and encoded again."""
         f = self._f

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING
 
-from kanalyze.live.merge import HOLD_S, StartMerge
+from kanalyze.live.merge import HOLD_S, Line, StartMerge
 from kanalyze.live.report import LiveReport, merged
 from kanalyze.live.worker import BY_PARENT, Control, Subscriber, run_worker
 
@@ -128,7 +128,7 @@ class WorkerPool:
     # -- merging --------------------------------------------------------------------------------
     def run(
         self,
-        on_lines: Callable[[list[memoryview]], None],
+        on_lines: Callable[[list[Line]], None],
         on_observations: Callable[[list[Observation]], None] | None = None,
         on_tick: Callable[[], None] | None = None,
         duration_s: float | None = None,
@@ -215,10 +215,10 @@ def _widen(conn: Connection) -> None:
         fcntl.fcntl(conn.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
 
 
-def _split(blob: bytes) -> list[memoryview]:
+def _split(blob: bytes) -> list[Line]:
     """A batch's lines: views of the blob (its newlines between them), not copies."""
     view = memoryview(blob)
-    out = []
+    out: list[Line] = []
     find = blob.find
     start = 0
     while (end := find(b"\n", start)) >= 0:
