@@ -246,6 +246,10 @@ class Framer:
         pos = 0
         mf = self.max_frame
         on_pdu = self.on_pdu
+        # boxed once, shared by every frame of the chunk and by both ends of each: compiled,
+        # an int field is boxed anew at each use (two more ints held per waiting request)
+        no: object = pkt_no
+        ts: object = ts_ns
         while pos + 4 <= n:
             size = UINT32.unpack_from(chunk, pos)[0]
             end = pos + 4 + size
@@ -262,10 +266,10 @@ class Framer:
                         bytes(chunk[pos + 4 : end]),
                         size,
                         start + pos,
-                        pkt_no,
-                        ts_ns,
-                        pkt_no,
-                        ts_ns,
+                        no,
+                        ts,
+                        no,
+                        ts,
                         0,
                     ),
                 )
@@ -321,7 +325,22 @@ class Framer:
             fp, fts = self._first_mark(self.buf_offset)
             lp, lts = self._mark_holding(self.buf_offset + 3 + size)
             data = bytes(memoryview(buf)[4 : 4 + size])
-            pdu = _new(Pdu, (data, size, self.buf_offset, fp, fts, lp, lts, 0))
+            # one int for both ends of a frame one packet carried (see `_frames_in`)
+            no: object = fp
+            ts: object = fts
+            pdu = _new(
+                Pdu,
+                (
+                    data,
+                    size,
+                    self.buf_offset,
+                    no,
+                    ts,
+                    no if lp == fp else lp,
+                    ts if lts == fts else lts,
+                    0,
+                ),
+            )
             self.pdu_bytes += 4 + size
             self.frames += 1
             self._consume(4 + size)

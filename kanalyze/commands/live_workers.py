@@ -33,6 +33,7 @@ from kanalyze.query.cli import build_selection
 
 if TYPE_CHECKING:
     from kanalyze.correlation import Exchange
+    from kanalyze.live.merge import Line
     from kanalyze.live.pool import WorkerPool
     from kanalyze.live.session import LiveSession
     from kanalyze.live.worker import Batcher
@@ -118,7 +119,7 @@ def run_workers(args: argparse.Namespace) -> int:
             sys.stderr.write(f"kanalyze: error: {e}\n")
             return 2
 
-    def on_lines(lines: list[str]) -> None:
+    def on_lines(lines: list[Line]) -> None:
         if ndjson.broken:
             return
         try:

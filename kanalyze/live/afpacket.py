@@ -6,7 +6,8 @@ segments reach 64 KiB), the kernel's packet/drop counters (`PACKET_STATISTICS`).
 Ethernet-like interfaces (Ethernet, loopback) are read with their link header
 (LINKTYPE_ETHERNET); others, and the `any` pseudo-interface, as Linux cooked capture
 (LINKTYPE_LINUX_SLL). On loopback every packet passes the tap twice (outgoing and
-incoming); like libpcap the outgoing copy is skipped.
+incoming); like libpcap the outgoing copy is skipped: on `lo` by the filter in the kernel
+(`bpf.skip_outgoing`), elsewhere (`any`, or no filter) here.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class CaptureCounters:
 class AfPacketSource:
     """A Linux AF_PACKET capture on one interface (or `any`), BPF-filtered in the kernel."""
 
+    _timeout: float | None = -1.0  # the socket's timeout, set only when it changes
+
     def __init__(
         self,
         iface: str,
@@ -69,7 +72,13 @@ class AfPacketSource:
         hatype = None if self.any else _iface_type(iface)
         self.cooked = self.any or hatype not in (ARPHRD_ETHER, ARPHRD_LOOPBACK)
         self.linktype = LINKTYPE_LINUX_SLL if self.cooked else LINKTYPE_ETHERNET
-        program = compile_bpf(bpf, DLT_RAW if self.cooked else DLT_EN10MB) if bpf else None
+        # on loopback the kernel drops the outgoing copy of each packet (bpf.skip_outgoing)
+        loop = hatype == ARPHRD_LOOPBACK
+        program = (
+            compile_bpf(bpf, DLT_RAW if self.cooked else DLT_EN10MB, drop_outgoing=loop)
+            if bpf
+            else None
+        )
         try:
             sock = socket.socket(
                 socket.AF_PACKET,
@@ -107,7 +116,9 @@ class AfPacketSource:
         """One packet (kernel timestamp in ns, link-layer bytes), or None after `timeout` seconds
         without one (0: do not wait)."""
         sock = self.sock
-        sock.settimeout(timeout)
+        if timeout != self._timeout:  # a system call each time (the blocking mode)
+            sock.settimeout(timeout)
+            self._timeout = timeout
         while True:
             try:
                 n, anc, _flags, addr = sock.recvmsg_into([self._buf], self._anc, socket.MSG_TRUNC)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+Line = bytes | memoryview  # one line's UTF-8 bytes, without its newline
 HOLD_S = 1.0  # the longest a line waits for a silent worker
-HOLD_BYTES = 32 << 20  # characters of lines held at most
+HOLD_BYTES = 32 << 20  # bytes of lines held at most
 
 
 class StartMerge:
@@ -29,16 +30,17 @@ class StartMerge:
     def __init__(self, n: int, hold_s: float = HOLD_S, hold_bytes: int = HOLD_BYTES) -> None:
         self.hold_s, self.hold_bytes = hold_s, hold_bytes
         # per worker, held lines in its order: (start time, arrived (monotonic s), line)
-        self.queues: list[deque[tuple[int, float, str]]] = [deque() for _ in range(n)]
+        self.queues: list[deque[tuple[int, float, Line]]] = [deque() for _ in range(n)]
         self.marks: list[int | None] = [None] * n  # None: nothing promised yet
         self.ended = [False] * n
         self.heads: list[tuple[int, int, int]] = []  # (start, arrival order, worker) per queue
-        self.held = 0  # characters held
+        self.held = 0  # bytes held
         self.seq = 0
         self.forced = 0  # lines let out past a bound (not proven in order)
 
-    def add(self, i: int, lines: list[str], starts: list[int], mark: int | None,
-            now: float) -> None:
+    def add(
+        self, i: int, lines: list[Line], starts: list[int], mark: int | None, now: float
+    ) -> None:
         """Worker `i`'s batch: its lines with their start times, and its watermark after it."""
         q = self.queues[i]
         if lines and not q:
@@ -72,9 +74,9 @@ class StartMerge:
         cut = now - self.hold_s
         return any(q and q[0][1] <= cut for q in self.queues)
 
-    def take(self, now: float) -> list[str]:
+    def take(self, now: float) -> list[Line]:
         """The lines that may go out now, in order."""
-        out: list[str] = []
+        out: list[Line] = []
         heads = self.heads
         limit = self._limit()
         while heads:
@@ -97,7 +99,7 @@ class StartMerge:
                     limit = min(limit, float("-inf") if mark is None else mark)
         return out
 
-    def drain(self) -> list[str]:
+    def drain(self) -> list[Line]:
         """Everything held, in merge order (every worker has ended)."""
         self.ended = [True] * len(self.ended)
         return self.take(float("inf"))

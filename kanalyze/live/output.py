@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Sequence
 from typing import TextIO
 
 
@@ -46,19 +47,30 @@ class NdjsonOutput:
             if self.rotate_bytes is not None and self._size >= self.rotate_bytes:
                 self._rotate()
 
-    def write_many(self, lines: list[str]) -> None:
-        """Several lines, flushed once (`live --workers` writes a worker's batch at a time)."""
+    def write_many(self, lines: Sequence[bytes | memoryview]) -> None:
+        """Several UTF-8 lines (without their newlines), flushed once: `live --workers` writes
+        the workers' bytes as they came, not decoded and encoded again."""
         f = self._f
+        raw = getattr(f, "buffer", None)
+        if raw is None:  # a text stream without a binary layer (a test's stdout)
+            for line in lines:
+                f.write(str(line, "utf-8"))
+                f.write("\n")
+            self.lines += len(lines)
+            f.flush()
+            return
+        f.flush()  # what was written as text first
         for line in lines:
-            f.write(line)
-            f.write("\n")
+            raw.write(line)
+            raw.write(b"\n")
             self.lines += 1
             if self.path != "-":
                 self._size += len(line) + 1
                 if self.rotate_bytes is not None and self._size >= self.rotate_bytes:
+                    raw.flush()
                     self._rotate()
-                    f = self._f
-        f.flush()
+                    raw = self._f.buffer
+        raw.flush()
 
     def tick(self) -> None:
         if (

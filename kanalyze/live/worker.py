@@ -2,20 +2,27 @@
 socket of the fanout group.
 
 It sends the parent, over a pipe, batches of (NDJSON lines, metric observations) and once per
-tick and at the end its `LiveReport`. Batches go out when 256 items or 1 MiB of lines are
-waiting, when the oldest is 0.1 s old (checked at each line and each packet read), when the
-socket has nothing to read, and at every tick, so a line waits little longer than in one
-process. Each batch carries the lines' start times and the worker's watermark (`low_water`),
-by which the parent merges the workers' lines in start-time order (`kanalyze.live.merge`); a
-worker with nothing to send sends its watermark alone, at most every 0.1 s, so it holds the
-others' lines back no longer. Signals are the parent's business: a worker ignores
-SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole process group) and stops when the shared
-`Control` says so, draining its socket up to the shared stop time. If the parent goes away
-(the pipe breaks) it stops at once.
+tick and at the end its `LiveReport`. A batch is a small pickled header (line count,
+observations, start times, watermark) and, with lines, one UTF-8 blob of them joined by
+newlines: the parent splits it and writes the bytes as they are, so a line is encoded once and
+never pickled (pickling and unpickling the lines cost the two processes 1.3 ms per MB of them).
+Batches go out when 256 items or 1 MiB of lines are waiting, when the oldest is 0.1 s old
+(checked at each line and each packet read), when the socket has had nothing to read while the
+oldest waited 0.05 s, and at every tick. Sending at every empty read instead made batches of a
+few lines (a worker keeping up finds its socket empty after most packets), and their fixed costs
+(a watermark, two pipe writes, a wake-up of the parent) were part of why a pool of one worker
+cost 1.25x the CPU per MB of one process (docs/performance.md). Each batch carries the lines'
+start times and the worker's watermark (`low_water`), by which the parent merges the workers'
+lines in start-time order (`kanalyze.live.merge`); a worker with nothing to send sends its
+watermark alone, at most every 0.1 s, so it holds the others' lines back no longer. Signals are
+the parent's business: a worker ignores SIGINT/SIGTERM (a terminal's Ctrl-C reaches the whole
+process group) and stops when the shared `Control` says so, draining its socket up to the shared
+stop time. If the parent goes away (the pipe breaks) it stops at once.
 """
 
 from __future__ import annotations
 
+import heapq
 import signal
 import threading
 import time
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 BATCH_ITEMS = 256
 BATCH_BYTES = 1 << 20  # lines of big Fetch responses: keep both sides' buffers small
 BATCH_AGE_S = 0.1
+BATCH_LINGER_S = 0.05  # socket empty: lines this old go out (younger ones wait for company)
 BY_PARENT = "stopped with the other workers"
 WATCH_S = 0.02  # how often a worker's watcher looks at the shared stop flags
 # a packet the kernel stamped just before a read found the socket empty may show up after it
@@ -78,6 +86,8 @@ class Control:
 
 class _Sink(Protocol):
     def send(self, obj: object) -> None: ...
+
+    def send_bytes(self, buf: bytes) -> None: ...
 
 
 class Batcher:
@@ -127,6 +137,13 @@ class Batcher:
         ):
             self.flush()
 
+    def linger(self) -> float | None:
+        """Seconds until waiting lines are due on an empty socket (<= 0: now); None: no line
+        or observation waits."""
+        if not self.lines and not self.observations:
+            return None
+        return self.first + BATCH_LINGER_S - time.monotonic()
+
     def poll(self) -> None:
         """For every packet read: lines waiting 0.1 s go out, and with none waiting the
         watermark alone every 0.1 s (a worker busy with a backlog that completes nothing
@@ -153,13 +170,19 @@ class Batcher:
         lines, starts, obs = self.lines, self.starts, self.observations
         self.lines, self.starts, self.observations, self.size = [], [], [], 0
         self.sent, self.sent_mark = time.monotonic(), mark
-        self.send(("batch", lines, obs, starts, mark))
+        self.send(("batch", len(lines), obs, starts, mark))
+        if lines:
+            self.send("\n".join(lines).encode(), raw=True)
 
-    def send(self, msg: object) -> None:
+    def send(self, msg: object, raw: bool = False) -> None:
+        """`msg` pickled, or with `raw` the bytes `msg` as they are."""
         if self.broken:
             return
         try:
-            self.conn.send(msg)
+            if raw:
+                self.conn.send_bytes(msg)  # type: ignore[arg-type]
+            else:
+                self.conn.send(msg)
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self.broken = True
             if self.on_broken is not None:
@@ -186,7 +209,12 @@ class WorkerSource:
         if got is None:
             # caught up: what the kernel stamps from now on is no older than the clock
             self.floor = max(self.floor, before)
-            self.batch.flush(idle=True)
+            batch = self.batch
+            due = batch.linger()
+            if due is None or due <= 0:
+                batch.flush(idle=True)
+            elif timeout is None or timeout > due:
+                timeout = due  # wake to send them if no packet comes first
             if timeout == 0:
                 return None
             got = self.inner.read(timeout)
@@ -226,9 +254,13 @@ def low_water(engine: Engine, floor: int) -> int:
     mark = floor
     if engine.done:
         mark = min(mark, engine.done[0][0])
-    pending = [t for t, _seq, msg in engine.waiting if not msg.done]
-    if pending:
-        mark = min(mark, max(min(pending), engine.now - engine.opts.order_window_ns))
+    # the oldest pending request: the heap's top once the answered ones there are dropped
+    # (the engine cleans it the same lazy way); scanning the heap cost O(requests) a batch
+    waiting = engine.waiting
+    while waiting and waiting[0][2].done:
+        heapq.heappop(waiting)
+    if waiting:
+        mark = min(mark, max(waiting[0][0], engine.now - engine.opts.order_window_ns))
     if engine.undecided:
         mark = min(mark, min(u.first_ts for u in engine.undecided.values()))
     return mark

@@ -73,6 +73,9 @@ class Live:
         deadline = time.monotonic() + 20
         while "capturing on" not in self.err_path.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                self._err.close()  # or the leak warns in a later test (filterwarnings=error)
                 raise RuntimeError(f"kanalyze live did not start: {self.err_path.read_text()}")
             time.sleep(0.05)
         time.sleep(0.2)

@@ -102,6 +102,9 @@ class _Pipe:
     def send(self, obj: object) -> None:
         self.sent.append(obj)  # type: ignore[arg-type]
 
+    def send_bytes(self, buf: bytes) -> None:
+        self.sent.append(buf)  # type: ignore[arg-type]
+
 
 def test_a_batch_carries_start_times_and_the_watermark() -> None:
     pipe = _Pipe()
@@ -110,7 +113,8 @@ def test_a_batch_carries_start_times_and_the_watermark() -> None:
     b.write("one")
     b.write("two")  # a second line of the same exchange (events format)
     b.flush()
-    assert pipe.sent == [("batch", ["one", "two"], [], [42, 42], 77)]
+    # the header, then the lines as one UTF-8 blob (not pickled: the parent splits it)
+    assert pipe.sent == [("batch", 2, [], [42, 42], 77), b"one\ntwo"]
 
 
 def test_an_idle_worker_sends_its_watermark_alone_when_it_moved(
@@ -124,7 +128,7 @@ def test_an_idle_worker_sends_its_watermark_alone_when_it_moved(
     b.flush()  # not idle, nothing waiting: nothing to say
     assert pipe.sent == []
     b.flush(idle=True)
-    assert pipe.sent == [("batch", [], [], [], 5)]
+    assert pipe.sent == [("batch", 0, [], [], 5)]
     mark[0] = 6
     clock[0] += 0.05
     b.flush(idle=True)  # moved, but less than 0.1 s since the last word
@@ -172,10 +176,49 @@ def test_a_busy_worker_sends_aged_lines_and_its_watermark_at_packet_reads(
     assert pipe.sent == []
     clock[0] += 0.1
     b.poll()
-    assert pipe.sent == [("batch", ["x"], [], [0], 1)]
+    assert pipe.sent == [("batch", 1, [], [0], 1), b"x"]
     mark[0] = 2
     clock[0] += 0.05
     b.poll()  # nothing waiting, but the last word is recent
     clock[0] += 0.06
     b.poll()  # a backlog that completes nothing: the watermark alone
-    assert pipe.sent[1:] == [("batch", [], [], [], 2)]
+    assert pipe.sent[2:] == [("batch", 0, [], [], 2)]
+
+
+class _Timed(_Inner):
+    """An empty socket that records the timeouts it was read with."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.timeouts: list[float | None] = []
+
+    def read(self, timeout: float | None) -> tuple[int, bytes] | None:
+        self.timeouts.append(timeout)
+        return None
+
+
+def test_an_empty_socket_sends_lines_once_they_lingered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker keeping up finds its socket empty after most packets: sending each time made
+    batches of a few lines; young lines wait (the read wakes when they are due), old ones go."""
+    clock = [10.0]
+    monkeypatch.setattr(worker.time, "monotonic", lambda: clock[0])
+    pipe = _Pipe()
+    batch = Batcher(pipe, low_water=lambda: 3)
+    inner = _Timed()
+    control = SimpleNamespace(fed=None, max_packets=None)
+    src = WorkerSource(inner, batch, control)  # type: ignore[arg-type]
+    batch.write("young")
+    clock[0] += 0.01
+    assert src.read(0.2) is None
+    assert pipe.sent == []  # not due yet
+    assert inner.timeouts == [0, pytest.approx(worker.BATCH_LINGER_S - 0.01)]
+    clock[0] += worker.BATCH_LINGER_S
+    assert src.read(0.2) is None
+    assert pipe.sent == [("batch", 1, [], [0], 3), b"young"]
+    assert inner.timeouts[-1] == 0.2  # nothing waits: the session's own timeout
+
+
+def test_the_watermark_skips_answered_requests_at_the_top_of_the_heap() -> None:
+    e = engine(waiting=[(100, True), (150, True), (300, False)], now=400)
+    assert low_water(e, 1000) == 300
+    assert [t for t, _k, _m in e.waiting] == [300]  # dropped as the engine itself drops them

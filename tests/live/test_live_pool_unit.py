@@ -64,7 +64,7 @@ def subscriber(session: LiveSession, batch: Batcher) -> Callable[[Exchange], Non
     return on_exchange
 
 
-def without_id(line: str) -> str:
+def without_id(line: str | bytes) -> str:
     """The line without what is numbered per worker: the connection id, and frame numbers
     (packet numbers of the worker's own stream, as in its --write-pcap file)."""
     d = json.loads(line)
@@ -79,11 +79,13 @@ def without_id(line: str) -> str:
 def test_two_workers_write_every_exchange_of_the_capture() -> None:
     sources, total = split(2)
     pool = WorkerPool(sources, LiveOptions(tick_s=0.2), subscriber)
-    lines: list[str] = []
+    lines: list[bytes] = []
     metrics = Metrics()
     pool.start()
     result = pool.run(
-        lines.extend, lambda obs: [metrics.apply(o) for o in obs] and None, duration_s=1.5
+        lambda out: lines.extend(map(bytes, out)),
+        lambda obs: [metrics.apply(o) for o in obs] and None,
+        duration_s=1.5,
     )
     assert result.lost == []
     assert result.total.stop_reason == "duration reached"
@@ -117,9 +119,9 @@ def test_lines_are_merged_in_the_one_process_order(name: str) -> None:
     capture = CAPTURE.parent / name
     sources, _total = split(2, capture)
     pool = WorkerPool(sources, LiveOptions(tick_s=0.2), subscriber, hold_s=60)
-    lines: list[str] = []
+    lines: list[bytes] = []
     pool.start()
-    pool.run(lines.extend, duration_s=1.5)
+    pool.run(lambda out: lines.extend(map(bytes, out)), duration_s=1.5)
     offline = [ExchangeEncoder().encode(ex) for ex in Session([str(capture)]).exchanges()]
     assert [without_id(x) for x in lines] == [without_id(json.dumps(d)) for d in offline]
     assert pool.merge.forced == 0
@@ -144,7 +146,7 @@ def test_a_silent_worker_does_not_stall_the_output() -> None:
     got: list[float] = []
     started = time.monotonic()
 
-    def on_lines(lines: list[str]) -> None:
+    def on_lines(lines: list[memoryview]) -> None:
         got.extend(time.monotonic() - started for _ in lines)
 
     pool.start()

@@ -223,6 +223,17 @@ def test_output_rotation_by_time(tmp_path: Path) -> None:
         NdjsonOutput("-", rotate_bytes=10)
 
 
+def test_worker_lines_are_written_as_bytes_and_rotated_by_bytes(tmp_path: Path) -> None:
+    """`live --workers` hands the output the workers' UTF-8 as it came (views of a blob)."""
+    o = NdjsonOutput(str(tmp_path / "x"), rotate_bytes=8)
+    o.write("text")  # one process's path first, then bytes: the order is kept
+    blob = "é1\nline2".encode()
+    o.write_many([memoryview(blob)[:3], memoryview(blob)[4:]])
+    o.close()
+    assert [Path(f).read_text() for f in o.files] == ["text\né1\n", "line2\n"]
+    assert o.lines == 3
+
+
 def test_header_only_with_metrics(fake_capture, tmp_path: Path, capsys, monkeypatch) -> None:  # noqa: ANN001
     src = CAPTURES / "lib_acks.pcap"
     fake_capture(src)
@@ -518,3 +529,22 @@ def test_compiled_filters_keep_whole_packets() -> None:
         rets = [prog.bf_insns[i].k for i in range(prog.bf_len) if prog.bf_insns[i].code == 6]
         assert 0 in rets  # the rejecting return is kept
         assert {k & 0xFFFFFFFF for k in rets if k} == {0xFFFFFFFF}
+
+
+def test_on_loopback_the_kernel_drops_the_outgoing_copies() -> None:
+    """Three instructions in front of libpcap's program: load the packet type, and return 0
+    for PACKET_OUTGOING; the program behind them is unchanged (its jumps are relative)."""
+    import struct
+
+    from kanalyze.live.bpf import _PROGRAMS, DLT_EN10MB, compile_bpf
+
+    fprog = compile_bpf("tcp port 9092", DLT_EN10MB, drop_outgoing=True)
+    insns, prog = _PROGRAMS[-1], _PROGRAMS[-2]
+    assert struct.unpack("HL", fprog)[0] == len(insns) == prog.bf_len + 3  # type: ignore[attr-defined]
+    head = [(i.code, i.jt, i.jf, i.k) for i in insns[:3]]  # type: ignore[index]
+    assert head == [(0x20, 0, 0, -0x1000 + 4), (0x15, 0, 1, 4), (0x06, 0, 0, 0)]
+    rest = [(i.code, i.jt, i.jf, i.k) for i in insns[3:]]  # type: ignore[index]
+    assert rest == [
+        (prog.bf_insns[i].code, prog.bf_insns[i].jt, prog.bf_insns[i].jf, prog.bf_insns[i].k)  # type: ignore[attr-defined]
+        for i in range(prog.bf_len)  # type: ignore[attr-defined]
+    ]
