@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import IO
+from typing import IO, BinaryIO, cast
 
 from kanalyze.capture.packets import CaptureError
 
@@ -56,12 +56,12 @@ def source_size(path: str) -> int:
     return os.path.getsize(local_name(path))
 
 
-def open_source(path: str) -> IO[bytes]:
+def open_source(path: str) -> BinaryIO:
     """A seekable binary file (the caller closes it). Raises CaptureError."""
     if is_remote(path):
         if not _REMOTE:
             raise CaptureError(f"{path}: no reader for this URI")
-        return _REMOTE["reader"][0](path)
+        return cast(BinaryIO, _REMOTE["reader"][0](path))
     try:
         return open(local_name(path), "rb")  # noqa: SIM115 - the caller closes it
     except OSError as e:

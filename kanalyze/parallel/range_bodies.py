@@ -144,11 +144,13 @@ class BodiesDigest:
         codes = error_codes(rsp) if self.codes and rsp is not None else None
         kind = self._latency_kind(ex) if self.latency is not None else None
         names.reads, names.writes = reads, writes  # the exchange's, for `check_names`
+        ship_req: object = req
+        ship_rsp: object = rsp
         if self.keep is not None:  # only the bodies the consumer reads besides the facts
             keep_req, keep_rsp = self.keep(ex, bodies.facts if self.facts else None)
-            req = req if keep_req or req is None else NOT_SHIPPED
-            rsp = rsp if keep_rsp or rsp is None else NOT_SHIPPED
-        return (ex, req, rsp, checks[0], checks[1], facts, facts_checks, codes, kind)
+            ship_req = req if keep_req or req is None else NOT_SHIPPED
+            ship_rsp = rsp if keep_rsp or rsp is None else NOT_SHIPPED
+        return (ex, ship_req, ship_rsp, checks[0], checks[1], facts, facts_checks, codes, kind)
 
     def _latency_kind(self, ex: Exchange) -> str | None:
         from kanalyze.bodies import exchange_facts

@@ -161,12 +161,12 @@ class Forked:
     def wait(self) -> list[float]:
         """The workers' CPU seconds of copying, once all are done. Raises OSError when one
         failed."""
-        cpus = []
+        cpus: list[float] = []
         for _proc, conn, _share in self.procs:
             status, got = _receive(conn)
             if status != "placed":
                 raise OSError(got)
-            cpus.append(got)
+            cpus.append(float(got))  # type: ignore[arg-type]
         return cpus
 
     def close(self) -> None:

@@ -184,7 +184,7 @@ class RangeSession(Session):
                        learn_from_data=from_data, facts=facts, codes=codes, latency=latency,
                        keep=keep)
         with tempfile.TemporaryDirectory(prefix="kanalyze-jobs-") as tmp:
-            got = self._stitched(tmp, make, dict(mapping), bodies=True)  # type: ignore[arg-type]
+            got = self._stitched(tmp, make, dict(mapping), bodies=True)
             if isinstance(got, str):
                 last_fallback = got
                 for ex in Session.exchanges(self):

@@ -136,7 +136,7 @@ class ConversationTracker:
     def rows(self, cut: bool = False) -> list[dict[str, object]]:
         """One JSON object per conversation (docs/stats.md, table `conv`), by start time."""
         base = self.first_ns or 0
-        out = []
+        out: list[dict[str, object]] = []
         for c in sorted(self.all, key=lambda c: c.first_ns):
             client_first = c.client_is_a if c.client_is_a is not None else True
             ci, si = (0, 1) if client_first else (1, 0)
