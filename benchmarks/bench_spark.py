@@ -17,7 +17,10 @@ Timed, each in its own process so the JVMs do not share a heap or a cache:
 From Spark's own REST API (``/api/v1/.../stages`` and each stage's task list; the UI is on for
 the bench): the bytes shuffled (written) per run, and for the stage that reads the most shuffle
 bytes (stage 2, the per-connection decode), the largest task's share of them. The stage-1
-share is the largest packed unit group's share of the capture bytes (the plan). The issue's
+share is the largest packed unit group's share of the capture bytes (the plan). Also per run:
+the Spark jobs of the timed run, and the CPU seconds it cost in the JVM, in the Python workers
+(the processes under the JVM) and in the driver, read from ``/proc`` (the task metrics do not
+see the Python side), to tell CPU from waiting on a shared machine. The issue's
 targets are printed next to the figures: local[2] >= 1.7x local[1]; local[2] <= 1.5x one export
 process; no task above 1/N + 10 % of the bytes. Not a test: the numbers depend on the machine,
 so the load average is printed before and after.
@@ -160,6 +163,41 @@ def _shuffle_figures(ui: str, app: str) -> dict:
     return {"shuffle_written": written, "stage2_tasks": tasks, "stage2_max_share": share}
 
 
+def _tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the JVM `root` and, apart, of the processes under it (the
+    Python workers), from /proc: Spark's task metrics do not see the Python side."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stat: dict[int, tuple[int, float]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                f = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stat[int(d)] = (int(f[1]), (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / tick)
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _cpu) in stat.items():
+        kids.setdefault(ppid, []).append(pid)
+    below = 0.0
+    todo = list(kids.get(root, []))
+    while todo:
+        pid = todo.pop()
+        below += stat[pid][1]
+        todo.extend(kids.get(pid, []))
+    jvm = stat.get(root, (0, 0.0))[1]
+    return {"jvm": jvm, "workers": below}
+
+
+def _jvm_pid(spark) -> int:  # noqa: ANN001
+    return spark.sparkContext._gateway.proc.pid  # noqa: SLF001 - the local JVM (bench only)
+
+
+def _jobs(ui: str, app: str) -> int:
+    return len(_get(f"{ui}/api/v1/applications/{app}/jobs"))
+
+
 def run_spark_child(master: str, files: list[str], out: str, split_mb: int) -> dict:
     """The body of one Spark process (`--child MASTER`): session, warm-up, timed pipeline."""
     from kanalyze.spark.pipeline import run_pipeline
@@ -172,12 +210,20 @@ def run_spark_child(master: str, files: list[str], out: str, split_mb: int) -> d
     t = time.perf_counter()
     run_pipeline(spark, [str(ROOT / "captures" / "lib_acks.pcap")], out + "-warm")
     warm = time.perf_counter() - t
+    sc = spark.sparkContext
+    jobs0 = _jobs(sc.uiWebUrl, sc.applicationId)
+    jvm = _jvm_pid(spark)
+    cpu0, self0 = _tree_cpu(jvm), time.process_time()
     t = time.perf_counter()
     res = run_pipeline(spark, files, out, split_bytes=split_mb << 20)
     wall = time.perf_counter() - t
+    cpu1, self1 = _tree_cpu(jvm), time.process_time()
     bal = res.balance or {}
-    sc = spark.sparkContext
     figures = _shuffle_figures(sc.uiWebUrl, sc.applicationId)
+    figures["jobs"] = _jobs(sc.uiWebUrl, sc.applicationId) - jobs0
+    figures["cpu"] = {"jvm": round(cpu1["jvm"] - cpu0["jvm"], 1),
+                      "python_workers": round(cpu1["workers"] - cpu0["workers"], 1),
+                      "driver": round(self1 - self0, 1)}  # fmt: skip
     spark.stop()
     return {
         "master": master, "startup": startup, "warmup": warm, "wall": wall,
@@ -250,6 +296,8 @@ def main() -> int:
                   f"{ {k: round(v, 1) for k, v in r['phases'].items()} }, load "
                   f"{os.getloadavg()}", flush=True)  # fmt: skip
             print(f"  balance: {json.dumps(r['balance'])}", flush=True)
+            print(f"  Spark jobs: {r['jobs']}, CPU s during the run: {json.dumps(r['cpu'])}",
+                  flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(WORK, ignore_errors=True)

@@ -53,6 +53,9 @@ class DecodeContext:
     limits: Limits = field(default_factory=Limits)
     show_secrets: bool = False
     decode_records: bool = True  # False: records fields report only their size and location
+    # True: record batches give their header fields and no record (the fast JSON path only:
+    # records_json.headers_json); for consumers of facts (counts, offsets), never for output
+    record_headers: bool = False
     strict: bool = False  # tests: re-raise internal errors instead of turning them into diagnostics
     # decompressed buffers, addressable by Node.source (index + 1); 0 is the frame itself
     buffers: list[bytes] = field(default_factory=list)

@@ -23,7 +23,7 @@ from dissectors.batch_header import (
     short_batch,
 )
 from dissectors.compression import CODEC_NAMES, decompress, output_cap
-from dissectors.context import DecodeContext
+from dissectors.context import RECORD_COST, DecodeContext
 from dissectors.record_batch import record_args
 from dissectors.record_reader import read_records
 from dissectors.records import MAGIC_OFFSET, unknown_partial
@@ -41,6 +41,8 @@ def records_json(
     buf[offset:offset+length] must be present."""
     if not ctx.decode_records:
         return {"size": length}
+    if ctx.record_headers:
+        return headers_json(data, view, offset, length, ctx)
     batches: list[dict] = []
     pos = offset
     end = offset + length
@@ -96,3 +98,58 @@ def _batch(
         if diags or found != header.record_count:
             raise NotClean("bad record (decompressed)")
     return header.to_json(crc_ok, partial, records), batch_end
+
+
+# what `headers_json` keeps of a magic-2 batch header: what the facts read of a batch
+FACT_FIELDS = ("base_offset", "batch_length", "magic", "last_offset_delta", "record_count")
+
+
+def headers_json(
+    data: bytes, view: memoryview, offset: int, length: int, ctx: DecodeContext
+) -> dict:
+    """`records_json` for a consumer of facts only (`ctx.record_headers`: counts, offsets,
+    sizes, all in the batch headers): each batch's JSON object holds only `FACT_FIELDS` (the
+    header fields `kanalyze.bodies.batches` reads) and `partial`; no record is read, nothing
+    is inflated, and the facts' walks over the body have little to walk.
+
+    The full path's decode budget is charged for the records it would decode (at most the
+    batch's record limit each), so a frame the full path would cut raises `NotClean` here
+    instead: then the reference path decodes it in full, and whatever the facts read from
+    these objects equals what they read from the full ones. A legacy message set, a control
+    batch, a bad length, codec or CRC raise `NotClean` as in `records_json`."""
+    batches: list[dict] = []
+    pos = offset
+    end = offset + length
+    while pos < end:
+        if pos + MAGIC_OFFSET >= end:  # cut before the magic byte: a partial entry, no diagnostic
+            batches.append(unknown_partial(view, pos, end, 0).value)
+            break
+        if data[pos + MAGIC_OFFSET] != 2:
+            raise NotClean("legacy message set or bad magic")
+        if end - pos < HEADER_SIZE:
+            diags: list = []
+            node, nxt = short_batch(view, pos, end, 0, diags)
+            if diags or nxt is None:
+                raise NotClean("short batch")
+            batches.append(node.value)
+            break
+        header = read_header(data, pos)
+        codec = header.codec
+        if header.batch_length < MIN_BATCH_LENGTH or header.is_control or codec not in CODEC_NAMES:
+            raise NotClean("bad length, control batch or unknown codec")
+        batch_end, partial = header.span(pos, end)
+        crc_ok = None if partial else crc_matches(view, pos, batch_end, header.crc)
+        if crc_ok is False:
+            raise NotClean("CRC mismatch")
+        if not (partial and codec):  # the full path reads these records (a cut compressed
+            limit = header.record_limit(ctx.limits)  # batch it does not inflate)
+            if ctx.affordable(RECORD_COST, limit) < limit:
+                raise NotClean("decode budget")
+            ctx.spend(limit * RECORD_COST)
+        batches.append({
+            "base_offset": header.base_offset, "batch_length": header.batch_length, "magic": 2,
+            "last_offset_delta": header.last_offset_delta, "record_count": header.record_count,
+            "partial": partial,
+        })  # fmt: skip
+        pos = batch_end
+    return {"batches": batches}

@@ -43,7 +43,8 @@ DATA_BODIES: frozenset[tuple[int, bool]] = frozenset(
 )
 
 _CTX_FIELDS = (
-    "limits", "show_secrets", "decode_records", "strict", "buffers", "topic_names", "budget"
+    "limits", "show_secrets", "decode_records", "record_headers", "strict", "buffers",
+    "topic_names", "budget",
 )
 # a DecodeContext of the known shape is copied field by field (dataclasses.replace is general
 # and slow); a subclass or a changed shape goes through replace
@@ -54,7 +55,8 @@ def _fresh(t: DecodeContext) -> DecodeContext:
     """A context like `t` with its own (empty) buffer list, sharing the topic names."""
     if _PLAIN_CTX and type(t) is DecodeContext:
         return DecodeContext(
-            t.limits, t.show_secrets, t.decode_records, t.strict, [], t.topic_names
+            t.limits, t.show_secrets, t.decode_records, t.record_headers, t.strict, [],
+            t.topic_names,
         )
     return replace(t, buffers=[])
 

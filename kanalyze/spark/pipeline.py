@@ -15,15 +15,19 @@ many rotated files or byte ranges they came from.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kanalyze.engine import EngineOptions
 from kanalyze.spark import schemas as R
 from kanalyze.spark.balance import bucket_values, max_share, place
+from kanalyze.spark.direct_write import write_exchanges
 from kanalyze.spark.inputs import qualify_output, use_hadoop
 from kanalyze.spark.schemas import KIND_PACKET
 from kanalyze.spark.tables import (
@@ -50,7 +54,7 @@ from kanalyze.spark.units import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Observation, SparkSession
 
 DRIVER_WALK_BYTES = 2 << 30  # below this, local split files are counted on the driver
 # stage 2's input order: one connection's packets together, in capture order
@@ -335,15 +339,22 @@ class Tables:
     placement: Placement  # which flows were shuffled, and each stage-2 task's bytes
     balance: dict[str, float] | None = None  # set by the range path (no placement)
     ranged: DataFrame | None = None  # the range path's persisted task output, with a fallback
+    persisted: list[DataFrame] = field(default_factory=list)  # other caches to drop
+    scratch: list[str] = field(default_factory=list)  # directories the DataFrames read
+    # the range path's staged rows (stage dir, ranges, kept rows): the tasks can write the
+    # exchanges table themselves (`direct_write`)
+    staged: tuple[str, int, list[tuple]] | None = None
 
     def aggregates(self) -> dict[str, DataFrame]:
         return aggregates(self.exchanges, self.partitions)
 
     def unpersist(self) -> None:
-        self.decoded.unpersist()
-        self.segments.unpersist()
-        if self.ranged is not None:
-            self.ranged.unpersist()
+        """Free the caches and scratch files (the DataFrames cannot be read after this)."""
+        for df in (*self.persisted, self.segments, self.ranged):
+            if df is not None:
+                df.unpersist()
+        for path in self.scratch:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def build(
@@ -385,10 +396,18 @@ def build(
                              left, waste)
     balance = None
     ranged = None
-    if got and not got.refused:
+    persisted: list[DataFrame] = []
+    scratch = [got.stage] if got and got.stage else []
+    staged = None
+    side_rows = got.side if got else []
+    if got and not got.refused:  # the range path alone: no second cache, side rows local
         plan = Plan(files, [], [], skipped)
+        if got.stage:
+            staged = (got.stage, int(got.balance["ranges"]), got.keep)
         seg, placement, balance = got.tasks, Placement(), got.balance
-        decoded = got.decoded
+        side = spark.createDataFrame(got.side, R.spark_ddl(R.DECODED_SCHEMA))
+        decoded = got.exchanges.unionByName(side)
+        ex_rows = got.exchanges
     else:  # the shuffle pipeline: for everything, or for the groups whose stitch refused
         only = frozenset(got.refused) if got else None
         plan = plan_files(spark, files, skipped, split_bytes, only=only)
@@ -397,20 +416,29 @@ def build(
             spark, seg, plan, opts, decode_bodies, shuffle_partitions, topic_ids, with_bodies
         )
         if got:
-            decoded = got.decoded.unionByName(decoded)
+            side = spark.createDataFrame(got.side, R.spark_ddl(R.DECODED_SCHEMA))
+            decoded = got.exchanges.unionByName(side).unionByName(decoded)
             ranged, balance = got.tasks, {**balance_report(plan, placement), **got.balance}
         elif waste:
             balance = {**balance_report(plan, placement), **waste}
-    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
-    exchanges = decoded.where(F.col("kind") == "exchange").select(*R.EXCHANGE_COLUMNS)
-    topics = (
-        decoded.where(F.col("kind") == "topic")
-        .select(F.from_json("extra", "ARRAY<STRING>").alias("t"))
-        .select(F.col("t")[0].alias("topic_id"), F.col("t")[1].alias("topic_name"))
-        .dropDuplicates(["topic_id"])
-    )
+        decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted.append(decoded)
+        side = decoded.where(F.col("kind") != "exchange")
+        ex_rows = decoded.where(F.col("kind") == "exchange")
+    exchanges = ex_rows.select(*R.EXCHANGE_COLUMNS)
+    if persisted:
+        topics = (
+            side.where(F.col("kind") == "topic")
+            .select(F.from_json("extra", "ARRAY<STRING>").alias("t"))
+            .select(F.col("t")[0].alias("topic_id"), F.col("t")[1].alias("topic_name"))
+            .dropDuplicates(["topic_id"])
+        )
+    else:  # the names are on the driver already: no job to de-duplicate them
+        kind, extra = R.DECODED_SCHEMA.names.index("kind"), R.DECODED_SCHEMA.names.index("extra")
+        names = dict(reversed([json.loads(r[extra]) for r in side_rows if r[kind] == "topic"]))
+        topics = spark.createDataFrame(list(names.items()), "topic_id STRING, topic_name STRING")
     conns = (
-        decoded.where(F.col("kind") == "connection")
+        side.where(F.col("kind") == "connection")
         .select(F.from_json("extra", CONNECTION_DDL).alias("c"))
         .select("c.*")
         .withColumn("first_ts", F.timestamp_micros(F.floor(F.col("first_ns") / 1000).cast("long")))
@@ -418,7 +446,8 @@ def build(
     )
     return Tables(
         plan, decoded, exchanges, partitions_table(exchanges, topics), conns,
-        files_table(spark, decoded, plan), topics, seg, placement, balance, ranged,
+        files_table(spark, side, plan), topics, seg, placement, balance, ranged, persisted,
+        scratch, staged,
     )  # fmt: skip
 
 
@@ -439,12 +468,111 @@ def balance_report(plan: Plan, placement: Placement) -> dict[str, float]:
     }
 
 
-def _sorted(df: DataFrame, ns: list[str]) -> DataFrame:
+def _sorted(df: DataFrame, ns: list[str], tasks: int | None = None) -> DataFrame:
     """Rows in time order within each (dt, hour) file: partition columns first, so Spark's
-    writer keeps this order."""
+    writer keeps this order. `tasks`: the rows merged into at most that many write tasks
+    first (no shuffle), so a run writes a few files per hour rather than one per range."""
     from pyspark.sql import functions as F
 
+    if tasks:
+        df = df.coalesce(tasks)
     return df.sortWithinPartitions("dt", "hour", F.coalesce(*ns))
+
+
+def _counted(df: DataFrame, name: str) -> tuple[DataFrame, Observation]:
+    """`df` with a row count observed while it is written (no extra Spark job)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    obs = Observation(name)
+    return df.observe(obs, F.count(F.lit(1)).alias("rows")), obs
+
+
+def _in_parallel(*work: Callable[[], object]) -> list[object]:
+    """Run independent Spark actions from driver threads at once: each job is small, so its
+    fixed cost (planning, scheduling, commit) overlaps the others' instead of adding up."""
+    if len(work) == 1:
+        return [work[0]()]
+    with ThreadPoolExecutor(len(work)) as pool:
+        return [f.result() for f in [pool.submit(w) for w in work]]
+
+
+def _write_tables(spark: SparkSession, t: Tables, out: str, mode: str,
+                  res: PipelineResult) -> None:
+    """Every table in the fewest Spark jobs: exchanges, partitions and connections written at
+    once (row counts observed during the writes), the small files table collected once, the
+    aggregates at once over what the tables now hold, and `files` last (it marks the inputs
+    as done in append mode)."""
+    tm = time.perf_counter()
+    ex_ns = ["request_last_ns", "response_last_ns"]
+    cores = spark.sparkContext.defaultParallelism
+    written: list[str] = []
+    partitions = t.partitions
+    if t.staged and not is_uri(out):  # the tasks write the exchanges themselves (no JVM rows)
+        stage, ranges, keep = t.staged
+        res.counts["exchanges"], written = write_exchanges(spark, stage, ranges, keep, out, mode)
+        # this run's exchanges, read back: the partitions table from their Parquet columns
+        mine = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).option(
+            "basePath", f"{out}/exchanges").parquet(*written) if written else t.exchanges
+        partitions = partitions_table(mine, t.topics)
+    exchanges, ex_obs = _counted(_sorted(t.exchanges, ex_ns, cores), "exchanges")
+    parts, parts_obs = _counted(_sorted(partitions, ["ts_ns"], cores), "partitions")
+    # one task, sorted by time: the table is small (one row per connection incarnation)
+    conns, conns_obs = _counted(
+        t.connections.coalesce(1).sortWithinPartitions("first_ns"), "connections")
+    files = t.files.persist()  # one row per input: built once, read, written last
+    t.persisted.append(files)
+
+    def collect_files() -> None:
+        rows = files.collect()
+        res.counts["files"] = len(rows)
+        res.problems.extend(
+            f"{r['path']}: {r['error']}" for r in rows
+            if r["error"] and r["path"] and not any(r["path"] in p for p in res.problems)
+        )  # fmt: skip
+
+    observed = [("partitions", parts_obs), ("connections", conns_obs)]
+    work = [
+        lambda: write_parquet(parts, f"{out}/partitions", ("dt", "hour"), mode),
+        lambda: write_parquet(conns, f"{out}/connections", None, mode),
+        collect_files,
+    ]
+    if not written and not (t.staged and not is_uri(out)):
+        observed.append(("exchanges", ex_obs))
+        work.append(lambda: write_parquet(exchanges, f"{out}/exchanges", ("dt", "hour"), mode))
+    _in_parallel(*work)
+    for name, obs in observed:
+        res.counts[name] = int(obs.get.get("rows", 0))
+    res.seconds["tables"] = time.perf_counter() - tm
+    tm = time.perf_counter()
+    # aggregates cover everything in the tables (all runs), so they are rewritten each time
+    all_ex = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
+    all_parts = spark.read.schema(t.partitions.schema).parquet(f"{out}/partitions")
+    if _small(out, ("exchanges", "partitions")):  # one task each, no shuffle (no stage jobs)
+        all_ex, all_parts = all_ex.coalesce(1), all_parts.coalesce(1)
+    _in_parallel(*[
+        (lambda df=df, name=name: write_parquet(df.coalesce(1), f"{out}/aggregates/{name}"))
+        for name, df in aggregates(all_ex, all_parts).items()
+    ])  # fmt: skip
+    res.seconds["aggregates"] = time.perf_counter() - tm
+    write_parquet(files, f"{out}/files", None, mode)  # last: marks the inputs as done
+
+
+SMALL_TABLES = 256 << 20  # aggregated in one task below this many bytes of Parquet
+
+
+def _small(out: str, tables: tuple[str, ...]) -> bool:
+    """Whether the local tables under `out` hold less than SMALL_TABLES bytes: then one task
+    aggregates them faster than a shuffle between several (each stage is a Spark job)."""
+    if is_uri(out):
+        return False
+    total = 0
+    for name in tables:
+        for root, _dirs, names in os.walk(os.path.join(out, name)):
+            total += sum(os.path.getsize(os.path.join(root, n)) for n in names)
+            if total >= SMALL_TABLES:
+                return False
+    return True
 
 
 def _written_file_ids(spark: SparkSession, out: str) -> frozenset[str]:
@@ -485,8 +613,6 @@ def run_pipeline(
     and the rows it had appended stay: rebuild with overwrite after a failed append)."""
     if mode not in ("overwrite", "append"):
         raise ValueError(f"mode must be 'overwrite' or 'append', not {mode!r}")
-    from pyspark.sql import functions as F
-
     t0 = time.perf_counter()
     out = qualify_output(out_dir)
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
@@ -508,33 +634,7 @@ def run_pipeline(
         res.seconds["total"] = time.perf_counter() - t0
         return res
     try:
-        tm = time.perf_counter()
-        ex_ns = ["request_last_ns", "response_last_ns"]
-        write_parquet(_sorted(t.exchanges, ex_ns), f"{out}/exchanges", ("dt", "hour"), mode)
-        res.seconds["exchanges"] = time.perf_counter() - tm
-        tm = time.perf_counter()
-        write_parquet(_sorted(t.partitions, ["ts_ns"]), f"{out}/partitions", ("dt", "hour"), mode)
-        write_parquet(t.connections.orderBy("first_ns"), f"{out}/connections", None, mode)
-        files = t.files.cache()
-        res.seconds["tables"] = time.perf_counter() - tm
-        tm = time.perf_counter()
-        # aggregates cover everything in the tables (all runs), so they are rewritten each time
-        exchanges = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
-        parts = spark.read.schema(t.partitions.schema).parquet(f"{out}/partitions")
-        for name, df in aggregates(exchanges, parts).items():
-            write_parquet(df.coalesce(1), f"{out}/aggregates/{name}")
-        res.seconds["aggregates"] = time.perf_counter() - tm
-        res.counts["exchanges"] = t.exchanges.count()
-        res.counts["partitions"] = t.partitions.count()
-        res.counts["connections"] = t.connections.count()
-        res.counts["files"] = files.count()
-        res.problems.extend(
-            f"{r['path']}: {r['error']}"
-            for r in files.where(F.col("error") != "").collect()
-            if r["path"] and not any(r["path"] in p for p in res.problems)
-        )  # fmt: skip
-        write_parquet(files, f"{out}/files", None, mode)  # last: marks the inputs as done
-        files.unpersist()
+        _write_tables(spark, t, out, mode, res)
     finally:
         t.unpersist()
     res.seconds["total"] = time.perf_counter() - t0

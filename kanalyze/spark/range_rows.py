@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import pickle
 import time
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from kanalyze.flows import FlowStats, decode_segment
 from kanalyze.parallel.range_engine import conn_key
 from kanalyze.parallel.ranges import Range, RangeResult, read_range, run_range
 from kanalyze.parallel.worker import RecordingNames
-from kanalyze.spark.rows import RowBuilder, row_context
+from kanalyze.spark.rows import RowBuilder, facts_context, row_context
 from kanalyze.spark.schemas import BATCH_ROWS, DECODED_SCHEMA
 
 # stage 2's columns plus where a row came from: (range, exchange index, local connection id)
@@ -46,6 +47,24 @@ class Edge:
     # counts add up to the file's; the driver gives each part to its incarnation)
     flows: dict[tuple, list[list[int]]] = field(default_factory=dict)
     task_s: tuple[float, float] = (0.0, 0.0)  # the whole task's (wall, CPU) seconds
+    # the side rows' data, shipped here so the driver builds the small tables without another
+    # pass over the persisted rows: topic id -> name its bodies taught, its reading statistics
+    topics: dict[str, str] = field(default_factory=dict)
+    unit: str = ""  # the `files` table's unit row (`tables.UNIT_DDL`) as JSON
+
+
+def staged_path(stage: str, key: int) -> str:
+    """Where a range's task leaves its exchange rows (an Arrow IPC file) for the write job."""
+    return os.path.join(stage, f"range-{key}.arrow")
+
+
+def read_staged(stage: str, keys: Iterator[int]) -> Iterator[pa.RecordBatch]:
+    """The exchange rows the ranges `keys` staged (memory-mapped: nothing is copied)."""
+    for key in keys:
+        with pa.memory_map(staged_path(stage, key)) as src:
+            got = pa.ipc.open_file(src)
+            for i in range(got.num_record_batches):
+                yield got.get_batch(i)
 
 
 def pack_edge(edge: Edge) -> str:
@@ -56,8 +75,8 @@ def unpack_edge(text: str) -> Edge:
     return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own tasks' rows
 
 
-def _unit_row(rng: Range, capture_id: str, per: dict[tuple, list[list[int]]],
-              opened: dict[tuple, list[int]] | None = None) -> dict:
+def _unit_row(rng: Range, per: dict[tuple, list[list[int]]],
+              opened: dict[tuple, list[int]] | None = None) -> str:
     """The range's reading statistics (the `files` table), walked again without the engine:
     the range's own packets only, so the ranges' counts add up to the file's. `per` gets each
     4-tuple's parts, a new part at each packet in `opened` (where the engine opened a
@@ -96,20 +115,24 @@ def _unit_row(rng: Range, capture_id: str, per: dict[tuple, list[list[int]]],
         "last_ns": last, "error": error,
         "diagnostics": [f"offset {d.offset}: {d.message}" for _n, d in stats.diagnostics],
     }  # fmt: skip
-    return {"kind": "unit", "capture_id": capture_id, "extra": json.dumps(stat)}
+    return json.dumps(stat)
 
 
 def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: str,
                decode: bool = True,
                topic_ids: dict[str, str] | None = None,
-               with_bodies: bool = False, key: int | None = None) -> Iterator[pa.RecordBatch]:
+               with_bodies: bool = False, key: int | None = None,
+               stage: str | None = None) -> Iterator[pa.RecordBatch]:
     """One range's exchange rows (conn_id left empty: the driver names them after the
-    stitch), its topic rows, its unit row and last its edge row; `rng` in each row is `key`
-    (the Spark task's number), by default the range's index."""
+    stitch) and last its edge row (with the topic names and the unit statistics); `rng` in
+    each row is `key` (the Spark task's number), by default the range's index. With `stage`
+    (a directory the driver reads too: local masters), the exchange rows go to the Arrow file
+    `staged_path(stage, key)` instead, and only the edge row is yielded."""
     key = rng.index if key is None else key
     names = RecordingNames(dict(topic_ids or {}))
     builder = RowBuilder(files, capture_id=capture_id, decode=decode, with_bodies=with_bodies)
-    builder.bodies = BodyDecoder(replace(row_context(topic_ids), topic_names=names))
+    builder.bodies = BodyDecoder(
+        facts_context(replace(row_context(topic_ids), topic_names=names), with_bodies))
     edge = Edge(RangeResult(rng.index, rng.base, rng.base))
     rows: list[dict] = []
     batches: list[pa.RecordBatch] = []
@@ -132,16 +155,20 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
 
     t0, c0 = time.perf_counter(), time.process_time()
     edge.result = run_range(rng, opts, on_exchange)
-    yield from batches
-    for tid, name in builder.bodies.names.items():
-        rows.append({"kind": "topic", "capture_id": capture_id, "rng": key,
-                     "extra": json.dumps([tid, name])})
+    if rows:
+        batches.append(pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA))
+    if stage is None:
+        yield from batches
+    else:
+        with pa.OSFile(staged_path(stage, key), "wb") as sink, \
+                pa.ipc.new_file(sink, RANGED_SCHEMA) as out:
+            for b in batches:
+                out.write_batch(b)
+    edge.topics = dict(builder.bodies.names.items())
     opened: dict[tuple, list[int]] = {}
     for conn in edge.result.conns.values():
         opened.setdefault(conn.key, []).append(conn.opened)
-    rows.append({**_unit_row(rng, capture_id, edge.flows, opened), "rng": key})
-    batches = [pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA)]
+    edge.unit = _unit_row(rng, edge.flows, opened)
     edge.task_s = (time.perf_counter() - t0, time.process_time() - c0)
     edge_row = {"kind": "edge", "capture_id": capture_id, "rng": key, "extra": pack_edge(edge)}
-    yield batches[0]
     yield pa.RecordBatch.from_pylist([edge_row], schema=RANGED_SCHEMA)

@@ -12,9 +12,12 @@ when used.
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,16 +46,20 @@ RANGES_ENV = "KANALYZE_SPARK_RANGES"  # "0": never try the range path (docs/spar
 
 @dataclass(slots=True)
 class Ranged:
-    """The range path's stage-2-shaped rows (`decoded`), its persisted task output, and how
-    the work was spread."""
+    """The range path's stage-2-shaped rows: the exchanges (over the persisted task output)
+    and the small side rows (connections, topic names, reading statistics) already on the
+    driver, in `DECODED_SCHEMA`'s column order; and how the work was spread."""
 
-    decoded: DataFrame
-    tasks: DataFrame  # persisted: unpersist when done
+    exchanges: DataFrame
+    side: list[tuple]
+    tasks: DataFrame  # persisted, or read from `stage`: unpersist / remove it when done
     balance: dict[str, float] = field(default_factory=dict)
     # the file ranks of the capture groups whose stitch refused (their rows are not in
     # `decoded`: the caller decodes them with the shuffle pipeline)
     refused: list[int] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    stage: str | None = None  # the staged rows' directory (`tasks` reads it): remove when done
+    keep: list[tuple] = field(default_factory=list)  # (range, index, conn_id, name fixes)
 
 
 RANGES_PER_CORE = 8  # ranges planned per core: even shares when files are rounded to ranges
@@ -305,6 +312,10 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     # remote inputs: the tasks read them through their own Hadoop reader, with these settings
     settings = hadoop_settings(spark) if any(is_uri(p) for p in paths) else None
 
+    # local masters: the tasks leave their rows in files the write job reads back, so only
+    # the edges cross into the JVM before the stitch (no cache of every row)
+    stage = _staging(spark)
+
     def task(batches: Iterator) -> Iterator:
         from kanalyze.spark.inputs import use_worker_hadoop
         from kanalyze.spark.range_rows import range_rows
@@ -314,14 +325,29 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
             for t in b.column("id").to_pylist():
                 t = order[t]
                 yield from range_rows(ranges[t], opts, paths, caps[t], decode, topic_ids,
-                                      with_bodies, key=t)
+                                      with_bodies, key=t, stage=stage)
+
+    def staged(batches: Iterator) -> Iterator:
+        from kanalyze.spark.range_rows import read_staged
+
+        for b in batches:
+            yield from read_staged(stage, iter(b.column("id").to_pylist()))  # type: ignore[arg-type]
 
     n = len(ranges)
     t0 = time.perf_counter()
-    tasks = (spark.range(0, n, 1, n).mapInArrow(task, R.spark_ddl(RANGED_SCHEMA))
-             .persist(StorageLevel.MEMORY_AND_DISK))
-    got = {r["rng"]: unpack_edge(r["extra"])
-           for r in tasks.where(F.col("kind") == "edge").select("rng", "extra").collect()}
+    ddl = R.spark_ddl(RANGED_SCHEMA)
+    out = spark.range(0, n, 1, n).mapInArrow(task, ddl)
+    if stage is None:
+        tasks = out.persist(StorageLevel.MEMORY_AND_DISK)
+        edge_rows = tasks.where(F.col("kind") == "edge")
+    else:
+        tasks, edge_rows = spark.range(0, n, 1, n).mapInArrow(staged, ddl), out
+    try:
+        got = {r["rng"]: unpack_edge(r["extra"])
+               for r in edge_rows.select("rng", "extra").collect()}
+    except BaseException:
+        _drop(tasks, stage)
+        raise
     t1 = time.perf_counter()
     groups: list[_Group] = []
     refused: list[int] = list(left or [])  # the planner's leftovers: the shuffle path's too
@@ -349,9 +375,8 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     if report is not None:
         report.update(waste)
     if not groups:
-        tasks.unpersist()
+        _drop(tasks, stage)
         return None
-    lost = [t for t, r in enumerate(ranges) if r.layout.rank in set(refused)]
     t2 = time.perf_counter()
     keep = [k for g in groups for k in g.keep]
     fixed = any(k[3] for k in keep)
@@ -366,13 +391,14 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     if fixed:
         exchanges = _fill_names(exchanges)
     exchanges = exchanges.select(*cols)
-    side = tasks.where(F.col("kind").isin("topic", "unit"))
-    if lost:  # the refused groups' reading statistics and names come from the shuffle path
-        side = side.where(~F.col("rng").isin(lost))
-    side = side.select(*cols)
-    conns = spark.createDataFrame(
-        [tuple(row.get(c) for c in cols) for g in groups for row in g.conns],
-        R.spark_ddl(R.DECODED_SCHEMA))
+    side = [row for g in groups for row in g.conns]
+    lost = set(refused)  # the refused groups' statistics and names come from the shuffle path
+    for t, r in enumerate(ranges):
+        if r.layout.rank not in lost and t in got:
+            cap = caps[t]
+            side.extend({"kind": "topic", "capture_id": cap, "extra": json.dumps([tid, name])}
+                        for tid, name in got[t].topics.items())
+            side.append({"kind": "unit", "capture_id": cap, "extra": got[t].unit})
     size = sum(f.size for f in files) or 1
     sizes = [r.end - r.start for r in ranges]
     cpu = [got[t].result.cpu_s for t in range(n)]
@@ -395,5 +421,26 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     }
     balance["refused_files"] = len(refused)
     balance.update(waste)
-    return Ranged(exchanges.unionByName(side).unionByName(conns), tasks, balance, refused,
-                  reasons)
+    return Ranged(exchanges, [tuple(row.get(c) for c in cols) for row in side], tasks, balance,
+                  refused, reasons, stage, keep)
+
+
+STAGE_ENV = "KANALYZE_SPARK_STAGE"  # "0": keep the range rows in Spark's cache, local or not
+
+
+def _staging(spark: SparkSession) -> str | None:
+    """A scratch directory for the ranges' rows when the driver and every task share this
+    machine's file system (local masters), else None."""
+    if not (spark.sparkContext.master or "").startswith("local") or \
+            os.environ.get(STAGE_ENV) == "0":
+        return None
+    where = spark.conf.get("spark.local.dir", None) or None
+    path = tempfile.mkdtemp(prefix="kanalyze-ranges-", dir=where.split(",")[0] if where else None)
+    atexit.register(shutil.rmtree, path, True)  # an API user who never unpersists
+    return path
+
+
+def _drop(tasks: DataFrame, stage: str | None) -> None:
+    tasks.unpersist()
+    if stage is not None:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -35,6 +35,13 @@ def row_context(topic_ids: dict[str, str] | None = None) -> DecodeContext:
     return DecodeContext(limits=Limits(max_value_bytes=64), topic_names=dict(topic_ids or {}))
 
 
+def facts_context(ctx: DecodeContext, with_bodies: bool) -> DecodeContext:
+    """`ctx` for the rows' decoding: without body columns only facts are read from the bodies
+    (counts, offsets, sizes: batch headers), so record batches are not decoded record by
+    record (`DecodeContext.record_headers`); with them, in full (the JSON is written)."""
+    return replace(ctx, record_headers=not with_bodies)
+
+
 @dataclass(slots=True)
 class RowBuilder:
     """Exchange → exchanges-table row (the NDJSON names and meanings, plus file pointers)."""
@@ -52,7 +59,8 @@ class RowBuilder:
     def __post_init__(self) -> None:
         base = self.ctx or row_context()
         # each capture group its own registry, preloaded with the user's --topic-ids
-        self.bodies = BodyDecoder(replace(base, topic_names=dict(base.topic_names)))
+        self.bodies = BodyDecoder(facts_context(
+            replace(base, topic_names=dict(base.topic_names)), self.with_bodies))
 
     def conn_id(
         self, engine_key: int, conn_no: int, client: str, broker: str, incarnation: int
@@ -70,6 +78,19 @@ class RowBuilder:
     def _where(self, no: int) -> tuple[str, int]:
         r, f = pointer(no)
         return self.files[r], f
+
+    def _bodies(self, ex: Exchange) -> tuple[Bodies, str | None, str | None]:
+        """Each side decoded once (`--with-bodies`): its JSON text (redacted) and the facts of
+        the same values (`Bodies` would decode them again)."""
+        values = []
+        for msg, is_req in ((ex.request, True), (ex.response, False)):
+            values.append(None if msg is None else self.bodies.json(ex, msg, is_req))
+        req, rsp = values
+        kafka = ex.api_key is not None and ex.api_key >= 0  # not raw SASL: Bodies' rule
+        facts = Bodies.given(ex, self.bodies, req if kafka and isinstance(req, dict) else None,
+                             rsp if kafka and isinstance(rsp, dict) else None)
+        return (facts, None if req is None else dumps(req),
+                None if rsp is None else dumps(rsp))
 
     def row(self, ex: Exchange, conn_id: str) -> dict:
         req, resp = ex.request, ex.response
@@ -118,8 +139,10 @@ class RowBuilder:
             r[f"{side}_file"], r[f"{side}_frame"] = self._where(pdu.last_pkt)
             r[f"{side}_first_file"], r[f"{side}_first_frame"] = self._where(pdu.first_pkt)
             diags.extend(f"{side}:{d.code}:{d.message}" for d in msg.diagnostics)
+        bodies = None
         if self.decode:
-            facts = Bodies(ex, self.bodies).facts
+            bodies = self._bodies(ex) if self.with_bodies else None
+            facts = (bodies[0] if bodies else Bodies(ex, self.bodies)).facts
             parts = [{f: getattr(p, f) for f in PARTITION_FIELDS} for p in facts.partitions]
             topics = sorted(
                 {p["topic"] or p["topic_id"] for p in parts if p["topic"] or p["topic_id"]}
@@ -141,12 +164,8 @@ class RowBuilder:
             ):
                 r[k] = None
         r["diagnostics"] = diags
-        for side, msg, is_req in (("request", req, True), ("response", resp, False)):
-            body = None
-            if self.with_bodies and self.decode and msg is not None:
-                value = self.bodies.json(ex, msg, is_req)
-                body = None if value is None else dumps(value)
-            r[f"{side}_body"] = body
+        r["request_body"] = bodies[1] if bodies else None
+        r["response_body"] = bodies[2] if bodies else None
         start = req or resp
         when = datetime.fromtimestamp(start.pdu.last_ts / 1e9, UTC) if start else None
         r["dt"] = when.date() if when else None

@@ -125,6 +125,9 @@ def session_defaults(master: str | None, conf: dict[str, str] | None = None) -> 
         defaults["spark.ui.enabled"] = "false"
         defaults["spark.sql.shuffle.partitions"] = str(2 * cores)
         defaults["spark.driver.memory"] = "2g"
+        # the one local JVM only plans, moves and writes rows (Python decodes): its optimizing
+        # JIT compiler (C2) cost more CPU than it saved, on the cores the Python tasks need
+        defaults["spark.driver.extraJavaOptions"] = "-XX:TieredStopAtLevel=1"
     defaults.update(conf or {})
     return defaults
 

@@ -218,5 +218,6 @@ def files_table(spark: SparkSession, decoded: DataFrame, plan: Plan) -> DataFram
         .drop("probe_error", "read_error", "whole")
         .withColumn("first_ts", F.timestamp_micros((F.col("first_ns") / 1000).cast("long")))
         .withColumn("last_ts", F.timestamp_micros((F.col("last_ns") / 1000).cast("long")))
-        .orderBy("rank")
+        .coalesce(1)  # one row per input: one task, no sampling job for a global sort
+        .sortWithinPartitions("rank")
     )

@@ -17,7 +17,12 @@ from tests.spark.support import LONG_CAPTURE, offline_keys, spark_keys
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
 from kanalyze.spark.pipeline import build  # noqa: E402
-from kanalyze.spark.range_stage import COUNTERS, plan_file, plan_groups  # noqa: E402
+from kanalyze.spark.range_stage import (  # noqa: E402
+    COUNTERS,
+    STAGE_ENV,
+    plan_file,
+    plan_groups,
+)
 from kanalyze.spark.units import list_inputs, rank_files  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -85,6 +90,12 @@ def test_many_ranges_give_exactly_the_offline_exchanges(spark, tmp_path, monkeyp
     assert len(conns(files)) >= 5 and conns(files) == conns(base_files)
     # the byte counters, summed over each connection's owners, are one process's
     assert all(c["client_stream_bytes"] for c in files[0]["connections"] if c["exchanges"])
+    # the rows kept in Spark's cache (clusters) are the rows staged in files (local masters)
+    monkeypatch.setenv(RANGE_BYTES_ENV, "2048")
+    monkeypatch.setenv(STAGE_ENV, "0")
+    cached_balance, cached, _files = _build(spark, path, ranges=True)
+    assert cached_balance["ranges"] == balance["ranges"]
+    assert sorted(map(repr, cached)) == sorted(map(repr, rows))
 
 
 def test_local_uncompressed_captures_are_cut_unless_they_overlap_in_time(monkeypatch, tmp_path):

@@ -173,3 +173,23 @@ def test_api_names_survive_the_submodules():
     import kanalyze.spark.tables  # noqa: F401 - a submodule import must not shadow the API
 
     assert callable(kanalyze.spark.build_tables) and callable(kanalyze.spark.exchanges)
+
+
+def test_tasks_write_the_table_spark_would_write(spark, runs, tmp_path, monkeypatch):
+    """On a local master the range tasks write `exchanges` themselves (pyarrow): the same
+    rows, Spark schema, partition directories and Parquet types as Spark's own writer."""
+    from kanalyze.spark.pipeline import run_pipeline
+    from kanalyze.spark.range_stage import STAGE_ENV
+
+    monkeypatch.setenv(STAGE_ENV, "0")  # rows in Spark's cache, written by Spark
+    inputs = [str(runs["base"] / "caps" / "long.pcap"), str(SASL)]
+    run_pipeline(spark, inputs, str(tmp_path / "spark"), with_bodies=True)
+    ours, theirs = runs["out"] / "exchanges", tmp_path / "spark" / "exchanges"
+    a, b = spark.read.parquet(str(ours)), spark.read.parquet(str(theirs))
+    assert a.schema == b.schema
+    assert sorted(map(repr, a.collect())) == sorted(map(repr, b.collect()))
+    assert {p.parent.relative_to(ours) for p in ours.glob("dt=*/hour=*/*.parquet")} == {
+        p.parent.relative_to(theirs) for p in theirs.glob("dt=*/hour=*/*.parquet")}
+    mine = pq.read_schema(next(ours.glob("dt=*/hour=*/*.parquet")))
+    spark_s = pq.read_schema(next(theirs.glob("dt=*/hour=*/*.parquet")))
+    assert [(f.name, f.type) for f in mine] == [(f.name, f.type) for f in spark_s]
