@@ -6,7 +6,7 @@ from kanalyze.bodies.decode import BodyDecoder
 from kanalyze.bodies.facts import ExchangeFacts, error_codes, facts_of
 from kanalyze.correlation import Exchange, Message
 
-_UNSET: object = object()
+UNSET: object = object()
 
 
 class Bodies:
@@ -21,8 +21,8 @@ class Bodies:
     def __init__(self, ex: Exchange, decoder: BodyDecoder) -> None:
         self.ex = ex
         self.decoder = decoder
-        self._req: object = _UNSET
-        self._rsp: object = _UNSET
+        self._req: object = UNSET
+        self._rsp: object = UNSET
         self._facts: ExchangeFacts | None = None
 
     @classmethod
@@ -42,13 +42,13 @@ class Bodies:
 
     @property
     def request(self) -> dict | None:
-        if self._req is _UNSET:
+        if self._req is UNSET:
             self._req = self._decode(self.ex.request, True)
         return self._req  # type: ignore[return-value]
 
     @property
     def response(self) -> dict | None:
-        if self._rsp is _UNSET:
+        if self._rsp is UNSET:
             self._rsp = self._decode(self.ex.response, False)
         return self._rsp  # type: ignore[return-value]
 

@@ -43,7 +43,7 @@ from dissectors.context import DecodeContext
 from kanalyze.analysis.wire import batches, fetch_responses, produce_partitions
 from kanalyze.bodies import Bodies, BodyDecoder, ExchangeFacts, Records
 from kanalyze.bodies.decode import DATA_BODIES
-from kanalyze.bodies.exchange import _UNSET
+from kanalyze.bodies.exchange import UNSET
 from kanalyze.bodies.facts import PARTITION_FIELDS, PartitionFacts, error_codes, plain_records
 from kanalyze.bodies.names import TopicNames
 from kanalyze.correlation import Exchange
@@ -248,13 +248,13 @@ class ShippedBodies(Bodies):
 
     @property
     def request(self) -> dict | None:
-        if self._req is _UNSET:
+        if self._req is UNSET:
             self._req = self._take(0)
         return self._req  # type: ignore[return-value]
 
     @property
     def response(self) -> dict | None:
-        if self._rsp is _UNSET:
+        if self._rsp is UNSET:
             self._rsp = self._take(1)
         return self._rsp  # type: ignore[return-value]
 
