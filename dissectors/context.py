@@ -63,6 +63,9 @@ class DecodeContext:
     topic_names: dict[str, str] = field(default_factory=dict)
     # estimated bytes the frame being decoded may still produce; None: no frame budget
     budget: int | None = None
+    # the export's fast path may give a batch's records as their JSON text (NDJSON lines only:
+    # dissectors.record_fragments); set per body by BodyDecoder.fast_json
+    record_fragments: bool = False
 
     def start_budget(self, frame_bytes: int) -> bool:
         """Give the frame about to be decoded its budget (unless one is running: an embedded

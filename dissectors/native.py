@@ -51,6 +51,11 @@ COMPILED: tuple[str, ...] = (
     "kanalyze.resync",
 )
 
+# the Cython extensions tools/compile.py builds (optional too), by import name; each has a
+# `.pyx` source and no `.py` of the same name: its user imports it only when
+# `cython_usable` says so, and runs its pure-Python path otherwise
+CYTHON: tuple[str, ...] = ("dissectors.record_text",)
+
 ROOT = Path(__file__).resolve().parent.parent  # the directory holding both packages
 EXT = importlib.machinery.EXTENSION_SUFFIXES[0]  # e.g. .cpython-311-x86_64-linux-gnu.so
 
@@ -63,6 +68,22 @@ def source(name: str) -> Path:
 def extension(name: str) -> Path:
     """Where the compiled extension of a listed module is built."""
     return ROOT / (name.replace(".", "/") + EXT)
+
+
+def pyx_source(name: str) -> Path:
+    """The `.pyx` file of a listed Cython module."""
+    return ROOT / (name.replace(".", "/") + ".pyx")
+
+
+def cython_usable(name: str) -> bool:
+    """Whether the Cython module `name` is built, not older than its `.pyx` and not switched
+    off by KANALYZE_PURE (a user imports it only then)."""
+    if pure_forced():
+        return False
+    try:
+        return extension(name).stat().st_mtime >= pyx_source(name).stat().st_mtime
+    except OSError:
+        return False
 
 
 def pure_forced() -> bool:

@@ -11,6 +11,10 @@ count, a control batch, a legacy message set, a decompression problem --
 raises `NotClean` and the caller takes the reference path. A batch cut by the
 end of the field (a Fetch trimmed at max_bytes) is normal and has no
 diagnostic: it is decoded here too.
+
+With `ctx.record_fragments` (the NDJSON lines) and the compiled encoder built, a batch's
+records are its JSON text (`record_fragments.RecordsText`) instead of a list of dicts; the
+encoder gives up on anything unusual and the record loop then decides, as without it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dissectors.batch_header import (
 from dissectors.compression import CODEC_NAMES, decompress, output_cap
 from dissectors.context import RECORD_COST, DecodeContext
 from dissectors.record_batch import record_args
+from dissectors.record_fragments import records_text
 from dissectors.record_reader import read_records
 from dissectors.records import MAGIC_OFFSET, unknown_partial
 
@@ -78,7 +83,15 @@ def _batch(
     args = record_args(header, ctx)
     diags = []
     start = pos + HEADER_SIZE
-    if codec == 0:
+    records: object
+    text = None  # the records as JSON text (record_fragments), when the encoder wrote them
+    if codec == 0 and ctx.record_fragments:
+        text = records_text(data, start, batch_end, args, partial)
+    if text is not None:
+        records = text[0]
+        if not partial and text[1] != header.record_count:
+            raise NotClean("bad record")
+    elif codec == 0:
         records, spans, _ = read_records(data, start, batch_end, args, diags, cut=partial)
         if diags or not partial and len(spans) - 1 != header.record_count:
             raise NotClean("bad record")
@@ -90,8 +103,13 @@ def _batch(
         res = decompress(codec, view[start:batch_end], cap)
         if res.error is not None:
             raise NotClean("decompression")
-        if res.data:
-            records, spans, _ = read_records(res.data, 0, len(res.data), args, diags, cut=False)
+        inflated = res.data
+        if inflated and ctx.record_fragments:
+            text = records_text(inflated, 0, len(inflated), args, False)
+        if text is not None:
+            records, found = text
+        elif inflated:
+            records, spans, _ = read_records(inflated, 0, len(inflated), args, diags, cut=False)
             found = len(spans) - 1
         else:
             records, found = [], 0

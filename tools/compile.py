@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compile kanalyze's hot modules with mypyc, in place (optional; needs a C compiler).
+"""Compile kanalyze's hot modules with mypyc and Cython, in place (optional; needs a C compiler).
 
     python tools/compile.py            # build the extensions beside their .py files
     python tools/compile.py --check    # say which path this checkout runs: compiled or pure
@@ -10,7 +10,11 @@ pure-Python path, used when nothing is built, when `KANALYZE_PURE=1` is set, and
 source is newer than its build (rebuild after editing one). mypyc ships with mypy (a test
 dependency); the generated C and object files go to a scratch directory, the extensions
 (`*.so`, ignored by git) next to their sources plus one shared library for the group,
-`kanalyze_native__mypyc*.so`, at the repo root. See docs/performance.md.
+`kanalyze_native__mypyc*.so`, at the repo root.
+
+Then the Cython modules (`CYTHON` in `dissectors/native.py`, `.pyx` sources: the export's
+record encoder), when Cython is installed (`pip install cython`; without it they are skipped
+and their users run their pure-Python path). See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -47,13 +51,16 @@ setup(
 
 def artifacts() -> list[Path]:
     """Every file a build leaves in the tree: each package's extension modules that sit beside
-    a source of the same name (also those of a module since dropped from the list: it would
-    load against a newer group library) and the group library."""
+    a source of the same name, `.py` or `.pyx` (also those of a module since dropped from the
+    list: it would load against a newer group library) and the group library."""
     out = [
         path
         for package in ("kanalyze", "dissectors")
         for path in sorted((ROOT / package).rglob(f"*{native.EXT}"))
-        if path.with_name(path.name[: -len(native.EXT)] + ".py").exists()
+        if any(
+            path.with_name(path.name[: -len(native.EXT)] + suffix).exists()
+            for suffix in (".py", ".pyx")
+        )
     ]
     return out + sorted(ROOT.glob(f"{GROUP}__mypyc*{native.EXT}"))
 
@@ -98,6 +105,47 @@ def build() -> int:
         clean()
         return 1
     print(f"compiled {len(paths)} modules with mypyc: {', '.join(native.COMPILED)}")
+    return build_cython()
+
+
+# the Cython modules, each in a child (as above)
+_CYTHON = """
+import sys
+from setuptools import Extension, setup
+from Cython.Build import cythonize
+name, path, scratch = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.argv = [sys.argv[0]]
+setup(
+    name="kanalyze-cython",
+    ext_modules=cythonize([Extension(name, [path])], build_dir=scratch + "/c", quiet=True),
+    script_args=["-q", "build_ext", "--inplace", "--build-temp", scratch + "/obj",
+                 "--build-lib", scratch + "/lib"],
+)
+"""
+
+
+def build_cython() -> int:
+    """Build `native.CYTHON`; skipped (exit 0) when Cython is not installed."""
+    try:
+        import Cython  # noqa: F401
+    except ImportError:
+        print("Cython not installed: the record encoder is not built (pip install cython)")
+        return 0
+    for name in native.CYTHON:
+        with tempfile.TemporaryDirectory(prefix="kanalyze-cython-") as scratch:
+            path = str(native.pyx_source(name).relative_to(ROOT))
+            done = subprocess.run(
+                [sys.executable, "-c", _CYTHON, name, path, scratch],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
+        if done.returncode != 0:
+            sys.stderr.write(done.stdout + done.stderr)
+            print(f"Cython build of {name} failed; its pure-Python path runs", file=sys.stderr)
+            native.extension(name).unlink(missing_ok=True)
+            return 1
+    print(f"compiled {len(native.CYTHON)} modules with Cython: {', '.join(native.CYTHON)}")
     return 0
 
 

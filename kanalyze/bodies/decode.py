@@ -112,25 +112,35 @@ class BodyDecoder:
         )
         return node, ctx
 
-    def fast_json(self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk) -> object:
+    def fast_json(
+        self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk, text: bool = False
+    ) -> object:
         """The body's JSON value straight from the bytes (`dissectors.fastjson`) when the body
-        decodes cleanly, else FALLBACK (the tree decides: `json`)."""
+        decodes cleanly, else FALLBACK (the tree decides: `json`). `text`: record batches may
+        hold their records as JSON text (`dissectors.record_fragments`: for NDJSON lines)."""
         if ex.api_key is None or ex.api_version is None or ex.api_key == SASL_RAW_API:
             return FALLBACK
         data = msg.pdu.data
         ctx = self.context(ex.api_key, is_request)
+        ctx.record_fragments = text and self.links is None  # the links read record offsets
         return decode_body_json(
             ex.api_key, ex.api_version, is_request, data, msg.body_offset, len(data), ctx, walk
         )
 
     def json(
-        self, ex: Exchange, msg: Message, is_request: bool, walk: JsonWalk | None = None
+        self,
+        ex: Exchange,
+        msg: Message,
+        is_request: bool,
+        walk: JsonWalk | None = None,
+        text: bool = False,
     ) -> object:
         """The body's JSON value (None when its api is unknown), equal to
         `node_to_json(self.node(...))`; with `walk`, the body's diagnostics are appended to
-        `walk.diagnostics` (JSON form) and odd floats noted."""
+        `walk.diagnostics` (JSON form) and odd floats noted. `text`: records may come as their
+        JSON text (`fast_json`), for a caller that only writes the value out."""
         w = JsonWalk() if walk is None else walk
-        value = self.fast_json(ex, msg, is_request, w)
+        value = self.fast_json(ex, msg, is_request, w, text)
         if value is FALLBACK:
             node, ctx = self.node(ex, msg, is_request)
             if node is None:

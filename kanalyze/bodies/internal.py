@@ -32,6 +32,7 @@ from dissectors import (
     read_uvarint,
     schemas,
 )
+from dissectors.record_fragments import records_of
 from kanalyze.bodies.names import METADATA_TOPIC, TopicNames
 
 INTERNAL_TOPICS = frozenset(schemas.INTERNAL_KEYS)
@@ -124,7 +125,7 @@ class InternalRecords:
                 records = p.get("records") if isinstance(p, dict) else None
                 for b in (records.get("batches") if isinstance(records, dict) else None) or []:
                     if isinstance(b, dict) and not b.get("is_control"):
-                        for r in b.get("records") or []:
+                        for r in records_of(b):  # dicts, also when given as text
                             if isinstance(r, dict):
                                 self._record(topic, r, ctx)
 

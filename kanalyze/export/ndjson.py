@@ -24,22 +24,36 @@ SCHEMA_VERSION = "kanalyze.exchange/1"
 # import (json, uuid, platform, zoneinfo, datetime) is a tenth of that path's start-up
 _orjson_dumps: Callable[..., bytes] | None = None
 _ORJSON_OPTS = 0
+# orjson's `default` and json's spelling for record batches given as JSON text
+# (`dissectors.record_fragments`), loaded with orjson
+_as_json: Any = None
+_dumps_text: Callable[[object], str] = dumps
 
 
 def _load_orjson() -> Callable[..., bytes]:
-    global _orjson_dumps, _ORJSON_OPTS
+    global _orjson_dumps, _ORJSON_OPTS, _as_json, _dumps_text
+    import json
+
     import orjson
+
+    from dissectors.record_fragments import as_json, as_value
 
     # types json cannot encode must not be encoded by orjson either (the fallback then raises
     # as `dumps` would)
     _ORJSON_OPTS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+    _as_json = as_json
+    # json with the project's spelling (`kanalyze.jsontext`), reading batches given as text
+    _dumps_text = json.JSONEncoder(
+        ensure_ascii=False, separators=(",", ":"), default=as_value
+    ).encode
     _orjson_dumps = orjson.dumps
     return _orjson_dumps
 
 
 def _fast_encode(obj: object) -> bytes | str:
     """`dumps(obj)` as orjson's UTF-8 bytes when orjson spells obj the same way, else as
-    json's text.
+    json's text. Records given as their JSON text (`dissectors.record_fragments`) are spliced
+    in as they are (orjson) or read back first (json): the same bytes as their dicts give.
 
     With ensure_ascii off and compact separators, the two agree byte for byte on dicts with
     str keys, lists, str, None, bools, ints within 64 bits and floats that are 0 or
@@ -50,9 +64,9 @@ def _fast_encode(obj: object) -> bytes | str:
     """
     encode: Any = _orjson_dumps or _load_orjson()
     try:
-        return encode(obj, None, _ORJSON_OPTS)
+        return encode(obj, _as_json, _ORJSON_OPTS)
     except TypeError:
-        return dumps(obj)
+        return _dumps_text(obj)
 
 
 def _plain_float(x: float | None) -> bool:
@@ -108,7 +122,8 @@ class ExchangeEncoder:
         return self._message(ex, msg, is_request, None)
 
     def _message(
-        self, ex: Exchange, msg: Message | None, is_request: bool, walk: JsonWalk | None
+        self, ex: Exchange, msg: Message | None, is_request: bool, walk: JsonWalk | None,
+        text: bool = False,
     ) -> dict[str, object] | None:
         if msg is None:
             return None
@@ -117,7 +132,7 @@ class ExchangeEncoder:
         if self.decode:  # the value and the body's diagnostics in one pass
             w = _walk() if walk is None else walk
             mark = len(w.diagnostics)
-            body = self.bodies.json(ex, msg, is_request, w)
+            body = self.bodies.json(ex, msg, is_request, w, text)
             diags.extend(w.diagnostics[mark:])
         return self._message_dict(msg, body, diags)
 
@@ -137,8 +152,11 @@ class ExchangeEncoder:
     def encode(self, ex: Exchange) -> dict[str, object]:
         return self._encode(ex, None)
 
-    def _encode(self, ex: Exchange, walk: JsonWalk | None) -> dict[str, object]:
-        """`encode`; with `walk`, diagnostics are gathered while building the bodies."""
+    def _encode(
+        self, ex: Exchange, walk: JsonWalk | None, text: bool = False
+    ) -> dict[str, object]:
+        """`encode`; with `walk`, diagnostics are gathered while building the bodies; `text`:
+        records may be given as their JSON text (for the line only: `_decoded_line`)."""
         lat = ex.latency_ns
         out: dict[str, object] = {
             "schema": SCHEMA_VERSION,
@@ -150,8 +168,8 @@ class ExchangeEncoder:
             "client_id": ex.client_id,
             "status": ex.status,
             "latency_ms": None if lat is None else round(lat / 1e6, 3),
-            "request": self._message(ex, ex.request, True, walk),
-            "response": self._message(ex, ex.response, False, walk),
+            "request": self._message(ex, ex.request, True, walk, text),
+            "response": self._message(ex, ex.response, False, walk, text),
         }
         if ex.acks is not None:
             out["acks"] = ex.acks
@@ -187,9 +205,11 @@ class ExchangeEncoder:
             gc.disable()
         d: dict[str, object] | None = None
         try:
-            d = self._encode(ex, walk)
+            d = self._encode(ex, walk, True)
             if walk.odd_float or not _plain_times(d):
-                return dumps(d)
+                if _orjson_dumps is None:
+                    _load_orjson()  # json's spelling of batches given as text comes with it
+                return _dumps_text(d)
             return _fast_encode(d)
         finally:
             d = None  # the tree goes before the collector resumes

@@ -1,0 +1,430 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The JSON text of a magic-2 batch's records, written straight from the record bytes.
+
+The export's record loop (`record_reader.read_records`) builds one dict per record, and
+orjson then writes it out: most of a full export's CPU goes into making and freeing those
+dicts (docs/performance.md). This module writes the same text, byte for byte, without any
+Python object per record: `encode_records` walks the records as `read_records` does and
+writes `[{"offset":...,"headers":[...]},...]` into a C buffer.
+
+It vouches only for records that decode without a single diagnostic: on anything the
+reference loop would report or treat specially (a bad length or varint, bytes left over, a
+varint longer than 4 bytes (9 for the timestamp delta), a sum beyond 64 bits, the record
+limit or decode budget reached) it returns None and the caller runs `read_records`, which
+decides. Values must not be truncated (`limits.max_value_bytes` unset) and the batch must
+not be a control batch; the caller checks both.
+
+Compiled with Cython by `python tools/compile.py` (optional); without it the export builds
+the dicts as before. `tests/unit/dissectors/test_record_text.py` compares its bytes with the
+dict path's on random batches.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
+
+from dissectors.record_values import iso_timestamp
+
+cdef struct Out:
+    char *buf
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _grow(Out *o, Py_ssize_t need) except -1:
+    """Room for `need` more bytes."""
+    cdef Py_ssize_t cap = o.cap * 2
+    if cap < o.n + need + 256:
+        cap = o.n + need + 256
+    cdef char *p = <char *> realloc(o.buf, cap)
+    if p == NULL:
+        raise MemoryError()
+    o.buf = p
+    o.cap = cap
+    return 0
+
+
+cdef inline int _put(Out *o, const char *s, Py_ssize_t n) except -1:
+    if o.n + n > o.cap:
+        _grow(o, n)
+    memcpy(o.buf + o.n, s, n)
+    o.n += n
+    return 0
+
+
+cdef int _put_int(Out *o, int64_t v) except -1:
+    """A signed 64-bit integer in decimal (as `str(int)`)."""
+    cdef char tmp[24]
+    cdef int i = 24
+    cdef uint64_t u
+    if v < 0:
+        u = <uint64_t> 0 - <uint64_t> v
+    else:
+        u = <uint64_t> v
+    while True:
+        i -= 1
+        tmp[i] = <char> (48 + u % 10)
+        u //= 10
+        if u == 0:
+            break
+    if v < 0:
+        i -= 1
+        tmp[i] = b'-'
+    return _put(o, tmp + i, 24 - i)
+
+
+cdef const char *_HEX = b"0123456789abcdef"
+cdef const char *_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+cdef bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil:
+    """Whether s[:n] is UTF-8 as Python's strict decoder takes it: no overlong forms, no
+    surrogates, nothing above U+10FFFF, no cut or stray sequences."""
+    cdef Py_ssize_t i = 0
+    cdef uint8_t c, c1
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if c < 0xC2:
+            return False
+        if c < 0xE0:
+            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+            continue
+        if c < 0xF0:
+            if i + 2 >= n:
+                return False
+            c1 = s[i + 1]
+            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
+                return False
+            if c == 0xE0 and c1 < 0xA0:
+                return False
+            if c == 0xED and c1 > 0x9F:
+                return False
+            i += 3
+            continue
+        if c > 0xF4 or i + 3 >= n:
+            return False
+        c1 = s[i + 1]
+        if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
+            return False
+        if c == 0xF0 and c1 < 0x90:
+            return False
+        if c == 0xF4 and c1 > 0x8F:
+            return False
+        i += 4
+    return True
+
+
+cdef int _put_text(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
+    """Valid UTF-8 as a JSON string: `"`, backslash and control characters escaped as json
+    and orjson escape them (\\b \\t \\n \\f \\r, else \\u00xx), everything else as it is."""
+    if o.n + 6 * n + 2 > o.cap:
+        _grow(o, 6 * n + 2)
+    cdef char *w = o.buf + o.n
+    cdef Py_ssize_t i
+    cdef uint8_t c
+    w[0] = b'"'
+    w += 1
+    for i in range(n):
+        c = s[i]
+        if c >= 0x20 and c != 0x22 and c != 0x5C:
+            w[0] = <char> c
+            w += 1
+        elif c == 0x22 or c == 0x5C:
+            w[0] = b'\\'
+            w[1] = <char> c
+            w += 2
+        elif c == 0x08:
+            w[0] = b'\\'
+            w[1] = b'b'
+            w += 2
+        elif c == 0x09:
+            w[0] = b'\\'
+            w[1] = b't'
+            w += 2
+        elif c == 0x0A:
+            w[0] = b'\\'
+            w[1] = b'n'
+            w += 2
+        elif c == 0x0C:
+            w[0] = b'\\'
+            w[1] = b'f'
+            w += 2
+        elif c == 0x0D:
+            w[0] = b'\\'
+            w[1] = b'r'
+            w += 2
+        else:
+            w[0] = b'\\'
+            w[1] = b'u'
+            w[2] = b'0'
+            w[3] = b'0'
+            w[4] = _HEX[c >> 4]
+            w[5] = _HEX[c & 15]
+            w += 6
+    w[0] = b'"'
+    w += 1
+    o.n = w - o.buf
+    return 0
+
+
+cdef int _put_b64(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
+    """`{"b64":"<base64>"}`, as `record_values.render_bytes` renders bytes that are not UTF-8."""
+    cdef Py_ssize_t size = ((n + 2) // 3) * 4
+    if o.n + size + 12 > o.cap:
+        _grow(o, size + 12)
+    _put(o, b'{"b64":"', 8)
+    cdef char *w = o.buf + o.n
+    cdef Py_ssize_t i = 0
+    cdef unsigned int v
+    while i + 3 <= n:
+        v = (s[i] << 16) | (s[i + 1] << 8) | s[i + 2]
+        w[0] = _B64[(v >> 18) & 63]
+        w[1] = _B64[(v >> 12) & 63]
+        w[2] = _B64[(v >> 6) & 63]
+        w[3] = _B64[v & 63]
+        w += 4
+        i += 3
+    if n - i == 1:
+        v = s[i] << 16
+        w[0] = _B64[(v >> 18) & 63]
+        w[1] = _B64[(v >> 12) & 63]
+        w[2] = b'='
+        w[3] = b'='
+        w += 4
+    elif n - i == 2:
+        v = (s[i] << 16) | (s[i + 1] << 8)
+        w[0] = _B64[(v >> 18) & 63]
+        w[1] = _B64[(v >> 12) & 63]
+        w[2] = _B64[(v >> 6) & 63]
+        w[3] = b'='
+        w += 4
+    o.n = w - o.buf
+    return _put(o, b'"}', 2)
+
+
+cdef int _put_bytes(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
+    """A key, value or header value of n >= 0 bytes: text when UTF-8, else base64."""
+    if _utf8_valid(s, n):
+        return _put_text(o, s, n)
+    return _put_b64(o, s, n)
+
+
+# what _varint returns besides OK: the varint runs past `end` (a cut batch stops there), or it
+# is longer than this module takes (the reference loop decides)
+cdef enum:
+    OK = 0
+    CUT = 1
+    ODD = 2
+
+
+cdef inline int _varint(
+    const uint8_t *d, Py_ssize_t *pos, Py_ssize_t end, int most, int64_t *out
+) noexcept nogil:
+    """A zig-zag varint of at most `most` bytes (4: 28 bits, 9: 63 bits) at pos[0]."""
+    cdef uint64_t u = 0
+    cdef int shift = 0
+    cdef int k
+    cdef Py_ssize_t p = pos[0]
+    cdef uint8_t b
+    for k in range(most):
+        if p >= end:
+            return CUT
+        b = d[p]
+        p += 1
+        u |= (<uint64_t> (b & 0x7F)) << shift
+        if b < 0x80:
+            pos[0] = p
+            out[0] = <int64_t> (u >> 1) ^ -(<int64_t> (u & 1))
+            return OK
+        shift += 7
+    if p >= end:
+        return CUT
+    return ODD
+
+
+cdef inline bint _add(int64_t a, int64_t b, int64_t *out) noexcept nogil:
+    """a + b when it fits in 64 bits."""
+    if (b > 0 and a > INT64_MAX - b) or (b < 0 and a < INT64_MIN - b):
+        return False
+    out[0] = a + b
+    return True
+
+
+_ISO: dict = {}  # timestamp (ms) -> its JSON text (quoted ISO-8601, or null), bounded
+
+
+cdef bytes _iso_json(int64_t ts):
+    key = ts
+    text = _ISO.get(key)
+    if text is None:
+        iso = iso_timestamp(key)
+        text = b"null" if iso is None else b'"' + iso.encode("ascii") + b'"'
+        if len(_ISO) >= 65536:
+            _ISO.clear()
+        _ISO[key] = text
+    return <bytes> text
+
+
+def encode_records(
+    bytes data,
+    Py_ssize_t pos,
+    Py_ssize_t end,
+    int64_t base_offset,
+    int64_t base_ts,
+    object log_append,
+    bytes ts_type_json,
+    Py_ssize_t limit,
+    bint cut,
+):
+    """The records in data[pos:end] as the JSON text of their list, and how many there are:
+    `(text, count)`, or None when the reference loop must decide (see the module docstring).
+
+    `log_append`: the batch's log-append time (None: each record its own timestamp);
+    `ts_type_json`: the timestamp type as JSON text; `limit`: the most records to decode
+    (the record limit and the decode budget); `cut`: the bytes stop early (a partial batch),
+    so a record running past `end` ends the list instead of being an error."""
+    if pos < 0 or end > PyBytes_GET_SIZE(data) or pos > end:
+        return None
+    cdef const uint8_t *d = <const uint8_t *> PyBytes_AS_STRING(data)
+    cdef const char *tstype = PyBytes_AS_STRING(ts_type_json)
+    cdef Py_ssize_t tstype_n = PyBytes_GET_SIZE(ts_type_json)
+    cdef bint has_la = log_append is not None
+    cdef int64_t la = log_append if has_la else 0
+    cdef Out o
+    o.n = 0
+    o.cap = 256 + (end - pos) * 2
+    o.buf = <char *> malloc(o.cap)
+    if o.buf == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t idx = 0, rec_end, key_off, value_off, hk, hv
+    cdef int64_t length, ts_delta, offset_delta, key_len, value_len, count, hk_len, hv_len
+    cdef int64_t offset, ts, j
+    cdef int r
+    cdef int64_t last_ts = 0
+    cdef bytes iso = None
+    try:
+        _put(&o, b"[", 1)
+        while pos < end:
+            if idx >= limit:
+                return None
+            r = _varint(d, &pos, end, 4, &length)
+            if r != OK:
+                if r == CUT and cut:
+                    break
+                return None
+            rec_end = pos + length
+            if length <= 0 or rec_end > end:
+                if cut and rec_end > end:
+                    break
+                return None
+            # attributes, timestamp delta, offset delta, key
+            if pos >= rec_end:
+                return None
+            attributes = d[pos]
+            pos += 1
+            if _varint(d, &pos, rec_end, 9, &ts_delta) != OK:
+                return None
+            if _varint(d, &pos, rec_end, 4, &offset_delta) != OK:
+                return None
+            if _varint(d, &pos, rec_end, 4, &key_len) != OK:
+                return None
+            key_off = pos
+            if key_len > 0:
+                if key_len > rec_end - pos:
+                    return None
+                pos += key_len
+            elif key_len < -1:
+                return None
+            if _varint(d, &pos, rec_end, 4, &value_len) != OK:
+                return None
+            value_off = pos
+            if value_len > 0:
+                if value_len > rec_end - pos:
+                    return None
+                pos += value_len
+            elif value_len < -1:
+                return None
+            if _varint(d, &pos, rec_end, 4, &count) != OK:
+                return None
+            if count != 0 and (count < 0 or count > (rec_end - pos) // 2):
+                return None
+            if has_la:
+                ts = la
+            elif not _add(base_ts, ts_delta, &ts):
+                return None
+            if not _add(base_offset, offset_delta, &offset):
+                return None
+            # the record, keys in the reference loop's order
+            if idx:
+                _put(&o, b',{"offset":', 11)
+            else:
+                _put(&o, b'{"offset":', 10)
+            _put_int(&o, offset)
+            _put(&o, b',"offset_delta":', 16)
+            _put_int(&o, offset_delta)
+            _put(&o, b',"timestamp":', 13)
+            if iso is None or ts != last_ts:
+                iso = _iso_json(ts)
+                last_ts = ts
+            _put(&o, PyBytes_AS_STRING(iso), PyBytes_GET_SIZE(iso))
+            _put(&o, b',"timestamp_ms":', 16)
+            _put_int(&o, ts)
+            _put(&o, b',"timestamp_type":', 18)
+            _put(&o, tstype, tstype_n)
+            _put(&o, b',"attributes":', 14)
+            _put_int(&o, attributes)
+            _put(&o, b',"key":', 7)
+            if key_len < 0:
+                _put(&o, b"null", 4)
+            else:
+                _put_bytes(&o, d + key_off, key_len)
+            _put(&o, b',"value":', 9)
+            if value_len < 0:
+                _put(&o, b"null", 4)
+            else:
+                _put_bytes(&o, d + value_off, value_len)
+            _put(&o, b',"headers":[', 12)
+            j = 0
+            while j < count:
+                if _varint(d, &pos, rec_end, 4, &hk_len) != OK or hk_len < 0:
+                    return None
+                if hk_len > rec_end - pos:
+                    return None
+                hk = pos
+                pos += hk_len
+                if _varint(d, &pos, rec_end, 4, &hv_len) != OK:
+                    return None
+                hv = pos
+                if hv_len > 0:
+                    if hv_len > rec_end - pos:
+                        return None
+                    pos += hv_len
+                elif hv_len < -1:
+                    return None
+                if j:
+                    _put(&o, b',{"key":', 8)
+                else:
+                    _put(&o, b'{"key":', 7)
+                _put_bytes(&o, d + hk, hk_len)
+                _put(&o, b',"value":', 9)
+                if hv_len < 0:
+                    _put(&o, b"null", 4)
+                else:
+                    _put_bytes(&o, d + hv, hv_len)
+                _put(&o, b"}", 1)
+                j += 1
+            _put(&o, b"]}", 2)
+            if pos != rec_end:
+                return None
+            idx += 1
+            pos = rec_end
+        _put(&o, b"]", 1)
+        return PyBytes_FromStringAndSize(o.buf, o.n), idx
+    finally:
+        free(o.buf)
