@@ -1,0 +1,326 @@
+"""The compiled record encoder (`dissectors/record_text.pyx`) against the dict path.
+
+Where it is built (`python tools/compile.py`), random record streams -- null keys and values,
+headers, control characters, quotes, invalid and edge UTF-8, big and negative varints, sums
+past 64 bits, the record limit and decode budget, cut and damaged bytes -- go through the
+encoder and through `read_records`: whenever the encoder answers, the reference found no
+diagnostic, the counts and the budget agree, and its text is what orjson and json write for
+the reference's dicts. Whole batches (every codec, every prefix, bit flips, the committed
+adversarial inputs) go through `records_json` with and without record text and must give the
+same NDJSON bytes. Skipped where nothing is built; the switch, the json fallback and the
+reading back of record text are tested everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from records_inputs import DATA
+from test_records_json import clean_inputs
+
+from dissectors import native
+from dissectors.context import DecodeContext, Limits
+from dissectors.record_fragments import (
+    ENCODE,
+    RecordsText,
+    as_json,
+    as_value,
+    records_of,
+    records_text,
+)
+from dissectors.record_reader import read_records
+from dissectors.records_json import NotClean, records_json
+from kanalyze.export.ndjson import _dumps_text, _fast_encode
+from kanalyze.jsontext import dumps
+
+ROOT = Path(__file__).resolve().parents[3]
+built = pytest.mark.skipif(ENCODE is None, reason="record encoder not built (tools/compile.py)")
+
+
+# ------------------------------------------------------------------ record bytes
+
+
+def _uvarint(u: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = u & 0x7F
+        u >>= 7
+        if u:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _varint(n: int) -> bytes:
+    return _uvarint(n << 1 if n >= 0 else ((-n) << 1) - 1)
+
+
+def _field(data: bytes | None) -> bytes:
+    return _varint(-1) if data is None else _varint(len(data)) + data
+
+
+EDGES = [
+    b"",
+    b'\x00\x01\x08\t\n\x0b\x0c\r\x1f"\\/\x7f',  # every escape json and orjson write
+    "é€\U0010ffff\u2028".encode(),  # 2, 3 and 4 bytes, the highest code point, U+2028
+    b"\xed\xa0\x80",  # a surrogate: not UTF-8 for Python
+    b"\xf4\x90\x80\x80",  # above U+10FFFF
+    b"\xc0\x80",  # overlong
+    b"\xe0\x80\x80",  # overlong
+    b"\xf0\x80\x80\x80",  # overlong
+    b"\xe2\x82",  # cut sequence
+    b"\x80abc",  # stray continuation byte
+    b"\xff",
+]
+
+byte_values = st.one_of(
+    st.binary(max_size=24),
+    st.text(max_size=12).map(lambda s: s.encode("utf-8", "surrogatepass")),
+    st.sampled_from(EDGES),
+)
+nullable = st.one_of(st.none(), byte_values)
+I64 = st.integers(-(2**63), 2**63 - 1)
+deltas = st.one_of(st.integers(-300, 300), st.integers(-(2**31), 2**31 - 1))
+ts_deltas = st.one_of(st.integers(-300, 300), I64)
+
+
+@st.composite
+def records(draw: st.DrawFn) -> tuple[bytes, list[tuple[int, int, int]]]:
+    """A record stream and, per record, its (offset delta, timestamp delta, body length)."""
+    out, meta = bytearray(), []
+    for _ in range(draw(st.integers(0, 6))):
+        ts, off = draw(ts_deltas), draw(deltas)
+        body = bytes([draw(st.integers(0, 255))]) + _varint(ts) + _varint(off)
+        body += _field(draw(nullable)) + _field(draw(nullable))
+        headers = draw(st.lists(st.tuples(byte_values, nullable), max_size=3))
+        body += _varint(len(headers))
+        for hk, hv in headers:
+            body += _field(hk) + _field(hv)
+        out += _varint(len(body)) + body
+        meta.append((off, ts, len(body)))
+    return bytes(out), meta
+
+
+def _damage(data: bytes, how: int, where: int, byte: int) -> bytes:
+    if not data or how == 0:
+        return data
+    i = where % len(data)
+    if how == 1:
+        return data[:i]  # cut
+    if how == 2:
+        return data[:i] + bytes([byte]) + data[i + 1 :]  # one byte changed
+    return data + bytes([byte, byte ^ 0x5A])  # trailing bytes
+
+
+def _fits(value: int) -> bool:
+    return -(2**63) <= value < 2**63
+
+
+# ------------------------------------------------------------------ the encoder
+
+
+@built
+@settings(max_examples=600, deadline=None)
+@given(
+    stream=records(),
+    base_offset=st.one_of(st.integers(0, 10**6), I64),
+    base_ts=st.one_of(st.just(1_700_000_000_000), st.just(-1), I64),
+    log_append=st.one_of(st.none(), st.just(1_700_000_000_123), st.just(-1), I64),
+    ts_type=st.sampled_from(["create", "log_append"]),
+    limit=st.one_of(st.just(250_000), st.integers(0, 6)),
+    budget=st.one_of(st.none(), st.integers(0, 8 * 1024)),
+    cut=st.booleans(),
+    damage=st.tuples(st.integers(0, 3), st.integers(0, 10**6), st.integers(0, 255)),
+)
+def test_encoder_writes_what_the_dicts_give(
+    stream: tuple[bytes, list[tuple[int, int, int]]],
+    base_offset: int,
+    base_ts: int,
+    log_append: int | None,
+    ts_type: str,
+    limit: int,
+    budget: int | None,
+    cut: bool,
+    damage: tuple[int, int, int],
+) -> None:
+    clean, meta = stream
+    data = _damage(clean, *damage)
+    mine, ref = DecodeContext(budget=budget), DecodeContext(budget=budget)
+    got = records_text(data, 0, len(data), (base_offset, base_ts, log_append, ts_type, False,
+                                            mine, limit), cut)
+    diags: list = []
+    recs, spans, _ = read_records(
+        data, 0, len(data), (base_offset, base_ts, log_append, ts_type, False, ref, limit),
+        diags, cut=cut,
+    )
+    if got is None:
+        # it may decline only what it leaves to the reference: damage, limits, odd varints
+        # (longer than 4 bytes, 9 for the timestamp delta) or sums beyond 64 bits
+        ordinary = all(
+            abs(off) < 2**27
+            and abs(ts) < 2**62
+            and size < 2**27
+            and _fits(base_offset + off)
+            and (log_append is not None or _fits(base_ts + ts))
+            for off, ts, size in meta
+        )
+        afford = limit if budget is None else min(limit, budget // 1024)
+        assert damage[0] != 0 or not ordinary or len(meta) > afford, (data, diags)
+        assert mine.budget == budget  # nothing spent: the reference spends
+        return
+    text, count = got
+    assert isinstance(text, RecordsText)
+    assert not diags, diags
+    assert count == len(spans) - 1 == len(recs)
+    assert mine.budget == ref.budget
+    assert text.text == orjson.dumps(recs)
+    assert text.text == dumps(recs).encode()
+
+
+@built
+def test_encoder_declines_values_to_truncate_and_control_batches() -> None:
+    data = _varint(8) + b"\x00\x00\x00" + _field(b"k") + _field(b"v") + b"\x00"
+    args = (0, 0, None, "create", False, DecodeContext(), 10)
+    assert records_text(data, 0, len(data), args, False) is not None
+    ctx = DecodeContext(limits=Limits(max_value_bytes=3))
+    assert records_text(data, 0, len(data), (0, 0, None, "create", False, ctx, 10), False) is None
+    control = (0, 0, None, "create", True, DecodeContext(), 10)
+    assert records_text(data, 0, len(data), control, False) is None
+    assert records_text(bytearray(data), 0, len(data), args, False) is None  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ whole batches
+
+
+def _line(value: object) -> bytes:
+    return _fast_encode({"records": value})  # type: ignore[return-value]
+
+
+def _both(buf: bytes, length: int | None = None, **kw: object) -> bool:
+    """records_json with record text gives the line the dicts give; True when it answered."""
+    length = len(buf) if length is None else length
+    outcome = []
+    for text in (False, True):
+        ctx = DecodeContext(**kw)  # type: ignore[arg-type]
+        ctx.record_fragments = text
+        try:
+            value = records_json(buf, memoryview(buf), 0, length, ctx)
+        except NotClean:
+            outcome.append(None)
+            continue
+        outcome.append((_line(value), _dumps_text({"records": value})))
+    dicts, texts = outcome
+    assert dicts == texts
+    assert dicts is None or dicts[0] == dicts[1].encode()
+    return dicts is not None
+
+
+@built
+@pytest.mark.parametrize("max_value", [None, 3])
+def test_batches_and_their_prefixes(max_value: int | None) -> None:
+    answered = 0
+    for buf in clean_inputs():
+        answered += _both(buf, limits=Limits(max_value_bytes=max_value))
+        for cut in range(0, len(buf), 7):
+            answered += _both(buf, cut, limits=Limits(max_value_bytes=max_value))
+    assert answered > 100
+
+
+@built
+def test_damaged_and_adversarial_batches() -> None:
+    rng = random.Random(11)
+    for buf in clean_inputs():
+        for _ in range(30):
+            bad = bytearray(buf)
+            bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
+            _both(bytes(bad))
+    for path in sorted(DATA.glob("*.bin")):
+        _both(path.read_bytes())
+
+
+@built
+def test_the_export_uses_the_encoder() -> None:
+    buf = clean_inputs()[0]
+    ctx = DecodeContext()
+    ctx.record_fragments = True
+    value = records_json(buf, memoryview(buf), 0, len(buf), ctx)
+    assert type(value["batches"][0]["records"]) is RecordsText
+
+
+# ------------------------------------------------------------------ everywhere
+
+
+RECS = [
+    {"offset": 2**40, "key": None, "value": 'a"\n\x01é', "headers": [{"key": "h", "value": None}]},
+    {"offset": -1, "key": {"b64": "/w=="}, "value": "", "headers": []},
+]
+
+
+def test_record_text_splices_and_reads_back_as_the_dicts() -> None:
+    text = RecordsText(orjson.dumps(RECS))
+    doc = {"batches": [{"base_offset": 0, "records": text}], "ratio": 1e-7}  # json's float
+    want = {"batches": [{"base_offset": 0, "records": RECS}], "ratio": 1e-7}
+    assert _dumps_text(doc) == dumps(want)
+    fast = {"batches": [{"records": text}]}
+    assert _fast_encode(fast) == orjson.dumps({"batches": [{"records": RECS}]})
+    assert as_value(text) == RECS
+    batch = {"records": text}
+    assert records_of(batch) == RECS and batch["records"] == RECS  # kept as dicts
+    assert records_of({"records": None}) == []
+    with pytest.raises(TypeError):
+        as_json(object())
+    with pytest.raises(TypeError):
+        _dumps_text({"x": object()})
+
+
+def test_the_encoder_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "ROOT", tmp_path)
+    monkeypatch.delenv("KANALYZE_PURE", raising=False)
+    (tmp_path / "pkg").mkdir()
+    src, ext = native.pyx_source("pkg.enc"), native.extension("pkg.enc")
+    src.write_text("")
+    assert not native.cython_usable("pkg.enc")  # not built
+    ext.write_bytes(b"")
+    os.utime(src, (1000, 1000))
+    os.utime(ext, (2000, 2000))
+    assert native.cython_usable("pkg.enc")
+    monkeypatch.setenv("KANALYZE_PURE", "1")
+    assert not native.cython_usable("pkg.enc")
+    monkeypatch.setenv("KANALYZE_PURE", "0")
+    os.utime(src, (3000, 3000))  # edited after the build
+    assert not native.cython_usable("pkg.enc")
+
+
+def test_no_encoder_no_text() -> None:
+    """Without the encoder (pure Python) the fast path builds the dicts, as before."""
+    if ENCODE is not None:
+        pytest.skip("the encoder is built here")
+    buf = clean_inputs()[0]
+    ctx = DecodeContext()
+    ctx.record_fragments = True
+    value = records_json(buf, memoryview(buf), 0, len(buf), ctx)
+    assert isinstance(value["batches"][0]["records"], list)
+
+
+@pytest.mark.parametrize("name", ["lib_codecs.pcap", "replication/textbook.pcap"])
+def test_text_only_in_the_line(name: str) -> None:
+    """Only the line asks for record text: `encode` (metrics, filters, views) gets dicts, and
+    the line is the text of what `encode` gives."""
+    from kanalyze.export import ExchangeEncoder
+    from kanalyze.session import Session
+
+    enc = ExchangeEncoder(DecodeContext(strict=True))
+    seen = 0
+    for ex in Session([str(ROOT / "captures" / name)]).exchanges():
+        d = enc.encode(ex)
+        assert "RecordsText" not in repr(d)
+        assert enc.line(ex) == dumps(d)
+        seen += '"records":[{' in enc.line(ex)
+    assert seen  # some exchanges carry records
