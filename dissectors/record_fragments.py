@@ -1,10 +1,10 @@
 """A batch's records as finished JSON text, for the NDJSON lines (when the encoder is built).
 
 With the compiled encoder (`dissectors/record_text.pyx`, built by `python tools/compile.py`)
-the export's fast path puts a `RecordsText` in a batch's "records" instead of a list of
-record dicts: the JSON text of that list, written from the record bytes. orjson splices it
-into the line unchanged (`as_json`, its `default`: an `orjson.Fragment`), so the line has
-the same bytes as with the dicts, which are never built.
+the export's fast path (`records_json.records_text`) puts a `RecordsText` in a batch's
+"records" instead of a list of record dicts: the JSON text of that list, written from the
+record bytes. orjson splices it into the line unchanged (`as_json`, its `default`: an
+`orjson.Fragment`), so the line has the same bytes as with the dicts, which are never built.
 
 Only the NDJSON lines ask for it (`DecodeContext.record_fragments`, set by
 `BodyDecoder.fast_json` for `ExchangeEncoder.line`): every other consumer of decoded bodies
@@ -25,7 +25,6 @@ from typing import Any
 import orjson
 
 from dissectors import native
-from dissectors.context import RECORD_COST, DecodeContext
 
 FRAGMENT: Any = getattr(orjson, "Fragment", None)  # orjson >= 3.10
 
@@ -54,38 +53,6 @@ class RecordsText:
 
     def __repr__(self) -> str:
         return f"RecordsText({self.text[:60]!r}...)"
-
-
-_TS_TYPES: dict[str, bytes] = {}  # timestamp type -> its JSON text
-
-
-def records_text(
-    data: bytes, pos: int, end: int, args: tuple, cut: bool
-) -> tuple[RecordsText, int] | None:
-    """The records in data[pos:end] as text and how many, as `read_records` would decode them
-    (same arguments) when they have no diagnostic; None: run `read_records`."""
-    base_offset, base_ts, log_append, ts_type, is_control, ctx, limit = args
-    encode = ENCODE
-    if encode is None or is_control or type(data) is not bytes:
-        return None
-    assert isinstance(ctx, DecodeContext)
-    if ctx.limits.max_value_bytes is not None:  # truncation markers: the dict path writes them
-        return None
-    ts_json = _TS_TYPES.get(ts_type)
-    if ts_json is None:
-        ts_json = _TS_TYPES[ts_type] = orjson.dumps(ts_type)
-    try:
-        got = encode(
-            data, pos, end, base_offset, base_ts, log_append, ts_json,
-            ctx.affordable(RECORD_COST, limit), cut,
-        )
-    except OverflowError:  # a header field beyond 64 bits: cannot be, but the dicts decide
-        return None
-    if got is None:
-        return None
-    text, count = got
-    ctx.spend(count * RECORD_COST)
-    return RecordsText(text), count
 
 
 def as_json(obj: object) -> object:

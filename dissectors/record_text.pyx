@@ -78,99 +78,113 @@ cdef const char *_HEX = b"0123456789abcdef"
 cdef const char *_B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 
-cdef bint _utf8_valid(const uint8_t *s, Py_ssize_t n) noexcept nogil:
-    """Whether s[:n] is UTF-8 as Python's strict decoder takes it: no overlong forms, no
-    surrogates, nothing above U+10FFFF, no cut or stray sequences."""
-    cdef Py_ssize_t i = 0
-    cdef uint8_t c, c1
-    while i < n:
-        c = s[i]
-        if c < 0x80:
-            i += 1
-            continue
-        if c < 0xC2:
-            return False
-        if c < 0xE0:
-            if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
-                return False
-            i += 2
-            continue
-        if c < 0xF0:
-            if i + 2 >= n:
-                return False
-            c1 = s[i + 1]
-            if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
-                return False
-            if c == 0xE0 and c1 < 0xA0:
-                return False
-            if c == 0xED and c1 > 0x9F:
-                return False
-            i += 3
-            continue
-        if c > 0xF4 or i + 3 >= n:
-            return False
+# per ASCII byte: 0 copied as is, else the letter of its escape ('u': \u00xx)
+cdef char _ESC[128]
+for _c in range(128):
+    _ESC[_c] = 0
+for _c in range(32):
+    _ESC[_c] = b'u'
+_ESC[0x08] = b'b'
+_ESC[0x09] = b't'
+_ESC[0x0A] = b'n'
+_ESC[0x0C] = b'f'
+_ESC[0x0D] = b'r'
+_ESC[0x22] = b'"'
+_ESC[0x5C] = b'\\'
+
+cdef uint64_t _ONES = 0x0101010101010101
+cdef uint64_t _HIGH = 0x8080808080808080
+
+
+cdef inline bint _plain8(uint64_t x) noexcept nogil:
+    """Whether none of 8 bytes needs a look: each ASCII, >= 0x20, not '"', not backslash
+    (the usual word tricks; exact as a yes/no)."""
+    cdef uint64_t q = x ^ (_ONES * 0x22)
+    cdef uint64_t b = x ^ (_ONES * 0x5C)
+    return ((x | ((x - _ONES * 0x20) & ~x) | ((q - _ONES) & ~q) | ((b - _ONES) & ~b))
+            & _HIGH) == 0
+
+
+cdef inline Py_ssize_t _utf8_seq(const uint8_t *s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
+    """The length of the UTF-8 sequence at s[i] (a byte >= 0x80) as Python's strict decoder
+    takes it (no overlong forms, no surrogates, nothing above U+10FFFF, nothing cut), or 0."""
+    cdef uint8_t c = s[i], c1
+    if c < 0xC2:
+        return 0
+    if c < 0xE0:
+        if i + 1 >= n or (s[i + 1] & 0xC0) != 0x80:
+            return 0
+        return 2
+    if c < 0xF0:
+        if i + 2 >= n:
+            return 0
         c1 = s[i + 1]
-        if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
-            return False
-        if c == 0xF0 and c1 < 0x90:
-            return False
-        if c == 0xF4 and c1 > 0x8F:
-            return False
-        i += 4
-    return True
+        if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80:
+            return 0
+        if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
+            return 0
+        return 3
+    if c > 0xF4 or i + 3 >= n:
+        return 0
+    c1 = s[i + 1]
+    if (c1 & 0xC0) != 0x80 or (s[i + 2] & 0xC0) != 0x80 or (s[i + 3] & 0xC0) != 0x80:
+        return 0
+    if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
+        return 0
+    return 4
 
 
-cdef int _put_text(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
-    """Valid UTF-8 as a JSON string: `"`, backslash and control characters escaped as json
-    and orjson escape them (\\b \\t \\n \\f \\r, else \\u00xx), everything else as it is."""
+cdef bint _put_text(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
+    """s[:n] as a JSON string when it is UTF-8 (True), with `"`, backslash and control
+    characters escaped as json and orjson escape them (\\b \\t \\n \\f \\r, else \\u00xx) and
+    everything else as it is; False (nothing written) when it is not UTF-8."""
     if o.n + 6 * n + 2 > o.cap:
         _grow(o, 6 * n + 2)
     cdef char *w = o.buf + o.n
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i = 0, k
     cdef uint8_t c
+    cdef char e
+    cdef uint64_t x
     w[0] = b'"'
     w += 1
-    for i in range(n):
+    while i < n:
+        if i + 8 <= n:
+            memcpy(&x, s + i, 8)
+            if _plain8(x):
+                memcpy(w, &x, 8)
+                w += 8
+                i += 8
+                continue
         c = s[i]
-        if c >= 0x20 and c != 0x22 and c != 0x5C:
-            w[0] = <char> c
-            w += 1
-        elif c == 0x22 or c == 0x5C:
-            w[0] = b'\\'
-            w[1] = <char> c
-            w += 2
-        elif c == 0x08:
-            w[0] = b'\\'
-            w[1] = b'b'
-            w += 2
-        elif c == 0x09:
-            w[0] = b'\\'
-            w[1] = b't'
-            w += 2
-        elif c == 0x0A:
-            w[0] = b'\\'
-            w[1] = b'n'
-            w += 2
-        elif c == 0x0C:
-            w[0] = b'\\'
-            w[1] = b'f'
-            w += 2
-        elif c == 0x0D:
-            w[0] = b'\\'
-            w[1] = b'r'
-            w += 2
+        if c < 0x80:
+            e = _ESC[c]
+            if e == 0:
+                w[0] = <char> c
+                w += 1
+            elif e == b'u':
+                w[0] = b'\\'
+                w[1] = b'u'
+                w[2] = b'0'
+                w[3] = b'0'
+                w[4] = _HEX[c >> 4]
+                w[5] = _HEX[c & 15]
+                w += 6
+            else:
+                w[0] = b'\\'
+                w[1] = e
+                w += 2
+            i += 1
         else:
-            w[0] = b'\\'
-            w[1] = b'u'
-            w[2] = b'0'
-            w[3] = b'0'
-            w[4] = _HEX[c >> 4]
-            w[5] = _HEX[c & 15]
-            w += 6
+            k = _utf8_seq(s, i, n)
+            if k == 0:
+                return False
+            memcpy(w, s + i, k)
+            w += k
+            i += k
     w[0] = b'"'
     w += 1
     o.n = w - o.buf
-    return 0
+    return True
 
 
 cdef int _put_b64(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
@@ -210,8 +224,8 @@ cdef int _put_b64(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
 
 cdef int _put_bytes(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
     """A key, value or header value of n >= 0 bytes: text when UTF-8, else base64."""
-    if _utf8_valid(s, n):
-        return _put_text(o, s, n)
+    if _put_text(o, s, n):
+        return 0
     return _put_b64(o, s, n)
 
 
@@ -256,6 +270,9 @@ cdef inline bint _add(int64_t a, int64_t b, int64_t *out) noexcept nogil:
     return True
 
 
+cdef Out _buf = Out(NULL, 0, 0)  # encode_records' buffer (the GIL is held throughout)
+cdef Py_ssize_t _KEEP = 8 * 1024 * 1024
+
 _ISO: dict = {}  # timestamp (ms) -> its JSON text (quoted ISO-8601, or null), bounded
 
 
@@ -296,12 +313,12 @@ def encode_records(
     cdef Py_ssize_t tstype_n = PyBytes_GET_SIZE(ts_type_json)
     cdef bint has_la = log_append is not None
     cdef int64_t la = log_append if has_la else 0
-    cdef Out o
+    # one buffer for every call, kept between them (up to _KEEP bytes): a fresh one per batch
+    # costs the kernel's page faults and zeroing for each large batch
+    cdef Out o = _buf
     o.n = 0
-    o.cap = 256 + (end - pos) * 2
-    o.buf = <char *> malloc(o.cap)
-    if o.buf == NULL:
-        raise MemoryError()
+    if o.cap < 256 + (end - pos) * 2:
+        _grow(&o, 256 + (end - pos) * 2)
     cdef Py_ssize_t idx = 0, rec_end, key_off, value_off, hk, hv
     cdef int64_t length, ts_delta, offset_delta, key_len, value_len, count, hk_len, hv_len
     cdef int64_t offset, ts, j
@@ -427,4 +444,9 @@ def encode_records(
         _put(&o, b"]", 1)
         return PyBytes_FromStringAndSize(o.buf, o.n), idx
     finally:
-        free(o.buf)
+        if o.cap > _KEEP:
+            free(o.buf)
+            o.buf = NULL
+            o.cap = 0
+        _buf.buf = o.buf
+        _buf.cap = o.cap

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dissectors.batch_header import (
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
+    BatchHeader,
     crc_matches,
     read_header,
     short_batch,
@@ -29,7 +30,7 @@ from dissectors.batch_header import (
 from dissectors.compression import CODEC_NAMES, decompress, output_cap
 from dissectors.context import RECORD_COST, DecodeContext
 from dissectors.record_batch import record_args
-from dissectors.record_fragments import records_text
+from dissectors.record_fragments import ENCODE, RecordsText
 from dissectors.record_reader import read_records
 from dissectors.records import MAGIC_OFFSET, unknown_partial
 
@@ -80,13 +81,14 @@ def _batch(
     crc_ok = None if partial else crc_matches(view, pos, batch_end, header.crc)
     if crc_ok is False:
         raise NotClean("CRC mismatch")
-    args = record_args(header, ctx)
     diags = []
     start = pos + HEADER_SIZE
     records: object
     text = None  # the records as JSON text (record_fragments), when the encoder wrote them
-    if codec == 0 and ctx.record_fragments:
-        text = records_text(data, start, batch_end, args, partial)
+    fragments = ctx.record_fragments and ENCODE is not None
+    if codec == 0 and fragments:
+        text = _text(data, start, batch_end, header, ctx, partial)
+    args = record_args(header, ctx)
     if text is not None:
         records = text[0]
         if not partial and text[1] != header.record_count:
@@ -104,8 +106,8 @@ def _batch(
         if res.error is not None:
             raise NotClean("decompression")
         inflated = res.data
-        if inflated and ctx.record_fragments:
-            text = records_text(inflated, 0, len(inflated), args, False)
+        if inflated and fragments:
+            text = _text(inflated, 0, len(inflated), header, ctx, False)
         if text is not None:
             records, found = text
         elif inflated:
@@ -171,3 +173,54 @@ def headers_json(
         })  # fmt: skip
         pos = batch_end
     return {"batches": batches}
+
+
+_TS_TYPES: dict[str, bytes] = {"create": b'"create"', "log_append": b'"log_append"'}
+
+
+def _text(
+    data: bytes, pos: int, end: int, header: BatchHeader, ctx: DecodeContext, cut: bool
+) -> tuple[RecordsText, int] | None:
+    """`records_text` for a batch: its arguments from the header."""
+    return records_text(
+        data, pos, end, header.base_offset, header.base_timestamp, header.log_append_time(),
+        header.timestamp_type, header.is_control, ctx, header.record_limit(ctx.limits), cut,
+    )
+
+
+def records_text(
+    data: object,  # bytes (anything else: None), not checked by the compiled build
+    pos: int,
+    end: int,
+    base_offset: int,
+    base_ts: int,
+    log_append: int | None,
+    ts_type: str,
+    is_control: bool,
+    ctx: DecodeContext,
+    limit: int,
+    cut: bool,
+) -> tuple[RecordsText, int] | None:
+    """The records in data[pos:end] as their JSON text (`record_fragments.RecordsText`) and
+    how many, as `read_records` would decode them (the same arguments, `record_args`) when
+    they have no diagnostic; None: run `read_records` (also without the compiled encoder)."""
+    encode = ENCODE
+    if encode is None or is_control or type(data) is not bytes:
+        return None
+    if ctx.limits.max_value_bytes is not None:  # truncation markers: the dict path writes them
+        return None
+    ts_json = _TS_TYPES.get(ts_type)
+    if ts_json is None:
+        return None
+    try:
+        got = encode(
+            data, pos, end, base_offset, base_ts, log_append, ts_json,
+            ctx.affordable(RECORD_COST, limit), cut,
+        )
+    except OverflowError:  # a header field beyond 64 bits: cannot be, but the dicts decide
+        return None
+    if got is None:
+        return None
+    text, count = got
+    ctx.spend(count * RECORD_COST)
+    return RecordsText(text), count

@@ -44,7 +44,7 @@ DATA_BODIES: frozenset[tuple[int, bool]] = frozenset(
 
 _CTX_FIELDS = (
     "limits", "show_secrets", "decode_records", "record_headers", "strict", "buffers",
-    "topic_names", "budget",
+    "topic_names", "budget", "record_fragments",
 )
 # a DecodeContext of the known shape is copied field by field (dataclasses.replace is general
 # and slow); a subclass or a changed shape goes through replace

@@ -32,10 +32,9 @@ from dissectors.record_fragments import (
     as_json,
     as_value,
     records_of,
-    records_text,
 )
 from dissectors.record_reader import read_records
-from dissectors.records_json import NotClean, records_json
+from dissectors.records_json import NotClean, records_json, records_text
 from kanalyze.export.ndjson import _dumps_text, _fast_encode
 from kanalyze.jsontext import dumps
 
@@ -153,8 +152,9 @@ def test_encoder_writes_what_the_dicts_give(
     clean, meta = stream
     data = _damage(clean, *damage)
     mine, ref = DecodeContext(budget=budget), DecodeContext(budget=budget)
-    got = records_text(data, 0, len(data), (base_offset, base_ts, log_append, ts_type, False,
-                                            mine, limit), cut)
+    got = records_text(
+        data, 0, len(data), base_offset, base_ts, log_append, ts_type, False, mine, limit, cut
+    )
     diags: list = []
     recs, spans, _ = read_records(
         data, 0, len(data), (base_offset, base_ts, log_append, ts_type, False, ref, limit),
@@ -187,13 +187,13 @@ def test_encoder_writes_what_the_dicts_give(
 @built
 def test_encoder_declines_values_to_truncate_and_control_batches() -> None:
     data = _varint(8) + b"\x00\x00\x00" + _field(b"k") + _field(b"v") + b"\x00"
-    args = (0, 0, None, "create", False, DecodeContext(), 10)
-    assert records_text(data, 0, len(data), args, False) is not None
-    ctx = DecodeContext(limits=Limits(max_value_bytes=3))
-    assert records_text(data, 0, len(data), (0, 0, None, "create", False, ctx, 10), False) is None
-    control = (0, 0, None, "create", True, DecodeContext(), 10)
-    assert records_text(data, 0, len(data), control, False) is None
-    assert records_text(bytearray(data), 0, len(data), args, False) is None  # type: ignore[arg-type]
+    def text(data: object, ctx: DecodeContext, control: bool = False) -> object:
+        return records_text(data, 0, 9, 0, 0, None, "create", control, ctx, 10, False)  # type: ignore[arg-type]
+
+    assert text(data, DecodeContext()) is not None
+    assert text(data, DecodeContext(limits=Limits(max_value_bytes=3))) is None
+    assert text(data, DecodeContext(), control=True) is None
+    assert text(bytearray(data), DecodeContext()) is None
 
 
 # ------------------------------------------------------------------ whole batches
