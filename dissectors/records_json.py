@@ -88,12 +88,12 @@ def _batch(
     fragments = ctx.record_fragments and ENCODE is not None
     if codec == 0 and fragments:
         text = _text(data, start, batch_end, header, ctx, partial)
-    args = record_args(header, ctx)
     if text is not None:
         records = text[0]
         if not partial and text[1] != header.record_count:
             raise NotClean("bad record")
     elif codec == 0:
+        args = record_args(header, ctx)
         records, spans, _ = read_records(data, start, batch_end, args, diags, cut=partial)
         if diags or not partial and len(spans) - 1 != header.record_count:
             raise NotClean("bad record")
@@ -111,6 +111,7 @@ def _batch(
         if text is not None:
             records, found = text
         elif inflated:
+            args = record_args(header, ctx)
             records, spans, _ = read_records(inflated, 0, len(inflated), args, diags, cut=False)
             found = len(spans) - 1
         else:
