@@ -92,17 +92,24 @@ _ESC[0x0D] = b'r'
 _ESC[0x22] = b'"'
 _ESC[0x5C] = b'\\'
 
+import sys
+
+cdef bint _LE = sys.byteorder == "little"  # the word-at-a-time skip reads bytes little-endian
 cdef uint64_t _ONES = 0x0101010101010101
 cdef uint64_t _HIGH = 0x8080808080808080
 
 
-cdef inline bint _plain8(uint64_t x) noexcept nogil:
-    """Whether none of 8 bytes needs a look: each ASCII, >= 0x20, not '"', not backslash
-    (the usual word tricks; exact as a yes/no)."""
+cdef extern from *:
+    int __builtin_ctzll(unsigned long long) nogil
+
+
+cdef inline uint64_t _look8(uint64_t x) noexcept nogil:
+    """Of 8 bytes (little-endian), a mask whose lowest set bit is in the first byte that needs
+    a look (not ASCII, below 0x20, '"' or backslash), 0 when none does (the usual word tricks:
+    a borrow may flag a later byte too, never an earlier one)."""
     cdef uint64_t q = x ^ (_ONES * 0x22)
     cdef uint64_t b = x ^ (_ONES * 0x5C)
-    return ((x | ((x - _ONES * 0x20) & ~x) | ((q - _ONES) & ~q) | ((b - _ONES) & ~b))
-            & _HIGH) == 0
+    return (x | ((x - _ONES * 0x20) & ~x) | ((q - _ONES) & ~q) | ((b - _ONES) & ~b)) & _HIGH
 
 
 cdef inline Py_ssize_t _utf8_seq(const uint8_t *s, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
@@ -144,17 +151,21 @@ cdef bint _put_text(Out *o, const uint8_t *s, Py_ssize_t n) except -1:
     cdef Py_ssize_t i = 0, k
     cdef uint8_t c
     cdef char e
-    cdef uint64_t x
+    cdef uint64_t x, m
     w[0] = b'"'
     w += 1
     while i < n:
-        if i + 8 <= n:
+        if _LE and i + 8 <= n:
             memcpy(&x, s + i, 8)
-            if _plain8(x):
-                memcpy(w, &x, 8)
+            memcpy(w, &x, 8)  # room for it: 6 bytes are kept for each byte still to write
+            m = _look8(x)
+            if m == 0:
                 w += 8
                 i += 8
                 continue
+            k = __builtin_ctzll(m) >> 3  # the bytes before the first to look at are plain
+            w += k
+            i += k
         c = s[i]
         if c < 0x80:
             e = _ESC[c]
