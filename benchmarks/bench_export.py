@@ -453,10 +453,13 @@ def compile_kanalyze() -> None:
 
 
 def python_path() -> str:
-    """Whether the timed kanalyze runs its hot modules compiled (tools/compile.py) or not."""
+    """Whether the timed kanalyze runs its hot modules compiled (tools/compile.py) or not, and
+    its Cython modules (the record encoder)."""
     code = (
         "import dissectors.native as n; b, s = n.built(), n.stale(); "
-        "print('pure Python' if not b or s or n.pure_forced() else f'compiled ({len(b)})')"
+        "c = [m for m in n.CYTHON if n.cython_usable(m)]; "
+        "print(('pure Python' if not b or s or n.pure_forced() else f'compiled ({len(b)})')"
+        " + (f' + Cython ({len(c)})' if c else ''))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
