@@ -1,7 +1,8 @@
-"""The optional compiled build (tools/compile.py, mypyc) against the pure-Python modules.
+"""The optional compiled build (tools/compile.py: mypyc, Cython) against the pure-Python modules.
 
 The switch (`dissectors/native.py`) is tested everywhere; the identity of outputs only where
-the hot modules are compiled (CI runs pure Python: it compiles nothing). There, every
+the hot modules are compiled (CI runs the suite in pure Python, then builds and runs this file
+and tests/unit/records/test_record_text.py compiled: .ci/run). There, every
 committed capture goes through every golden output mode once compiled and once with
 KANALYZE_PURE=1, and the two must agree byte for byte (stdout, stderr, exit code, written
 pcap).
@@ -136,6 +137,9 @@ def test_compiled_output_is_the_pure_output() -> None:
     compiled, pure = runs["compiled"], runs["pure"]
     assert all(not f.endswith(".py") for f in compiled["modules"].values()), compiled["modules"]
     assert all(f.endswith(".py") for f in pure["modules"].values()), pure["modules"]
+    # the record encoder (Cython) runs where it is built, never with KANALYZE_PURE
+    assert compiled["encoder"] is native.cython_usable("dissectors.record_text")
+    assert pure["encoder"] is False
     assert len(pure["outputs"]) >= 40 * 9
     differ = [k for k in pure["outputs"] if compiled["outputs"].get(k) != pure["outputs"][k]]
     assert not differ, f"{len(differ)} outputs differ, e.g. {differ[:5]}"

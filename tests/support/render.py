@@ -1,8 +1,9 @@
 """Render every committed capture under every golden output mode, in one process, as digests.
 
 Run as `python -m tests.support.render` from the repo root; prints one JSON object:
-{"modules": {listed hot module: the file it was loaded from}, "outputs": {capture and mode:
-sha256 of stdout, of stderr, and the exit code}}. `test_compiled.py` runs it once on the
+{"modules": {listed hot module: the file it was loaded from}, "encoder": whether the Cython
+record encoder runs, "outputs": {capture and mode: sha256 of stdout, of stderr, and the exit
+code}}. `test_compiled.py` runs it once on the
 compiled modules and once with KANALYZE_PURE=1 and compares the two byte for byte.
 """
 
@@ -17,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from dissectors import native
+from dissectors.record_fragments import ENCODE
 from kanalyze.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +67,7 @@ def render() -> dict[str, object]:
             for mode, argv in (*MODES, *EXTRA):
                 outputs[f"{rel} {mode}"] = run(rel, argv, Path(scratch))
     modules = {name: str(Path(sys.modules[name].__file__ or "").name) for name in native.COMPILED}
-    return {"modules": modules, "outputs": outputs}
+    return {"modules": modules, "encoder": ENCODE is not None, "outputs": outputs}
 
 
 if __name__ == "__main__":
