@@ -2,10 +2,11 @@
 """The JSON text of a magic-2 batch's records, written straight from the record bytes.
 
 The export's record loop (`record_reader.read_records`) builds one dict per record, and
-orjson then writes it out: most of a full export's CPU goes into making and freeing those
+orjson then writes it out: most of a full export's CPU went into making and freeing those
 dicts (docs/performance.md). This module writes the same text, byte for byte, without any
-Python object per record: `encode_records` walks the records as `read_records` does and
-writes `[{"offset":...,"headers":[...]},...]` into a C buffer.
+Python object per record or batch: `encode_batch` writes the batch object
+`BatchHeader.to_json` makes, `{"base_offset":...,"records":[{"offset":...},...],
+"diagnostics":[]}`, into a C buffer, walking the records as `read_records` does.
 
 It vouches only for records that decode without a single diagnostic: on anything the
 reference loop would report or treat specially (a bad length or varint, bytes left over, a
@@ -281,7 +282,9 @@ cdef inline bint _add(int64_t a, int64_t b, int64_t *out) noexcept nogil:
     return True
 
 
-cdef Out _buf = Out(NULL, 0, 0)  # encode_records' buffer (the GIL is held throughout)
+# the encoders' buffer, kept between calls (up to _KEEP bytes: a fresh one per batch costs the
+# kernel's page faults and zeroing for each large batch); the GIL is held throughout
+cdef Out _buf = Out(NULL, 0, 0)
 cdef Py_ssize_t _KEEP = 8 * 1024 * 1024
 
 _ISO: dict = {}  # timestamp (ms) -> its JSON text (quoted ISO-8601, or null), bounded
@@ -299,165 +302,259 @@ cdef bytes _iso_json(int64_t ts):
     return <bytes> text
 
 
-def encode_records(
-    bytes data,
+cdef int _records(
+    Out *o,
+    const uint8_t *d,
     Py_ssize_t pos,
     Py_ssize_t end,
     int64_t base_offset,
     int64_t base_ts,
-    object log_append,
-    bytes ts_type_json,
+    bint has_la,
+    int64_t la,
+    const char *tstype,
+    Py_ssize_t tstype_n,
     Py_ssize_t limit,
     bint cut,
-):
-    """The records in data[pos:end] as the JSON text of their list, and how many there are:
-    `(text, count)`, or None when the reference loop must decide (see the module docstring).
-
-    `log_append`: the batch's log-append time (None: each record its own timestamp);
-    `ts_type_json`: the timestamp type as JSON text; `limit`: the most records to decode
-    (the record limit and the decode budget); `cut`: the bytes stop early (a partial batch),
-    so a record running past `end` ends the list instead of being an error."""
-    if pos < 0 or end > PyBytes_GET_SIZE(data) or pos > end:
-        return None
-    cdef const uint8_t *d = <const uint8_t *> PyBytes_AS_STRING(data)
-    cdef const char *tstype = PyBytes_AS_STRING(ts_type_json)
-    cdef Py_ssize_t tstype_n = PyBytes_GET_SIZE(ts_type_json)
-    cdef bint has_la = log_append is not None
-    cdef int64_t la = log_append if has_la else 0
-    # one buffer for every call, kept between them (up to _KEEP bytes): a fresh one per batch
-    # costs the kernel's page faults and zeroing for each large batch
-    cdef Out o = _buf
-    o.n = 0
-    if o.cap < 256 + (end - pos) * 2:
-        _grow(&o, 256 + (end - pos) * 2)
+    Py_ssize_t *found,
+) except -1:
+    """The records in d[pos:end] as the JSON text of their list, appended to o; 1 when the
+    reference loop must decide (o is then left as it is, to be dropped), else 0 and their
+    count in found[0]. Mirrors `record_reader.read_records` (see the module docstring)."""
     cdef Py_ssize_t idx = 0, rec_end, key_off, value_off, hk, hv
     cdef int64_t length, ts_delta, offset_delta, key_len, value_len, count, hk_len, hv_len
     cdef int64_t offset, ts, j
-    cdef int r
+    cdef int r, attributes
     cdef int64_t last_ts = 0
     cdef bytes iso = None
+    _put(o, b"[", 1)
+    while pos < end:
+        if idx >= limit:
+            return 1
+        r = _varint(d, &pos, end, 4, &length)
+        if r != OK:
+            if r == CUT and cut:
+                break
+            return 1
+        rec_end = pos + length
+        if length <= 0 or rec_end > end:
+            if cut and rec_end > end:
+                break
+            return 1
+        # attributes, timestamp delta, offset delta, key, value, header count
+        attributes = d[pos]
+        pos += 1
+        if _varint(d, &pos, rec_end, 9, &ts_delta) != OK:
+            return 1
+        if _varint(d, &pos, rec_end, 4, &offset_delta) != OK:
+            return 1
+        if _varint(d, &pos, rec_end, 4, &key_len) != OK:
+            return 1
+        key_off = pos
+        if key_len > 0:
+            if key_len > rec_end - pos:
+                return 1
+            pos += key_len
+        elif key_len < -1:
+            return 1
+        if _varint(d, &pos, rec_end, 4, &value_len) != OK:
+            return 1
+        value_off = pos
+        if value_len > 0:
+            if value_len > rec_end - pos:
+                return 1
+            pos += value_len
+        elif value_len < -1:
+            return 1
+        if _varint(d, &pos, rec_end, 4, &count) != OK:
+            return 1
+        if count != 0 and (count < 0 or count > (rec_end - pos) // 2):
+            return 1
+        if has_la:
+            ts = la
+        elif not _add(base_ts, ts_delta, &ts):
+            return 1
+        if not _add(base_offset, offset_delta, &offset):
+            return 1
+        # the record, keys in the reference loop's order
+        if idx:
+            _put(o, b',{"offset":', 11)
+        else:
+            _put(o, b'{"offset":', 10)
+        _put_int(o, offset)
+        _put(o, b',"offset_delta":', 16)
+        _put_int(o, offset_delta)
+        _put(o, b',"timestamp":', 13)
+        if iso is None or ts != last_ts:
+            iso = _iso_json(ts)
+            last_ts = ts
+        _put(o, PyBytes_AS_STRING(iso), PyBytes_GET_SIZE(iso))
+        _put(o, b',"timestamp_ms":', 16)
+        _put_int(o, ts)
+        _put(o, b',"timestamp_type":', 18)
+        _put(o, tstype, tstype_n)
+        _put(o, b',"attributes":', 14)
+        _put_int(o, attributes)
+        _put(o, b',"key":', 7)
+        if key_len < 0:
+            _put(o, b"null", 4)
+        else:
+            _put_bytes(o, d + key_off, key_len)
+        _put(o, b',"value":', 9)
+        if value_len < 0:
+            _put(o, b"null", 4)
+        else:
+            _put_bytes(o, d + value_off, value_len)
+        _put(o, b',"headers":[', 12)
+        j = 0
+        while j < count:
+            if _varint(d, &pos, rec_end, 4, &hk_len) != OK or hk_len < 0:
+                return 1
+            if hk_len > rec_end - pos:
+                return 1
+            hk = pos
+            pos += hk_len
+            if _varint(d, &pos, rec_end, 4, &hv_len) != OK:
+                return 1
+            hv = pos
+            if hv_len > 0:
+                if hv_len > rec_end - pos:
+                    return 1
+                pos += hv_len
+            elif hv_len < -1:
+                return 1
+            if j:
+                _put(o, b',{"key":', 8)
+            else:
+                _put(o, b'{"key":', 7)
+            _put_bytes(o, d + hk, hk_len)
+            _put(o, b',"value":', 9)
+            if hv_len < 0:
+                _put(o, b"null", 4)
+            else:
+                _put_bytes(o, d + hv, hv_len)
+            _put(o, b"}", 1)
+            j += 1
+        _put(o, b"]}", 2)
+        if pos != rec_end:
+            return 1
+        idx += 1
+        pos = rec_end
+    _put(o, b"]", 1)
+    found[0] = idx
+    return 0
+
+
+cdef inline void _take(Out *o, Py_ssize_t need) except *:
+    """The shared buffer into o, emptied, with room for `need` bytes."""
+    o[0] = _buf
+    o.n = 0
+    if o.cap < need:
+        _grow(o, need)
+
+
+cdef inline void _give(Out *o) noexcept:
+    """o back as the shared buffer (freed instead when it grew past _KEEP bytes)."""
+    global _buf
+    if o.cap > _KEEP:
+        free(o.buf)
+        o.buf = NULL
+        o.cap = 0
+    _buf = o[0]
+
+
+cdef inline int64_t _be(const uint8_t *p, int n) noexcept nogil:
+    """The big-endian two's-complement integer of n bytes at p."""
+    cdef uint64_t u = 0
+    cdef int k
+    for k in range(n):
+        u = (u << 8) | p[k]
+    if n < 8 and (u >> (8 * n - 1)) & 1:
+        u -= (<uint64_t> 1) << (8 * n)
+    return <int64_t> u
+
+
+cdef inline int _field(Out *o, const char *key, Py_ssize_t n, int64_t value) except -1:
+    _put(o, key, n)
+    return _put_int(o, value)
+
+
+cdef inline int _flag(Out *o, const char *key, Py_ssize_t n, bint value) except -1:
+    _put(o, key, n)
+    if value:
+        return _put(o, b"true", 4)
+    return _put(o, b"false", 5)
+
+
+def encode_batch(
+    bytes head,
+    Py_ssize_t at,
+    object crc_ok,
+    bint partial,
+    bytes codec_json,
+    bytes data,
+    Py_ssize_t pos,
+    Py_ssize_t end,
+    Py_ssize_t limit,
+    bint cut,
+):
+    """A whole magic-2 batch as the JSON text of the object `BatchHeader.to_json` gives for it
+    with its records, and how many records: `(text, count)`, or None when the reference loop
+    must decide (see the module docstring). The header is read from head[at:at + 61], the
+    records from data[pos:end] (the batch's own bytes, or its decompressed ones); `crc_ok`
+    True, False or None; `codec_json` the codec's name as JSON text; `limit` the most records
+    to decode (the record limit and the decode budget); `cut`: the bytes stop early (a
+    partial batch), so a record running past `end` ends the list instead of being an error.
+    Not for control batches (the caller checks)."""
+    if at < 0 or at + 61 > PyBytes_GET_SIZE(head):
+        return None
+    if pos < 0 or end > PyBytes_GET_SIZE(data) or pos > end:
+        return None
+    cdef const uint8_t *h = <const uint8_t *> PyBytes_AS_STRING(head) + at
+    cdef int64_t attributes = _be(h + 21, 2)
+    cdef int64_t base_ts = _be(h + 27, 8)
+    cdef int64_t max_ts = _be(h + 35, 8)
+    cdef bint log_append = (attributes & 0x08) != 0
+    cdef const char *tstype = b'"log_append"' if log_append else b'"create"'
+    cdef Py_ssize_t tstype_n = 12 if log_append else 8
+    cdef Py_ssize_t found = 0
+    cdef Out o
+    _take(&o, 1024 + (end - pos) * 2)
     try:
-        _put(&o, b"[", 1)
-        while pos < end:
-            if idx >= limit:
-                return None
-            r = _varint(d, &pos, end, 4, &length)
-            if r != OK:
-                if r == CUT and cut:
-                    break
-                return None
-            rec_end = pos + length
-            if length <= 0 or rec_end > end:
-                if cut and rec_end > end:
-                    break
-                return None
-            # attributes, timestamp delta, offset delta, key
-            if pos >= rec_end:
-                return None
-            attributes = d[pos]
-            pos += 1
-            if _varint(d, &pos, rec_end, 9, &ts_delta) != OK:
-                return None
-            if _varint(d, &pos, rec_end, 4, &offset_delta) != OK:
-                return None
-            if _varint(d, &pos, rec_end, 4, &key_len) != OK:
-                return None
-            key_off = pos
-            if key_len > 0:
-                if key_len > rec_end - pos:
-                    return None
-                pos += key_len
-            elif key_len < -1:
-                return None
-            if _varint(d, &pos, rec_end, 4, &value_len) != OK:
-                return None
-            value_off = pos
-            if value_len > 0:
-                if value_len > rec_end - pos:
-                    return None
-                pos += value_len
-            elif value_len < -1:
-                return None
-            if _varint(d, &pos, rec_end, 4, &count) != OK:
-                return None
-            if count != 0 and (count < 0 or count > (rec_end - pos) // 2):
-                return None
-            if has_la:
-                ts = la
-            elif not _add(base_ts, ts_delta, &ts):
-                return None
-            if not _add(base_offset, offset_delta, &offset):
-                return None
-            # the record, keys in the reference loop's order
-            if idx:
-                _put(&o, b',{"offset":', 11)
-            else:
-                _put(&o, b'{"offset":', 10)
-            _put_int(&o, offset)
-            _put(&o, b',"offset_delta":', 16)
-            _put_int(&o, offset_delta)
-            _put(&o, b',"timestamp":', 13)
-            if iso is None or ts != last_ts:
-                iso = _iso_json(ts)
-                last_ts = ts
-            _put(&o, PyBytes_AS_STRING(iso), PyBytes_GET_SIZE(iso))
-            _put(&o, b',"timestamp_ms":', 16)
-            _put_int(&o, ts)
-            _put(&o, b',"timestamp_type":', 18)
-            _put(&o, tstype, tstype_n)
-            _put(&o, b',"attributes":', 14)
-            _put_int(&o, attributes)
-            _put(&o, b',"key":', 7)
-            if key_len < 0:
-                _put(&o, b"null", 4)
-            else:
-                _put_bytes(&o, d + key_off, key_len)
-            _put(&o, b',"value":', 9)
-            if value_len < 0:
-                _put(&o, b"null", 4)
-            else:
-                _put_bytes(&o, d + value_off, value_len)
-            _put(&o, b',"headers":[', 12)
-            j = 0
-            while j < count:
-                if _varint(d, &pos, rec_end, 4, &hk_len) != OK or hk_len < 0:
-                    return None
-                if hk_len > rec_end - pos:
-                    return None
-                hk = pos
-                pos += hk_len
-                if _varint(d, &pos, rec_end, 4, &hv_len) != OK:
-                    return None
-                hv = pos
-                if hv_len > 0:
-                    if hv_len > rec_end - pos:
-                        return None
-                    pos += hv_len
-                elif hv_len < -1:
-                    return None
-                if j:
-                    _put(&o, b',{"key":', 8)
-                else:
-                    _put(&o, b'{"key":', 7)
-                _put_bytes(&o, d + hk, hk_len)
-                _put(&o, b',"value":', 9)
-                if hv_len < 0:
-                    _put(&o, b"null", 4)
-                else:
-                    _put_bytes(&o, d + hv, hv_len)
-                _put(&o, b"}", 1)
-                j += 1
-            _put(&o, b"]}", 2)
-            if pos != rec_end:
-                return None
-            idx += 1
-            pos = rec_end
-        _put(&o, b"]", 1)
-        return PyBytes_FromStringAndSize(o.buf, o.n), idx
+        _field(&o, b'{"base_offset":', 15, _be(h, 8))
+        _field(&o, b',"batch_length":', 16, _be(h + 8, 4))
+        _field(&o, b',"partition_leader_epoch":', 26, _be(h + 12, 4))
+        _field(&o, b',"magic":', 9, _be(h + 16, 1))
+        _field(&o, b',"crc":', 7, _be(h + 17, 4) & 0xFFFFFFFF)
+        _put(&o, b',"crc_ok":', 10)
+        if crc_ok is None:
+            _put(&o, b"null", 4)
+        elif crc_ok:
+            _put(&o, b"true", 4)
+        else:
+            _put(&o, b"false", 5)
+        _field(&o, b',"attributes":', 14, attributes)
+        _put(&o, b',"codec":', 9)
+        _put(&o, PyBytes_AS_STRING(codec_json), PyBytes_GET_SIZE(codec_json))
+        _put(&o, b',"timestamp_type":', 18)
+        _put(&o, tstype, tstype_n)
+        _flag(&o, b',"is_transactional":', 20, (attributes & 0x10) != 0)
+        _flag(&o, b',"is_control":', 14, (attributes & 0x20) != 0)
+        _flag(&o, b',"has_delete_horizon":', 22, (attributes & 0x40) != 0)
+        _field(&o, b',"last_offset_delta":', 21, _be(h + 23, 4))
+        _field(&o, b',"base_timestamp":', 18, base_ts)
+        _field(&o, b',"max_timestamp":', 17, max_ts)
+        _field(&o, b',"producer_id":', 15, _be(h + 43, 8))
+        _field(&o, b',"producer_epoch":', 18, _be(h + 51, 2))
+        _field(&o, b',"base_sequence":', 17, _be(h + 53, 4))
+        _field(&o, b',"record_count":', 16, _be(h + 57, 4))
+        _flag(&o, b',"partial":', 11, partial)
+        _put(&o, b',"records":', 11)
+        if _records(
+            &o, <const uint8_t *> PyBytes_AS_STRING(data), pos, end, _be(h, 8), base_ts,
+            log_append, max_ts, tstype, tstype_n, limit, cut, &found,
+        ):
+            return None
+        _put(&o, b',"diagnostics":[]}', 18)
+        return PyBytes_FromStringAndSize(o.buf, o.n), found
     finally:
-        if o.cap > _KEEP:
-            free(o.buf)
-            o.buf = NULL
-            o.cap = 0
-        _buf.buf = o.buf
-        _buf.cap = o.cap
+        _give(&o)

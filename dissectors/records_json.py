@@ -12,9 +12,10 @@ raises `NotClean` and the caller takes the reference path. A batch cut by the
 end of the field (a Fetch trimmed at max_bytes) is normal and has no
 diagnostic: it is decoded here too.
 
-With `ctx.record_fragments` (the NDJSON lines) and the compiled encoder built, a batch's
-records are its JSON text (`record_fragments.RecordsText`) instead of a list of dicts; the
-encoder gives up on anything unusual and the record loop then decides, as without it.
+With `ctx.record_fragments` (the NDJSON lines) and the compiled encoder built, a clean batch
+is its JSON text (`record_fragments.JsonText`) instead of a dict holding a list of record
+dicts; the encoder gives up on anything unusual and the record loop then decides, as without
+it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dissectors.batch_header import (
 from dissectors.compression import CODEC_NAMES, decompress, output_cap
 from dissectors.context import RECORD_COST, DecodeContext
 from dissectors.record_batch import record_args
-from dissectors.record_fragments import ENCODE, RecordsText
+from dissectors.record_fragments import ENCODE, JsonText
 from dissectors.record_reader import read_records
 from dissectors.records import MAGIC_OFFSET, unknown_partial
 
@@ -49,7 +50,7 @@ def records_json(
         return {"size": length}
     if ctx.record_headers:
         return headers_json(data, view, offset, length, ctx)
-    batches: list[dict] = []
+    batches: list[object] = []  # dicts, or JSON text (record_fragments.JsonText)
     pos = offset
     end = offset + length
     while pos < end:
@@ -65,8 +66,9 @@ def records_json(
 
 def _batch(
     data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
-) -> tuple[dict, int]:
-    """One magic-2 batch as `record_batch.decode_batch_v2` renders it (when it is clean)."""
+) -> tuple[object, int]:
+    """One magic-2 batch as `record_batch.decode_batch_v2` renders it (when it is clean): a
+    dict, or its JSON text (`record_fragments.JsonText`) when the encoder wrote it."""
     if end - pos < HEADER_SIZE:
         diags: list = []
         node, nxt = short_batch(view, pos, end, 0, diags)
@@ -81,18 +83,17 @@ def _batch(
     crc_ok = None if partial else crc_matches(view, pos, batch_end, header.crc)
     if crc_ok is False:
         raise NotClean("CRC mismatch")
+    text = ctx.record_fragments and ENCODE is not None and ctx.limits.max_value_bytes is None
     diags = []
     start = pos + HEADER_SIZE
-    records: object
-    text = None  # the records as JSON text (record_fragments), when the encoder wrote them
-    fragments = ctx.record_fragments and ENCODE is not None
-    if codec == 0 and fragments:
-        text = _text(data, start, batch_end, header, ctx, partial)
-    if text is not None:
-        records = text[0]
-        if not partial and text[1] != header.record_count:
-            raise NotClean("bad record")
-    elif codec == 0:
+    records: list[dict]
+    if codec == 0:
+        if text:
+            got = batch_text(data, pos, crc_ok, partial, data, start, batch_end, header, ctx)
+            if got is not None:
+                if not partial and got[1] != header.record_count:
+                    raise NotClean("bad record")
+                return got[0], batch_end
         args = record_args(header, ctx)
         records, spans, _ = read_records(data, start, batch_end, args, diags, cut=partial)
         if diags or not partial and len(spans) - 1 != header.record_count:
@@ -106,11 +107,13 @@ def _batch(
         if res.error is not None:
             raise NotClean("decompression")
         inflated = res.data
-        if inflated and fragments:
-            text = _text(inflated, 0, len(inflated), header, ctx, False)
-        if text is not None:
-            records, found = text
-        elif inflated:
+        if inflated and text:
+            got = batch_text(data, pos, crc_ok, False, inflated, 0, len(inflated), header, ctx)
+            if got is not None:
+                if got[1] != header.record_count:
+                    raise NotClean("bad record (decompressed)")
+                return got[0], batch_end
+        if inflated:
             args = record_args(header, ctx)
             records, spans, _ = read_records(inflated, 0, len(inflated), args, diags, cut=False)
             found = len(spans) - 1
@@ -176,52 +179,39 @@ def headers_json(
     return {"batches": batches}
 
 
-_TS_TYPES: dict[str, bytes] = {"create": b'"create"', "log_append": b'"log_append"'}
+_CODECS_JSON: dict[int, bytes] = {
+    code: b'"' + name.encode() + b'"' for code, name in CODEC_NAMES.items()
+}  # the codec names as JSON text
 
 
-def _text(
-    data: bytes, pos: int, end: int, header: BatchHeader, ctx: DecodeContext, cut: bool
-) -> tuple[RecordsText, int] | None:
-    """`records_text` for a batch: its arguments from the header."""
-    return records_text(
-        data, pos, end, header.base_offset, header.base_timestamp, header.log_append_time(),
-        header.timestamp_type, header.is_control, ctx, header.record_limit(ctx.limits), cut,
-    )
-
-
-def records_text(
+def batch_text(
+    head: bytes,
+    at: int,
+    crc_ok: bool | None,
+    partial: bool,
     data: object,  # bytes (anything else: None), not checked by the compiled build
     pos: int,
     end: int,
-    base_offset: int,
-    base_ts: int,
-    log_append: int | None,
-    ts_type: str,
-    is_control: bool,
+    header: BatchHeader,
     ctx: DecodeContext,
-    limit: int,
-    cut: bool,
-) -> tuple[RecordsText, int] | None:
-    """The records in data[pos:end] as their JSON text (`record_fragments.RecordsText`) and
-    how many, as `read_records` would decode them (the same arguments, `record_args`) when
-    they have no diagnostic; None: run `read_records` (also without the compiled encoder)."""
+) -> tuple[JsonText, int] | None:
+    """The batch whose header `header` is at head[at:] as its JSON text
+    (`record_fragments.JsonText`: what `header.to_json` gives with the records `read_records`
+    decodes from data[pos:end]) and its record count, when they have no diagnostic; None:
+    run `read_records` (also without the compiled encoder, for a control batch or with
+    values to truncate)."""
     encode = ENCODE
-    if encode is None or is_control or type(data) is not bytes:
+    if encode is None or header.is_control or type(data) is not bytes or type(head) is not bytes:
         return None
     if ctx.limits.max_value_bytes is not None:  # truncation markers: the dict path writes them
         return None
-    ts_json = _TS_TYPES.get(ts_type)
-    if ts_json is None:
+    codec = _CODECS_JSON.get(header.codec)
+    if codec is None:
         return None
-    try:
-        got = encode(
-            data, pos, end, base_offset, base_ts, log_append, ts_json,
-            ctx.affordable(RECORD_COST, limit), cut,
-        )
-    except OverflowError:  # a header field beyond 64 bits: cannot be, but the dicts decide
-        return None
+    limit = ctx.affordable(RECORD_COST, header.record_limit(ctx.limits))
+    got = encode(head, at, crc_ok, partial, codec, data, pos, end, limit, partial)
     if got is None:
         return None
     text, count = got
     ctx.spend(count * RECORD_COST)
-    return RecordsText(text), count
+    return JsonText(text), count

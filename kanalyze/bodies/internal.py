@@ -32,7 +32,7 @@ from dissectors import (
     read_uvarint,
     schemas,
 )
-from dissectors.record_fragments import records_of
+from dissectors.record_fragments import batches_of
 from kanalyze.bodies.names import METADATA_TOPIC, TopicNames
 
 INTERNAL_TOPICS = frozenset(schemas.INTERNAL_KEYS)
@@ -123,9 +123,9 @@ class InternalRecords:
                 continue
             for p in t.get("partitions" if is_fetch else "partition_data") or []:
                 records = p.get("records") if isinstance(p, dict) else None
-                for b in (records.get("batches") if isinstance(records, dict) else None) or []:
+                for b in batches_of(records):  # dicts, also those given as text
                     if isinstance(b, dict) and not b.get("is_control"):
-                        for r in records_of(b):  # dicts, also when given as text
+                        for r in b.get("records") or []:
                             if isinstance(r, dict):
                                 self._record(topic, r, ctx)
 

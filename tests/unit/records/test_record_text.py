@@ -1,14 +1,16 @@
 """The compiled record encoder (`dissectors/record_text.pyx`) against the dict path.
 
-Where it is built (`python tools/compile.py`), random record streams -- null keys and values,
-headers, control characters, quotes, invalid and edge UTF-8, big and negative varints, sums
-past 64 bits, the record limit and decode budget, cut and damaged bytes -- go through the
-encoder and through `read_records`: whenever the encoder answers, the reference found no
-diagnostic, the counts and the budget agree, and its text is what orjson and json write for
-the reference's dicts. Whole batches (every codec, every prefix, bit flips, the committed
-adversarial inputs) go through `records_json` with and without record text and must give the
-same NDJSON bytes. Skipped where nothing is built; the switch, the json fallback and the
-reading back of record text are tested everywhere.
+Where it is built (`python tools/compile.py`), random batches -- random header fields (both
+timestamp types, every codec name, crc_ok true/false/null, partial or not) around random
+record streams: null keys and values, headers, control characters, quotes, invalid and edge
+UTF-8, big and negative varints, sums past 64 bits, the record limit and decode budget, cut
+and damaged bytes -- go through the encoder and through `read_records` + `to_json`: whenever
+the encoder answers, the reference found no diagnostic, the counts and the budget agree, and
+its text is what orjson and json write for the reference's dicts. Whole records fields
+(every codec, every prefix, bit flips, the committed adversarial inputs) go through
+`records_json` with and without batch text and must give the same NDJSON bytes. Skipped
+where nothing is built; the switch, the json fallback and the reading back of batch text are
+tested everywhere.
 """
 
 from __future__ import annotations
@@ -25,16 +27,12 @@ from records_inputs import DATA
 from test_records_json import clean_inputs
 
 from dissectors import native
+from dissectors.batch_header import HEADER, read_header
 from dissectors.context import DecodeContext, Limits
-from dissectors.record_fragments import (
-    ENCODE,
-    RecordsText,
-    as_json,
-    as_value,
-    records_of,
-)
+from dissectors.record_batch import record_args
+from dissectors.record_fragments import ENCODE, JsonText, as_json, as_value, batches_of
 from dissectors.record_reader import read_records
-from dissectors.records_json import NotClean, records_json, records_text
+from dissectors.records_json import NotClean, batch_text, records_json
 from kanalyze.export.ndjson import _dumps_text, _fast_encode
 from kanalyze.jsontext import dumps
 
@@ -131,9 +129,16 @@ def _fits(value: int) -> bool:
     stream=records(),
     base_offset=st.one_of(st.integers(0, 10**6), I64),
     base_ts=st.one_of(st.just(1_700_000_000_000), st.just(-1), I64),
-    log_append=st.one_of(st.none(), st.just(1_700_000_000_123), st.just(-1), I64),
-    ts_type=st.sampled_from(["create", "log_append"]),
-    limit=st.one_of(st.just(250_000), st.integers(0, 6)),
+    max_ts=st.one_of(st.just(1_700_000_000_123), st.just(-1), I64),
+    attributes=st.integers(0, 0x7FFF).map(lambda a: a & ~0x20),  # not a control batch
+    fields=st.tuples(
+        st.integers(-(2**31), 2**31 - 1), st.integers(-(2**31), 2**31 - 1),
+        st.integers(0, 2**32 - 1), st.integers(-(2**31), 2**31 - 1), I64,
+        st.integers(-(2**15), 2**15 - 1), st.integers(-(2**31), 2**31 - 1),
+    ),
+    count=st.one_of(st.integers(0, 8), st.integers(-(2**31), 2**31 - 1)),
+    crc_ok=st.sampled_from([True, False, None]),
+    most=st.one_of(st.just(250_000), st.integers(0, 6)),
     budget=st.one_of(st.none(), st.integers(0, 8 * 1024)),
     cut=st.booleans(),
     damage=st.tuples(st.integers(0, 3), st.integers(0, 10**6), st.integers(0, 255)),
@@ -142,58 +147,72 @@ def test_encoder_writes_what_the_dicts_give(
     stream: tuple[bytes, list[tuple[int, int, int]]],
     base_offset: int,
     base_ts: int,
-    log_append: int | None,
-    ts_type: str,
-    limit: int,
+    max_ts: int,
+    attributes: int,
+    fields: tuple[int, int, int, int, int, int, int],
+    count: int,
+    crc_ok: bool | None,
+    most: int,
     budget: int | None,
     cut: bool,
     damage: tuple[int, int, int],
 ) -> None:
     clean, meta = stream
+    length, leader_epoch, crc, last_delta, producer, epoch, sequence = fields
+    head = HEADER.pack(
+        base_offset, length, leader_epoch, 2, crc, attributes, last_delta, base_ts, max_ts,
+        producer, epoch, sequence, count,
+    )
+    header = read_header(head, 0)
     data = _damage(clean, *damage)
-    mine, ref = DecodeContext(budget=budget), DecodeContext(budget=budget)
-    got = records_text(
-        data, 0, len(data), base_offset, base_ts, log_append, ts_type, False, mine, limit, cut
-    )
+    limits = Limits(max_records_per_batch=most)
+    mine = DecodeContext(limits=limits, budget=budget)
+    ref = DecodeContext(limits=limits, budget=budget)
+    got = batch_text(head, 0, crc_ok, cut, data, 0, len(data), header, mine)
     diags: list = []
-    recs, spans, _ = read_records(
-        data, 0, len(data), (base_offset, base_ts, log_append, ts_type, False, ref, limit),
-        diags, cut=cut,
-    )
+    recs, spans, _ = read_records(data, 0, len(data), record_args(header, ref), diags, cut=cut)
+    if header.codec not in (0, 1, 2, 3, 4):
+        assert got is None  # not a codec the batch object names
+        return
     if got is None:
         # it may decline only what it leaves to the reference: damage, limits, odd varints
         # (longer than 4 bytes, 9 for the timestamp delta) or sums beyond 64 bits
+        log_append = attributes & 0x08
         ordinary = all(
             abs(off) < 2**27
             and abs(ts) < 2**62
             and size < 2**27
             and _fits(base_offset + off)
-            and (log_append is not None or _fits(base_ts + ts))
+            and (log_append or _fits(base_ts + ts))
             for off, ts, size in meta
         )
+        limit = header.record_limit(limits)
         afford = limit if budget is None else min(limit, budget // 1024)
         assert damage[0] != 0 or not ordinary or len(meta) > afford, (data, diags)
         assert mine.budget == budget  # nothing spent: the reference spends
         return
-    text, count = got
-    assert isinstance(text, RecordsText)
+    text, n = got
+    assert isinstance(text, JsonText)
     assert not diags, diags
-    assert count == len(spans) - 1 == len(recs)
+    assert n == len(spans) - 1 == len(recs)
     assert mine.budget == ref.budget
-    assert text.text == orjson.dumps(recs)
-    assert text.text == dumps(recs).encode()
+    want = header.to_json(crc_ok, cut, recs)
+    assert text.text == orjson.dumps(want)
+    assert text.text == dumps(want).encode()
 
 
 @built
 def test_encoder_declines_values_to_truncate_and_control_batches() -> None:
     data = _varint(8) + b"\x00\x00\x00" + _field(b"k") + _field(b"v") + b"\x00"
-    def text(data: object, ctx: DecodeContext, control: bool = False) -> object:
-        return records_text(data, 0, 9, 0, 0, None, "create", control, ctx, 10, False)  # type: ignore[arg-type]
 
-    assert text(data, DecodeContext()) is not None
-    assert text(data, DecodeContext(limits=Limits(max_value_bytes=3))) is None
-    assert text(data, DecodeContext(), control=True) is None
-    assert text(bytearray(data), DecodeContext()) is None
+    def text(attributes: int, ctx: DecodeContext, records: object = data) -> object:
+        head = HEADER.pack(0, 0, 0, 2, 0, attributes, 0, 0, 0, 0, 0, 0, 1)
+        return batch_text(head, 0, True, False, records, 0, 9, read_header(head, 0), ctx)
+
+    assert text(0, DecodeContext()) is not None
+    assert text(0, DecodeContext(limits=Limits(max_value_bytes=3))) is None
+    assert text(0x20, DecodeContext()) is None  # control
+    assert text(0, DecodeContext(), bytearray(data)) is None
 
 
 # ------------------------------------------------------------------ whole batches
@@ -251,7 +270,7 @@ def test_the_export_uses_the_encoder() -> None:
     ctx = DecodeContext()
     ctx.record_fragments = True
     value = records_json(buf, memoryview(buf), 0, len(buf), ctx)
-    assert type(value["batches"][0]["records"]) is RecordsText
+    assert type(value["batches"][0]) is JsonText
 
 
 # ------------------------------------------------------------------ everywhere
@@ -261,19 +280,19 @@ RECS = [
     {"offset": 2**40, "key": None, "value": 'a"\n\x01é', "headers": [{"key": "h", "value": None}]},
     {"offset": -1, "key": {"b64": "/w=="}, "value": "", "headers": []},
 ]
+BATCH = {"base_offset": 0, "is_control": False, "records": RECS, "diagnostics": []}
 
 
-def test_record_text_splices_and_reads_back_as_the_dicts() -> None:
-    text = RecordsText(orjson.dumps(RECS))
-    doc = {"batches": [{"base_offset": 0, "records": text}], "ratio": 1e-7}  # json's float
-    want = {"batches": [{"base_offset": 0, "records": RECS}], "ratio": 1e-7}
-    assert _dumps_text(doc) == dumps(want)
-    fast = {"batches": [{"records": text}]}
-    assert _fast_encode(fast) == orjson.dumps({"batches": [{"records": RECS}]})
-    assert as_value(text) == RECS
-    batch = {"records": text}
-    assert records_of(batch) == RECS and batch["records"] == RECS  # kept as dicts
-    assert records_of({"records": None}) == []
+def test_json_text_splices_and_reads_back_as_the_dicts() -> None:
+    text = JsonText(orjson.dumps(BATCH))
+    doc = {"batches": [text], "ratio": 1e-7}  # a float json spells
+    assert _dumps_text(doc) == dumps({"batches": [BATCH], "ratio": 1e-7})
+    assert _fast_encode({"batches": [text, BATCH]}) == orjson.dumps({"batches": [BATCH, BATCH]})
+    assert as_value(text) == BATCH
+    field = {"batches": [text, {"base_offset": 1}]}
+    assert batches_of(field) == [BATCH, {"base_offset": 1}]
+    assert field["batches"][0] == BATCH  # kept as a dict
+    assert batches_of({"size": 3}) == [] and batches_of(None) == []
     with pytest.raises(TypeError):
         as_json(object())
     with pytest.raises(TypeError):
@@ -306,6 +325,7 @@ def test_no_encoder_no_text() -> None:
     ctx = DecodeContext()
     ctx.record_fragments = True
     value = records_json(buf, memoryview(buf), 0, len(buf), ctx)
+    assert isinstance(value["batches"][0], dict)
     assert isinstance(value["batches"][0]["records"], list)
 
 
@@ -320,7 +340,7 @@ def test_text_only_in_the_line(name: str) -> None:
     seen = 0
     for ex in Session([str(ROOT / "captures" / name)]).exchanges():
         d = enc.encode(ex)
-        assert "RecordsText" not in repr(d)
+        assert "JsonText" not in repr(d)
         assert enc.line(ex) == dumps(d)
         seen += '"records":[{' in enc.line(ex)
     assert seen  # some exchanges carry records
