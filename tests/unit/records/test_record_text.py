@@ -15,6 +15,7 @@ tested everywhere.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -33,7 +34,6 @@ from dissectors.record_batch import record_args
 from dissectors.record_fragments import ENCODE, JsonText, as_json, as_value, batches_of
 from dissectors.record_reader import read_records
 from dissectors.records_json import NotClean, batch_text, records_json
-from kanalyze.export.ndjson import _dumps_text, _fast_encode
 from kanalyze.jsontext import dumps
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -218,8 +218,11 @@ def test_encoder_declines_values_to_truncate_and_control_batches() -> None:
 # ------------------------------------------------------------------ whole batches
 
 
+_dumps_text = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=as_value).encode
+
+
 def _line(value: object) -> bytes:
-    return _fast_encode({"records": value})  # type: ignore[return-value]
+    return orjson.dumps({"records": value}, default=as_json)
 
 
 def _both(buf: bytes, length: int | None = None, **kw: object) -> bool:
@@ -287,7 +290,8 @@ def test_json_text_splices_and_reads_back_as_the_dicts() -> None:
     text = JsonText(orjson.dumps(BATCH))
     doc = {"batches": [text], "ratio": 1e-7}  # a float json spells
     assert _dumps_text(doc) == dumps({"batches": [BATCH], "ratio": 1e-7})
-    assert _fast_encode({"batches": [text, BATCH]}) == orjson.dumps({"batches": [BATCH, BATCH]})
+    both = orjson.dumps({"batches": [text, BATCH]}, default=as_json)
+    assert both == orjson.dumps({"batches": [BATCH, BATCH]})
     assert as_value(text) == BATCH
     field = {"batches": [text, {"base_offset": 1}]}
     assert batches_of(field) == [BATCH, {"base_offset": 1}]
@@ -330,17 +334,26 @@ def test_no_encoder_no_text() -> None:
 
 
 @pytest.mark.parametrize("name", ["lib_codecs.pcap", "replication/textbook.pcap"])
-def test_text_only_in_the_line(name: str) -> None:
-    """Only the line asks for record text: `encode` (metrics, filters, views) gets dicts, and
-    the line is the text of what `encode` gives."""
+def test_text_only_in_the_line(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the line asks for batch text: `encode` (metrics, filters, views) gets dicts, and
+    the line is the text of what `encode` gives, also when json writes it (floats orjson
+    spells differently)."""
+    import sys
+
     from kanalyze.export import ExchangeEncoder
     from kanalyze.session import Session
 
     enc = ExchangeEncoder(DecodeContext(strict=True))
     seen = 0
-    for ex in Session([str(ROOT / "captures" / name)]).exchanges():
+    exchanges = list(Session([str(ROOT / "captures" / name)]).exchanges())
+    for ex in exchanges:
         d = enc.encode(ex)
         assert "JsonText" not in repr(d)
-        assert enc.line(ex) == dumps(d)
-        seen += '"records":[{' in enc.line(ex)
+        line = enc.line(ex)
+        assert line == dumps(d)
+        seen += '"records":[{' in line
     assert seen  # some exchanges carry records
+    # the json fallback: as if every line had a float orjson spells differently
+    monkeypatch.setattr(sys.modules[ExchangeEncoder.__module__], "_plain_times", lambda d: False)
+    for ex in exchanges:
+        assert enc.line(ex) == dumps(enc.encode(ex))
