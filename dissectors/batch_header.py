@@ -88,11 +88,8 @@ class BatchHeader(NamedTuple):
         """The timestamp every record takes (log-append time), or None (each its own)."""
         return self.max_timestamp if self.attributes & 0x08 else None
 
-    def to_json(
-        self, crc_ok: bool | None, partial: bool, records: object
-    ) -> dict[str, object]:
-        """The batch's JSON object (its "diagnostics" empty: the caller fills them); `records`
-        a list of record dicts, or their text (`record_fragments.RecordsText`)."""
+    def to_json(self, crc_ok: bool | None, partial: bool, records: list) -> dict[str, object]:
+        """The batch's JSON object (its "diagnostics" empty: the caller fills them)."""
         attributes = self.attributes
         codec = attributes & 0x07
         return {

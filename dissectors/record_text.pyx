@@ -16,7 +16,7 @@ decides. Values must not be truncated (`limits.max_value_bytes` unset) and the b
 not be a control batch; the caller checks both.
 
 Compiled with Cython by `python tools/compile.py` (optional); without it the export builds
-the dicts as before. `tests/unit/dissectors/test_record_text.py` compares its bytes with the
+the dicts as before. `tests/unit/records/test_record_text.py` compares its bytes with the
 dict path's on random batches.
 """
 
