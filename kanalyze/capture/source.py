@@ -10,6 +10,7 @@ is not a readable source (`readable` is False), and the callers take another pat
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from typing import IO, BinaryIO, cast
@@ -56,6 +57,42 @@ def source_size(path: str) -> int:
     return os.path.getsize(local_name(path))
 
 
+class PositionalStream(io.RawIOBase):
+    """A seekable read-only file over positional reads (`_pread`) of a source of known size:
+    remote readers need only say how to read n bytes at an offset; wrap it in a
+    BufferedReader."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._pos = 0
+
+    def _pread(self, pos: int, n: int) -> bytes:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, b) -> int:  # noqa: ANN001 - a writable buffer
+        n = min(len(b), self._size - self._pos)
+        if n <= 0:
+            return 0
+        data = self._pread(self._pos, n)
+        b[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
 def open_source(path: str) -> BinaryIO:
     """A seekable binary file (the caller closes it). Raises CaptureError."""
     if is_remote(path):
@@ -68,4 +105,7 @@ def open_source(path: str) -> BinaryIO:
         raise CaptureError(f"{path}: cannot open: {e.strerror or e}") from None
 
 
-__all__ = ["is_remote", "local_name", "open_source", "readable", "set_remote", "source_size"]
+__all__ = [
+    "PositionalStream", "is_remote", "local_name", "open_source", "readable", "set_remote",
+    "source_size",
+]

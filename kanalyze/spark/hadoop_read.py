@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kanalyze.capture import CaptureError
+from kanalyze.capture.source import PositionalStream
 
 BLOCK = 4 << 20  # bytes per read request (and the buffer a stream holds)
 SOURCE = resources.files("kanalyze.spark").joinpath("java/HadoopRead.java")
@@ -172,36 +173,15 @@ def reader(settings: dict[str, str]) -> HadoopReader:
         return got
 
 
-class HadoopStream(io.RawIOBase):
+class HadoopStream(PositionalStream):
     """A seekable read-only file over `HadoopReader.pread` (wrap it in a BufferedReader)."""
 
     def __init__(self, rd: HadoopReader, path: str, size: int | None = None) -> None:
         self._rd, self._path = rd, path
-        self._size = rd.size(path) if size is None else size
-        self._pos = 0
+        super().__init__(rd.size(path) if size is None else size)
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def readinto(self, b) -> int:  # noqa: ANN001 - a writable buffer
-        n = min(len(b), self._size - self._pos)
-        if n <= 0:
-            return 0
-        data = self._rd.pread(self._path, self._pos, n)
-        b[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
+    def _pread(self, pos: int, n: int) -> bytes:
+        return self._rd.pread(self._path, pos, n)
 
 
 def open_stream(settings: dict[str, str], path: str) -> IO[bytes]:

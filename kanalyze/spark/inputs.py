@@ -104,40 +104,19 @@ def _first_line(e: BaseException) -> str:
     return type(e).__name__
 
 
-class _HadoopStream(io.RawIOBase):
+class _HadoopStream(source.PositionalStream):
     """A seekable read-only stream over a Hadoop `FSDataInputStream` (driver only: py4j)."""
 
     def __init__(self, path: str) -> None:
         p, fs = _hpath(path)
-        self._size = int(fs.getFileStatus(p).getLen())
+        super().__init__(int(fs.getFileStatus(p).getLen()))
         self._in = fs.open(p)
-        self._pos = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def readinto(self, b) -> int:  # noqa: ANN001 - a writable buffer
-        n = min(len(b), self._size - self._pos)
-        if n <= 0:
-            return 0
+    def _pread(self, pos: int, n: int) -> bytes:
         # py4j passes byte arrays by value: a Java array filled in place is never seen here, so
         # the JVM returns the bytes (readNBytes) instead
-        self._in.seek(self._pos)
-        data = bytes(self._in.readNBytes(n))
-        b[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
+        self._in.seek(pos)
+        return bytes(self._in.readNBytes(n))
 
     def close(self) -> None:
         if not self.closed:
