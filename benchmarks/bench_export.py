@@ -555,7 +555,8 @@ def bench_round(
     say("kanalyze export --header-only ...")
     out = scratch / "header.ndjson"
     wall, rss, cpu = timed(
-        [*kan, "export", str(pcap), "--port", str(port), "--header-only", "-o", str(out)]
+        [*kan, "export", str(pcap), "--port", str(port), "--header-only", "--jobs", "1",
+         "-o", str(out)]
     )
     lines = count_in_file(out, b"\n")
     runs.append(Run("kanalyze export --header-only", wall, cpu, rss, size, packets, lines, None))
@@ -563,7 +564,10 @@ def bench_round(
 
     say("kanalyze export (full) ...")
     out = scratch / "full.ndjson"
-    wall, rss, cpu = timed([*kan, "export", str(pcap), "--port", str(port), "-o", str(out)])
+    # one process: the per-core figure (a big full export defaults to every core)
+    wall, rss, cpu = timed(
+        [*kan, "export", str(pcap), "--port", str(port), "--jobs", "1", "-o", str(out)]
+    )
     records = count_in_file(out, b'"offset_delta":')
     out_mb = out.stat().st_size / MB
     runs.append(
@@ -609,7 +613,7 @@ def quick_runs(
     """kanalyze export (full) and tshark -V, alternating REPEAT times, the least CPU time of each:
     on a shared machine the load drifts, and alternating exposes both to the same drift."""
     out = scratch / "full.ndjson"
-    kan_cmd = [*kan, "export", str(pcap), "--port", str(port), "-o", str(out)]
+    kan_cmd = [*kan, "export", str(pcap), "--port", str(port), "--jobs", "1", "-o", str(out)]
     full_args, sub = tshark_full_args(
         tshark_base(pcap, port), tshark_full_mb, size, packets, exchanges
     )

@@ -254,8 +254,8 @@ def add_jobs_argument(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="N",
-        help="worker processes (default 1; stdin is always read by one); the output is the "
-        "same for every N",
+        help="worker processes (default 1; for a full `export` of 64 MB or more, the usable "
+        "cores; stdin is always read by one); the output is the same for every N",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -72,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     binary = args.output != "-" or stdout is not None
     out = (stdout or sys.stdout) if args.output == "-" else open(args.output, "wb")  # noqa: SIM115
     try:
-        jobs = default_jobs(args.files, args.jobs) if session is base else 1  # filters: one process
+        # filters: one process; a full export of a big capture: every usable core
+        jobs = default_jobs(args.files, args.jobs, auto=not args.header_only) \
+            if session is base else 1
         if jobs > 1 and binary:
             try:
                 done = run_export(args.files, jobs, opts, ctx, args.header_only, out)
@@ -97,9 +100,34 @@ def run(args: argparse.Namespace) -> int:
 
 # The pool's modules (multiprocessing, the planner, the merge) are imported when --jobs asks for
 # more than one process, not with the command: a one-process export does not pay for them.
-def default_jobs(paths: Sequence[str], jobs: int | None) -> int:
-    """`kanalyze.parallel.run.default_jobs`; 1 without importing the pool when `jobs` is unset
-    or 1 (keep in step with its default)."""
+# Below this much input a second process does not pay for its start, plan and stitch; above
+# it a full export on 2 idle cores took 1.34 s against 1.89 s (250 MB; docs/performance.md,
+# "Default"). Header-only runs gained nothing (0.46 s against 0.44 s), so they stay at 1.
+AUTO_JOBS_MIN_BYTES = 64 << 20
+AUTO_JOBS_MAX = 16  # the scaling model's last point (the merge stays off the critical path)
+
+
+def auto_jobs(paths: Sequence[str]) -> int:
+    """The usable cores (at most AUTO_JOBS_MAX) when the inputs hold at least
+    AUTO_JOBS_MIN_BYTES, else 1; the pool's own checks (regular files only) still apply."""
+    try:
+        total = sum(os.stat(p).st_size for p in paths if p != "-")
+    except OSError:
+        return 1
+    if total < AUTO_JOBS_MIN_BYTES:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, AUTO_JOBS_MAX))
+
+
+def default_jobs(paths: Sequence[str], jobs: int | None, auto: bool = False) -> int:
+    """`kanalyze.parallel.run.default_jobs`, with `auto` (a full export) picking `auto_jobs`
+    when `--jobs` is not given; 1 without importing the pool when that comes to 1."""
+    if jobs is None and auto:
+        jobs = auto_jobs(paths)
     if jobs is None or jobs == 1:
         return 1
     from kanalyze.parallel.run import default_jobs as decide

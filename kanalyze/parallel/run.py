@@ -33,10 +33,9 @@ last_timings: dict[str, object] = {}
 
 
 def default_jobs(paths: Sequence[str], jobs: int | None) -> int:
-    """The job count to use: as asked; by default 1 (measured on 2 busy cores, 2 jobs took
-    longer and 1.5x the memory: the cores default waits for a gain shown on idle ones); always
-    1 when an input is not a regular file (stdin, a pipe: every shard reads the input, a pipe
-    can be read once)."""
+    """The job count to use: as asked, by default 1 (`kanalyze.commands.export.auto_jobs` asks
+    for the cores on a big full export); always 1 when an input is not a regular file (stdin,
+    a pipe: every shard reads the input, a pipe can be read once)."""
     try:
         sizes = [os.stat(p) for p in paths if p != "-"]
     except OSError:
