@@ -20,6 +20,8 @@ it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dissectors.batch_header import (
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
@@ -50,6 +52,16 @@ def records_json(
         return {"size": length}
     if ctx.record_headers:
         return headers_json(data, view, offset, length, ctx)
+    return _walk(data, view, offset, length, ctx, _batch)
+
+
+def _walk(
+    data: bytes, view: memoryview, offset: int, length: int, ctx: DecodeContext,
+    one: Callable[[bytes, memoryview, int, int, DecodeContext], tuple[object, int]],
+) -> dict:
+    """The record set's batches, each rendered by `one` (which returns it and where the next
+    starts); a cut before a magic byte ends it as a partial entry, a magic other than 2 raises
+    `NotClean`."""
     batches: list[object] = []  # dicts, or JSON text (record_fragments.JsonText)
     pos = offset
     end = offset + length
@@ -59,9 +71,18 @@ def records_json(
             break
         if data[pos + MAGIC_OFFSET] != 2:
             raise NotClean("legacy message set or bad magic")
-        batch, pos = _batch(data, view, pos, end, ctx)
+        batch, pos = one(data, view, pos, end, ctx)
         batches.append(batch)
     return {"batches": batches}
+
+
+def _short(view: memoryview, pos: int, end: int) -> tuple[object, int]:
+    """A batch cut inside its header, as the full path renders it (the rest of the set)."""
+    diags: list = []
+    node, nxt = short_batch(view, pos, end, 0, diags)
+    if diags or nxt is None:
+        raise NotClean("short batch")
+    return node.value, end
 
 
 def _batch(
@@ -70,11 +91,7 @@ def _batch(
     """One magic-2 batch as `record_batch.decode_batch_v2` renders it (when it is clean): a
     dict, or its JSON text (`record_fragments.JsonText`) when the encoder wrote it."""
     if end - pos < HEADER_SIZE:
-        diags: list = []
-        node, nxt = short_batch(view, pos, end, 0, diags)
-        if diags or nxt is None:
-            raise NotClean("short batch")
-        return node.value, end
+        return _short(view, pos, end)
     header = read_header(data, pos)
     codec = header.codec
     if header.batch_length < MIN_BATCH_LENGTH or header.is_control or codec not in CODEC_NAMES:
@@ -84,7 +101,7 @@ def _batch(
     if crc_ok is False:
         raise NotClean("CRC mismatch")
     text = ctx.record_fragments and ENCODE is not None and ctx.limits.max_value_bytes is None
-    diags = []
+    diags: list = []
     start = pos + HEADER_SIZE
     records: list[dict]
     if codec == 0:
@@ -141,42 +158,33 @@ def headers_json(
     instead: then the reference path decodes it in full, and whatever the facts read from
     these objects equals what they read from the full ones. A legacy message set, a control
     batch, a bad length, codec or CRC raise `NotClean` as in `records_json`."""
-    batches: list[dict] = []
-    pos = offset
-    end = offset + length
-    while pos < end:
-        if pos + MAGIC_OFFSET >= end:  # cut before the magic byte: a partial entry, no diagnostic
-            batches.append(unknown_partial(view, pos, end, 0).value)
-            break
-        if data[pos + MAGIC_OFFSET] != 2:
-            raise NotClean("legacy message set or bad magic")
-        if end - pos < HEADER_SIZE:
-            diags: list = []
-            node, nxt = short_batch(view, pos, end, 0, diags)
-            if diags or nxt is None:
-                raise NotClean("short batch")
-            batches.append(node.value)
-            break
-        header = read_header(data, pos)
-        codec = header.codec
-        if header.batch_length < MIN_BATCH_LENGTH or header.is_control or codec not in CODEC_NAMES:
-            raise NotClean("bad length, control batch or unknown codec")
-        batch_end, partial = header.span(pos, end)
-        crc_ok = None if partial else crc_matches(view, pos, batch_end, header.crc)
-        if crc_ok is False:
-            raise NotClean("CRC mismatch")
-        if not (partial and codec):  # the full path reads these records (a cut compressed
-            limit = header.record_limit(ctx.limits)  # batch it does not inflate)
-            if ctx.affordable(RECORD_COST, limit) < limit:
-                raise NotClean("decode budget")
-            ctx.spend(limit * RECORD_COST)
-        batches.append({
-            "base_offset": header.base_offset, "batch_length": header.batch_length, "magic": 2,
-            "last_offset_delta": header.last_offset_delta, "record_count": header.record_count,
-            "partial": partial,
-        })  # fmt: skip
-        pos = batch_end
-    return {"batches": batches}
+    return _walk(data, view, offset, length, ctx, _header_batch)
+
+
+def _header_batch(
+    data: bytes, view: memoryview, pos: int, end: int, ctx: DecodeContext
+) -> tuple[object, int]:
+    """One magic-2 batch's `FACT_FIELDS` and `partial` (see `headers_json`)."""
+    if end - pos < HEADER_SIZE:
+        return _short(view, pos, end)
+    header = read_header(data, pos)
+    codec = header.codec
+    if header.batch_length < MIN_BATCH_LENGTH or header.is_control or codec not in CODEC_NAMES:
+        raise NotClean("bad length, control batch or unknown codec")
+    batch_end, partial = header.span(pos, end)
+    crc_ok = None if partial else crc_matches(view, pos, batch_end, header.crc)
+    if crc_ok is False:
+        raise NotClean("CRC mismatch")
+    if not (partial and codec):  # the full path reads these records (a cut compressed
+        limit = header.record_limit(ctx.limits)  # batch it does not inflate)
+        if ctx.affordable(RECORD_COST, limit) < limit:
+            raise NotClean("decode budget")
+        ctx.spend(limit * RECORD_COST)
+    return {
+        "base_offset": header.base_offset, "batch_length": header.batch_length, "magic": 2,
+        "last_offset_delta": header.last_offset_delta, "record_count": header.record_count,
+        "partial": partial,
+    }, batch_end  # fmt: skip
 
 
 _CODECS_JSON: dict[int, bytes] = {
