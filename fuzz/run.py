@@ -4,7 +4,7 @@
     python fuzz/run.py --seconds 600 --harness schema --workdir /tmp/kfuzz
 
 Each harness runs in its own process with libFuzzer flags:
--max_total_time (the budget), -timeout=5 (one input taking longer than 5 s is
+-max_total_time (the budget), -seed (with --seed), -timeout=5 (one input taking longer than 5 s is
 a hang), -rss_limit_mb (memory blow-up), -max_len. The committed seeds in
 fuzz/corpus/<name>/ are read only; new inputs go to <workdir>/<name>/ (a fresh
 temporary directory unless --workdir is given), crashes/hangs to
@@ -69,7 +69,13 @@ class Result:
 
 
 def run_one(
-    name: str, seconds: int, workdir: Path, runs: int | None, rss_mb: int, timeout: int
+    name: str,
+    seconds: int,
+    workdir: Path,
+    runs: int | None,
+    rss_mb: int,
+    timeout: int,
+    seed: int | None = None,
 ) -> Result:
     work = workdir / name
     work.mkdir(parents=True, exist_ok=True)
@@ -91,13 +97,17 @@ def run_one(
     ]
     if runs:
         cmd.insert(2, f"-runs={runs}")
+    env = None
+    if seed is not None:  # the same inputs in the same order (a slower machine runs fewer)
+        cmd.insert(2, f"-seed={seed}")
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
     before = set(arts.iterdir())
     t0 = time.monotonic()
     with open(log, "w") as f:
         try:
             # the outer guard only matters if libFuzzer itself wedges
             rc = subprocess.run(
-                cmd, stdout=f, stderr=subprocess.STDOUT, timeout=seconds + 300
+                cmd, stdout=f, stderr=subprocess.STDOUT, timeout=seconds + 300, env=env
             ).returncode
         except subprocess.TimeoutExpired:
             rc = -9
@@ -130,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         "to look for new ones",
     )
     ap.add_argument("--timeout", type=int, default=5, help="seconds one input may take (a hang)")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        help="libFuzzer's random seed (and a fixed hash seed): a run that can be replayed",
+    )
     args = ap.parse_args(argv)
     names = args.harness or list(HARNESSES)
     if args.mask_known:
@@ -144,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [
                 pool.submit(
-                    run_one, n, args.seconds, workdir, args.runs, args.rss_limit_mb, args.timeout
+                    run_one,
+                    n,
+                    args.seconds,
+                    workdir,
+                    args.runs,
+                    args.rss_limit_mb,
+                    args.timeout,
+                    args.seed,
                 )
                 for n in names
             ]

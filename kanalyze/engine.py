@@ -416,12 +416,14 @@ class Engine:
             st.buffered += now_held - held
             st.held += cost - conn.cost
             conn.cost = cost
-        if st.held > st.held_peak:  # kept <= max_buffered, so this is rare
+        if self.shedding:  # a shed replaying held packets: it records the peaks once done
+            pass
+        elif st.held > st.held_peak:  # kept <= max_buffered, so this is rare
             if st.held > self.opts.max_buffered:
                 self._shed(pkt)
             if st.held > st.held_peak:
                 st.held_peak = st.held
-        if st.buffered > st.buffered_peak:  # after shedding: at most the bound
+        if st.buffered > st.buffered_peak and not self.shedding:  # after shedding: <= the bound
             st.buffered_peak = st.buffered
         if not conn.kafka and not conn.ignored:
             if payload and conn.cf.pdu_bytes + conn.sf.pdu_bytes == 0 and looks_like_tls(payload):
@@ -511,6 +513,9 @@ class Engine:
             self._shed_to(pkt, self.opts.max_buffered * 3 // 4)
         finally:
             self.shedding = False
+        st = self.stats  # what the replays of held packets skipped: the peaks after the shed
+        st.held_peak = max(st.held_peak, st.held)
+        st.buffered_peak = max(st.buffered_peak, st.buffered)
 
     def _shed_to(self, pkt: Packet, target: int) -> None:
         st = self.stats
