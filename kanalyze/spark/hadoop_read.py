@@ -15,6 +15,7 @@ cached under the temporary directory); without `javac`, Java's source launcher r
 
 from __future__ import annotations
 
+import atexit
 import glob
 import hashlib
 import io
@@ -160,7 +161,20 @@ class HadoopReader:
             self._proc.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             self._proc.kill()
+            self._proc.wait()
+        self._proc.stdout.close()  # type: ignore[union-attr]
         self._err.close()
+
+
+def _close_readers() -> None:
+    """At exit: end the cached readers' JVMs, which would otherwise outlive this process."""
+    with _lock:
+        for rd in _readers.values():
+            rd.close()
+        _readers.clear()
+
+
+atexit.register(_close_readers)
 
 
 def reader(settings: dict[str, str]) -> HadoopReader:
@@ -169,6 +183,8 @@ def reader(settings: dict[str, str]) -> HadoopReader:
     with _lock:
         got = _readers.get(key)
         if got is None or got._proc.poll() is not None:
+            if got is not None:  # its JVM ended (a failed read): release its pipes
+                got.close()
             got = _readers[key] = HadoopReader(settings)
         return got
 
