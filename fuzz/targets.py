@@ -79,6 +79,7 @@ def check_accounting(engine: Engine) -> None:
         st.buffered_peak,
         engine.opts.max_buffered,
     )
+    assert st.held_peak <= engine.opts.max_buffered, (st.held_peak, engine.opts.max_buffered)
     assert st.open_peak <= engine.opts.max_connections, (st.open_peak, engine.opts.max_connections)
     for side in ("client", "broker"):
         t = getattr(engine.stats, side)

@@ -559,10 +559,11 @@ class Engine:
         ):
             if st.held <= target:
                 break
-            dropped = conn.held
+            dropped, early = conn.held, len(conn.early)
             for half, framer in ((conn.c2s, conn.cf), (conn.s2c, conn.sf)):
                 half.flush(pkt.no, pkt.ts_ns, "buffers evicted: --max-buffered")
                 framer.evict("buffers evicted: --max-buffered")
+            conn.early.clear()  # broker frames kept until the client side confirms Kafka
             conn.held = (
                 len(conn.cf.buf) + len(conn.sf.buf) + conn.c2s.ooo_bytes + conn.s2c.ooo_bytes
             )
@@ -574,8 +575,13 @@ class Engine:
                 "max_buffered",
                 conn,
                 pkt,
-                f"{dropped} buffered bytes given up: "
-                f"{st.buffered + dropped} bytes buffered in total",
+                f"{dropped} buffered bytes given up"
+                + (
+                    f" and {early} broker frames kept for an unconfirmed client side"
+                    if early
+                    else ""
+                )
+                + f": {st.buffered + dropped} bytes buffered in total",
             )
 
     def _close_least_recent(self, pkt: Packet) -> None:
