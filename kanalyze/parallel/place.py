@@ -32,11 +32,6 @@ from kanalyze.parallel.worker import LINE_PREFIX
 
 Place = tuple[int, int, int, int, int]  # (source offset, size, local id, run's id, final offset)
 CHUNK = 1 << 20
-# CPU of a worker's copying after the stitch, per byte of its range of the capture: range 0
-# has none, so the plan gives it that much more (250 MB benchmark, 2 jobs: 0.08 s for the
-# 206 MB of lines of a 130 MB range, full; 0.01 s header-only)
-PLACE_US_PER_BYTE = 0.0006
-PLACE_US_PER_BYTE_HEADERS = 0.00008
 
 
 @dataclass(slots=True)
@@ -117,6 +112,22 @@ def layout(sequence: Sequence[tuple[int, int]], lines: Sequence[Sequence[tuple[i
         places[r].append((off, size, lid, gid, pos))
         pos += size
     return places, pos
+
+
+def split(places: list[Place], parts: int) -> tuple[list[Place], list[Place]]:
+    """`places` cut in two at the line boundary nearest the first (parts - 1) / parts of their
+    bytes: what a worker copies of its range after the stitch, and the rest, which the calling
+    process copies at once with it (every process is idle then: each copies about as much)."""
+    if parts < 2 or not places:
+        return places, []
+    keep = sum(p[1] for p in places) * (parts - 1) / parts
+    acc = 0
+    for i, p in enumerate(places):
+        if acc + p[1] > keep:  # line i straddles the target: on the nearer side
+            cut = i + 1 if acc + p[1] - keep < keep - acc else i
+            return places[:cut], places[cut:]
+        acc += p[1]
+    return places, []
 
 
 def _copy(src: int, dst: int, n: int, src_off: int, dst_off: int) -> None:

@@ -298,13 +298,18 @@ def _place(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
            target: place.Target, st: Stitched, timings: dict[str, object]) -> list[float]:
     """Range 0's lines are in the output file from its start: its first lines stay, its tail
     is set aside; every other line goes to its final offset, copied by the process that wrote
-    it. Per range, the CPU seconds of its copying (the merge's parallel part)."""
+    it, except the last 1/N of each range's bytes, which this process copies meanwhile (it has
+    nothing else to do after the stitch: with 2 jobs the copying is halved). Per range, the
+    CPU seconds of its process's copying (the merge's parallel part; range 0: this process's)."""
     lines = [o.lines for o in outs]
     k = place.prefix(st.sequence, lines[0], st.ids[0])
     start = lines[0][k][0] if k < len(lines[0]) else sum(s for _o, s, _l in lines[0])
     end0 = sum(s for _o, s, _l in lines[0])
     places, end = place.layout(st.sequence, lines, st.ids, start, k, len(outs))
     timings["in_place"] = k
+    helped: dict[int, list[place.Place]] = {}  # range -> the share this process copies
+    for i in range(1, len(places)):
+        places[i], helped[i] = place.split(places[i], len(places))
     cpu = time.process_time()
     target.out.flush()  # range 0's lines all written before anything lands after them
     aside = None
@@ -319,6 +324,8 @@ def _place(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
                         [(o - start, n, lid, gid, pos) for o, n, lid, gid, pos in places[0]])
         finally:
             os.close(aside)
+    for t in tasks[1:]:
+        place_from(t.out_path, target.fd, target.base, helped[t.rng.index])
     by_range[0] = time.process_time() - cpu
     mine = {t.rng.index for _p, _c, share in forked.procs for t in share}
     for t in tasks[1:]:

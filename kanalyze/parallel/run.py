@@ -17,8 +17,7 @@ from typing import BinaryIO
 from dissectors.context import DecodeContext
 from kanalyze.capture import CaptureStats
 from kanalyze.engine import EngineOptions
-from kanalyze.parallel import merge, place
-from kanalyze.parallel.place import PLACE_US_PER_BYTE, PLACE_US_PER_BYTE_HEADERS
+from kanalyze.parallel import merge
 from kanalyze.parallel.plan import WORKER_START_US, Plan, make_plan
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV, export_ranges
 from kanalyze.parallel.ranges import plan_ranges
@@ -57,13 +56,9 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
     cpu = time.process_time()
     range_bytes = int(os.environ.get(RANGE_BYTES_ENV) or 0) or None
     forked = processes and jobs > 1 and FORK in mp.get_all_start_methods()
-    # forked workers start at once; spawned ones spend ~0.1 s importing while range 0 runs
+    # forked workers start at once; spawned ones spend ~0.1 s importing while range 0 runs.
+    # (The copies into the output file come after the stitch, shared by every process: no lead)
     lead = 0.0 if forked or not processes else SPAWN_START_US
-    if jobs > 1 and len(paths) == 1 and place.placeable(out):
-        # into a file, each other range's lines are copied after the stitch, range 0's not
-        with contextlib.suppress(OSError):
-            rate = PLACE_US_PER_BYTE_HEADERS if header_only else PLACE_US_PER_BYTE
-            lead += os.path.getsize(paths[0]) / jobs * rate
     ranges = plan_ranges(paths, jobs, range_bytes, bodies=not header_only, lead_us=lead)
     if ranges is not None:
         last_timings.clear()

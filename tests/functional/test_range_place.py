@@ -111,6 +111,20 @@ def test_place_rewrites_ids_and_copies_runs(tmp_path: Path) -> None:
     assert dst.read_bytes() == b"#" + want
 
 
+def test_split_shares_copying_by_bytes() -> None:
+    """The calling process takes about the last 1/N of a worker's bytes, cut at the line
+    boundary nearest that; nothing is lost or doubled."""
+    places = [(i * 10, size, 1, 1, i * 10) for i, size in enumerate([10, 35, 20, 35])]
+    assert place.split(places, 2) == (places[:2], places[2:])  # 45 | 55 (target 50)
+    assert place.split(places, 3) == (places[:3], places[3:])  # 65 | 35 (target 66.7)
+    assert place.split(places, 6) == (places, [])  # 100 | 0 (target 83.3): nearer
+    assert place.split(places, 1) == (places, [])
+    assert place.split([], 2) == ([], [])
+    for parts in range(2, 9):
+        kept, helped = place.split(places, parts)
+        assert kept + helped == places
+
+
 @pytest.mark.usefixtures("tiny_ranges")
 @pytest.mark.parametrize("mode", [[], ["--header-only"]], ids=["full", "header-only"])
 def test_ranges_park_held_frames(mode: list[str], tmp_path: Path,
