@@ -70,10 +70,10 @@ def export_range(task: RangeTask, sink: BinaryIO | None = None) -> RangeOutput:
             nonlocal pos, bad
             if len(lines) % young.EVERY == young.EVERY - 1:
                 gc.collect(1)  # the young generations, as the one-process export (gcyoung)
-            names.reads, names.writes = {}, {}
             line = line_of(ex)  # and the newline written apart: a line may be megabytes
-            if names.reads or names.writes:
+            if names.reads or names.writes:  # (empty before each exchange)
                 recorded[len(lines)] = (names.reads, names.writes)
+                names.reads, names.writes = {}, {}
             cid = ex.conn.id
             bad = bad or not line.startswith(LINE_PREFIX + b"%d," % cid)
             size = len(line) + 1
