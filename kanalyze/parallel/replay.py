@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,22 +89,26 @@ def _waits(results: Sequence[RangeResult], own: list[dict[int, Own]],
     for res in results:
         acc = max(acc, res.max_ts)
         top.append(acc)
-    events = []
+    events: list[tuple[int, int, int, int, int, int]] = []
+    add = events.append
+    latest = top[-1] - window if top else 0  # a wait that started after it is short enough
     for r, res in enumerate(results):
-        d = own[r]
+        get = own[r].get
         for lid, since, done, ts, first, last, corr, held in res.waits:
-            o = d.get(lid)
-            if o is None or (not held and (first, last, corr) in o.stale):
+            o = get(lid)
+            if o is None or (o.stale and not held and (first, last, corr) in o.stale):
                 continue
-            a, b = max(since, o.lo + 1), min(done, o.hi + 1)
+            lo, hi = o.lo + 1, o.hi + 1
+            a = since if since > lo else lo
+            b = done if done < hi else hi
             if a >= b:
                 continue
-            if not held:
+            if not held and latest > ts:
                 k = min(bisect_left(ends, b - 1), len(ends) - 1)  # the range it ends in
                 if top[k] - window > ts:
                     raise Unstitchable("a message awaited longer than the order window")
-            events.append((a, 1, 1, ts, 0, 0))
-            events.append((b, 1, -1, ts, 0, 0))
+            add((a, 1, 1, ts, 0, 0))
+            add((b, 1, -1, ts, 0, 0))
     return events
 
 
@@ -120,9 +123,10 @@ def _decides(results: Sequence[RangeResult], own: list[dict[int, Own]]) -> dict[
     at: dict[tuple[int, int], int] = {}  # (range, local id) -> packet of its decision
     for r, res in enumerate(results):
         d = own[r]
-        for lid, _since, done, _ts, _f, _l, _c, held in res.waits:
+        for w in [w for w in res.waits if w[7]]:  # held connections: few
+            lid, done = w[0], w[2]
             o = d.get(lid)
-            if held and o is not None and o.lo < done <= o.hi:
+            if o is not None and o.lo < done <= o.hi:
                 at[(r, lid)] = done
     if not at:
         return {}
@@ -158,36 +162,48 @@ def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
         # single release by start time replayed here
         raise Unstitchable("a connection whose roles were settled at the end of input, and "
                            "exchanges completed there")
-    waiting: Counter[int] = Counter()
+    waiting: dict[int, int] = {}  # start time -> messages of it waited for
     heap: list[int] = []
     done: list[tuple[int, int, int, int, int, int]] = []
     seq: list[tuple[int, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
+    dones = [res.done for res in results]
     k, m = 0, len(events)
     while k < m:
         pkt = events[k][0]
-        first = decides.get(pkt, INF)
-        if first < INF and any(e[0] > first for e in done):
-            raise Unstitchable("a connection whose roles were settled late, and an exchange "
-                               "held back for it that starts after what it made wait")
-        while k < m and events[k][0] == pkt:
-            _p, kind, a, b, r, i = events[k]
+        if decides:
+            first = decides.get(pkt, INF)
+            if first < INF and any(e[0] > first for e in done):
+                raise Unstitchable("a connection whose roles were settled late, and an "
+                                   "exchange held back for it that starts after what it made "
+                                   "wait")
+        while k < m:
+            ev = events[k]
+            if ev[0] != pkt:
+                break
+            _p, kind, a, b, r, i = ev
             if kind == 0:
-                heapq.heappush(done, (results[r].done[i][2], pkt, a, b, r, i))
+                push(done, (dones[r][i][2], pkt, a, b, r, i))
             elif a > 0:
-                waiting[b] += 1
-                heapq.heappush(heap, b)
+                waiting[b] = waiting.get(b, 0) + 1
+                push(heap, b)
             else:
                 waiting[b] -= 1
             k += 1
         if pkt >= FINAL:
             break
         while heap and waiting[heap[0]] <= 0:
-            heapq.heappop(heap)
-        limit = heap[0] if heap else None
-        while done and (limit is None or done[0][0] <= limit):
-            e = heapq.heappop(done)
-            seq.append((e[4], e[5]))
-        if released is not None:
+            pop(heap)
+        if heap:
+            limit = heap[0]
+            while done and done[0][0] <= limit:
+                e = pop(done)
+                seq.append((e[4], e[5]))
+        else:
+            while done:
+                e = pop(done)
+                seq.append((e[4], e[5]))
+        if released is not None and len(seq) > len(released):
             released.extend([pkt] * (len(seq) - len(released)))
     while done:
         e = heapq.heappop(done)
