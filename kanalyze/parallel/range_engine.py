@@ -400,6 +400,7 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
         if ex.request is None:
             res.orphans.add(len(res.done))
         res.done.append(keys.pop(id(ex)))
+        res.emitted.append(eng.cur)
         if held is not None:
             ex = held.hand_on(ex, eng.waits_before)
         on_exchange(ex)

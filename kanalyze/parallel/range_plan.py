@@ -115,6 +115,9 @@ class RangeResult:
     # (`range_engine.table_counters`: the connections table's byte counts, summed over the owners)
     counters: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
     flows: FlowStats | None = None  # the packets of the range proper (not the overlap)
+    # per exchange of `done`: the packet its engine released it at (FINAL: at the end of input)
+    # (the stitch takes range 0's release up to its end as it is: `replay.order`)
+    emitted: list[int] = field(default_factory=list)
     # id(exchange) -> done entry, while running (not shipped)
     done_keys: dict[int, tuple[int, int, int, int, int, int, int, int]] = field(
         default_factory=dict)

@@ -147,6 +147,59 @@ def _decides(results: Sequence[RangeResult], own: list[dict[int, Own]]) -> dict[
     return {p: min(waits.get(p, INF), dones.get(p, INF)) for p in set(at.values())}
 
 
+def _prefix(results: Sequence[RangeResult], events: list[tuple[int, int, int, int, int, int]],
+            decides: dict[int, int], waiting: dict[int, int], heap: list[int],
+            done: list[tuple[int, int, int, int, int, int]], seq: list[tuple[int, int]],
+            released: list[int] | None) -> int:
+    """Up to the end of range 0, one engine saw what range 0's engine saw, so it released
+    what range 0's released, in that order, at those packets: taken as it is (`seq`,
+    `released`); the orderer's state there is set up from the events up to that packet (what
+    completed and was not released in `done`, the waits then open in `waiting` and `heap`).
+    Returns the index of the first event after it. Replaying those events one by one was most
+    of the stitch (0.02 of 0.03 s on the 250 MB capture at 2 jobs). Nothing taken (0) where
+    a held connection's roles were settled in range 0 (`_decides`: the replay checks those
+    packets) or range 0 did not note its releases."""
+    first = results[0]
+    cut = first.end_pkt
+    if first.index != 0 or len(first.emitted) != len(first.done) or cut >= FINAL \
+            or any(p <= cut for p in decides):
+        return 0
+    k = bisect_left(events, (cut + 1,))
+    gone = first.emitted
+    stood: set[int] = set()
+    for ev in events[:k]:
+        _p, kind, a, b, r, i = ev
+        if kind == 0:
+            if r != 0:
+                return _reset(waiting, heap, done, seq, stood)  # (not expected: replay all)
+            if gone[i] <= cut:
+                stood.add(i)
+            else:
+                heapq.heappush(done, (first.done[i][2], _p, a, b, r, i))
+        elif a > 0:
+            waiting[b] = waiting.get(b, 0) + 1
+            heapq.heappush(heap, b)
+        else:
+            waiting[b] -= 1
+    out = [i for i, p in enumerate(gone) if p <= cut]
+    if len(out) != len(stood):  # released by range 0 yet not standing: replay all
+        return _reset(waiting, heap, done, seq, stood)
+    seq.extend((0, i) for i in out)
+    if released is not None:
+        released.extend(gone[i] for i in out)
+    return k
+
+
+def _reset(waiting: dict[int, int], heap: list[int], done: list, seq: list,
+           stood: set[int]) -> int:
+    waiting.clear()
+    heap.clear()
+    done.clear()
+    seq.clear()
+    stood.clear()
+    return 0
+
+
 def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
           ids: list[dict[int, int]], opts: EngineOptions,
           released: list[int] | None = None) -> list[tuple[int, int]]:
@@ -168,7 +221,7 @@ def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
     seq: list[tuple[int, int]] = []
     push, pop = heapq.heappush, heapq.heappop
     dones = [res.done for res in results]
-    k, m = 0, len(events)
+    k, m = _prefix(results, events, decides, waiting, heap, done, seq, released), len(events)
     while k < m:
         pkt = events[k][0]
         if decides:
