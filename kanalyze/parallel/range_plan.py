@@ -499,9 +499,9 @@ def _overlap_in(rng: Range, wanted: Wanted) -> Iterator[Packet]:
                 if etype == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x3FFF:
                     hit = ports in wanted.pairs
                 else:
-                    hit = wanted.pattern.search(m, pos + 16, min(end, pos + 16 + Wanted.HEAD))
+                    hit = bool(wanted.pattern.search(m, pos + 16, min(end, pos + 16 + Wanted.HEAD)))
             else:
-                hit = wanted.pattern.search(m, pos + 16, min(end, pos + 16 + Wanted.HEAD))
+                hit = bool(wanted.pattern.search(m, pos + 16, min(end, pos + 16 + Wanted.HEAD)))
             if hit:
                 ts = sec * 1_000_000_000 + frac * lay.ns_mult
                 yield Packet(no, ts, lay.linktype, m[pos + 16 : end], 0, no)
