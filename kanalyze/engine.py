@@ -540,7 +540,7 @@ class Engine:
                 self._flush_done(target)
         if st.held > target and self.evidence.late:
             self.evidence.settle_late(final=True)  # orphans of closed connections
-            self._flush_done(target)
+        self._flush_done(target)  # what the evictions completed (a frame a flush delivered)
 
     def _flush_done(self, target: int) -> None:
         """Write out every completed exchange now if that is what keeps `held` over `target`."""
