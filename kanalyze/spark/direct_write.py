@@ -1,14 +1,17 @@
-"""The range path's `exchanges` table written by the Python tasks themselves (pyarrow), in one
-Spark job, when every task shares the driver's file system (local masters, a local `--out`).
+"""The range path's `exchanges` and `partitions` tables written by the Python tasks themselves
+(pyarrow), in one Spark job, when every task shares the driver's file system (local masters, a
+local `--out`).
 
 The staged rows of each range (`range_rows.staged_path`) are filtered to the exchanges the
 stitch kept, given their connection ids (and the topic names another range taught), sorted by
 (dt, hour, time) and written as one zstd Parquet file per (task, dt, hour) into a scratch
-directory under the table; the driver then moves the files into `dt=.../hour=...` (after
-clearing the table in overwrite mode). The files are those Spark's writer would write: the
-same columns and Parquet types (TIMESTAMP micros, the partition columns only in the paths),
-so every reader, Spark included, sees the same table. Rows never pass through the JVM: on a
-2-core machine the JVM's per-row work competed with the decoding for the same cores.
+directory under the table; the same task derives the partition facts of those rows
+(`arrow_partitions.partition_rows`, with the run's topic names) and writes them the same way
+under `partitions`. The driver then moves the files into `dt=.../hour=...` (after clearing the
+tables in overwrite mode). The files are those Spark's writer would write: the same columns and
+Parquet types (TIMESTAMP micros, the partition columns only in the paths), so every reader,
+Spark included, sees the same tables. Rows never pass through the JVM: on a 2-core machine the
+JVM's per-row work competed with the decoding for the same cores.
 Pure Python plus pyarrow on the task side; pyspark is imported on the driver only.
 """
 
@@ -84,13 +87,46 @@ def partition_dir(dt: object, hour: object) -> str:
     return f"dt={d}/hour={h}"
 
 
-def write_task(stage: str, keys: list[int], keep: Keep, scratch: str,
-               task: int, run: str) -> list[tuple[str, int]]:
-    """One write task: the kept rows of ranges `keys`, sorted by (dt, hour, time), one file
-    per (dt, hour) under `scratch`. Returns each file's path (relative to scratch) and rows."""
+def _write_sorted(table: pa.Table, ts: pa.ChunkedArray, columns: list[str], schema: pa.Schema,
+                  scratch: str, name: str) -> list[tuple[str, int]]:
+    """`table` sorted by (dt, hour, `ts`), one Parquet file per (dt, hour) named `name` under
+    `scratch`, with `columns` cast to `schema`. Returns each file's path (relative to scratch)
+    and rows."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    order = pc.sort_indices(
+        pa.table({"dt": table.column("dt"), "hour": table.column("hour"), "ts": ts}),
+        sort_keys=[("dt", "ascending"), ("hour", "ascending"), ("ts", "ascending")],
+        null_placement="at_start",
+    )  # Spark's sortWithinPartitions: ascending, nulls first
+    table = table.take(order)
+    written = []
+    keys_dt = table.column("dt").to_pylist()
+    keys_hour = table.column("hour").to_pylist()
+    start = 0
+    for i in range(1, len(keys_dt) + 1):
+        if i < len(keys_dt) and (keys_dt[i], keys_hour[i]) == (keys_dt[start], keys_hour[start]):
+            continue
+        rel = f"{partition_dir(keys_dt[start], keys_hour[start])}/{name}"
+        os.makedirs(os.path.dirname(os.path.join(scratch, rel)), exist_ok=True)
+        pq.write_table(table.slice(start, i - start).select(columns).cast(schema),
+                       os.path.join(scratch, rel), compression="zstd")
+        written.append((rel, i - start))
+        start = i
+    return written
+
+
+def write_task(stage: str, keys: list[int], keep: Keep, scratch: str, task: int, run: str,
+               names: dict[str, str] | None = None, facts: str | None = None,
+               ) -> list[tuple[str, int, str]]:
+    """One write task: the kept rows of ranges `keys`, sorted by (dt, hour, time), one file
+    per (dt, hour) under `scratch`; with `facts` (a scratch directory), their partition facts
+    too (`names`: the run's topic names). Returns each file's path (relative to its scratch),
+    rows and table ("exchanges" or "partitions")."""
+    import pyarrow.compute as pc
+
+    from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA, partition_rows
     from kanalyze.spark.range_rows import read_staged
 
     parts = []
@@ -105,72 +141,85 @@ def write_task(stage: str, keys: list[int], keep: Keep, scratch: str,
     if not parts:
         return []
     table = pa.concat_tables(parts)
+    name = f"part-{task:05d}-{run}.zstd.parquet"
     ts = pc.coalesce(table.column("request_last_ns"), table.column("response_last_ns"))
-    order = pc.sort_indices(
-        pa.table({"dt": table.column("dt"), "hour": table.column("hour"), "ts": ts}),
-        sort_keys=[("dt", "ascending"), ("hour", "ascending"), ("ts", "ascending")],
-        null_placement="at_start",
-    )  # Spark's sortWithinPartitions: ascending, nulls first
-    table = table.take(order)
-    written = []
-    keys_dt = table.column("dt").to_pylist()
-    keys_hour = table.column("hour").to_pylist()
-    start = 0
-    for i in range(1, len(keys_dt) + 1):
-        if i < len(keys_dt) and (keys_dt[i], keys_hour[i]) == (keys_dt[start], keys_hour[start]):
-            continue
-        where = partition_dir(keys_dt[start], keys_hour[start])
-        rel = f"{where}/part-{task:05d}-{run}.zstd.parquet"
-        os.makedirs(os.path.dirname(os.path.join(scratch, rel)), exist_ok=True)
-        pq.write_table(table.slice(start, i - start).select(FILE_COLUMNS).cast(FILE_SCHEMA),
-                       os.path.join(scratch, rel), compression="zstd")
-        written.append((rel, i - start))
-        start = i
+    written = [(p, n, "exchanges")
+               for p, n in _write_sorted(table, ts, FILE_COLUMNS, FILE_SCHEMA, scratch, name)]
+    if facts is not None:
+        rows = partition_rows(table, names or {})
+        columns = [c for c in PARTITIONS_SCHEMA.names if c not in PARTITION_COLUMNS]
+        schema = pa.schema([PARTITIONS_SCHEMA.field(c) for c in columns])
+        written.extend((p, n, "partitions") for p, n in _write_sorted(
+            rows, rows.column("ts_ns"), columns, schema, facts, name))
     return written
 
 
+def publish(table: str, scratch: str, rels: list[str], mode: str) -> list[str]:
+    """Move the files `rels` (relative to `scratch`) into the table directory `table`, after
+    clearing it in overwrite mode (as Spark's writer does), mark it done (`_SUCCESS`) and
+    remove `scratch`. Returns the files' new paths."""
+    os.makedirs(table, exist_ok=True)
+    if mode == "overwrite":
+        for name in os.listdir(table):
+            path = os.path.join(table, name)
+            if os.path.abspath(path) == os.path.abspath(scratch):
+                continue
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+    files = []
+    for rel in rels:
+        dest = os.path.join(table, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        os.replace(os.path.join(scratch, rel), dest)
+        files.append(dest)
+    with open(os.path.join(table, "_SUCCESS"), "wb"):
+        pass
+    shutil.rmtree(scratch, ignore_errors=True)
+    return files
+
+
 def write_exchanges(spark: SparkSession, stage: str, n: int, keep: list[tuple], out: str,
-                    mode: str) -> tuple[int, list[str]]:
+                    mode: str, names: dict[str, str] | None = None,
+                    ) -> tuple[dict[str, int], list[str]]:
     """Write the `exchanges` table under `out` (a local directory) from the staged rows of
-    `n` ranges, in one Spark job of as many tasks as cores. Returns (rows, files written)."""
+    `n` ranges, in one Spark job of as many tasks as cores; with `names` (the run's topic
+    names: topic id -> name), the `partitions` table too. Returns the rows written per table
+    and the exchanges files written."""
     tasks = max(1, min(n, spark.sparkContext.defaultParallelism))
     by_range = keep_by_range(keep)
     run = uuid.uuid4().hex
-    table = f"{out}/exchanges"
-    scratch = os.path.join(table, f"_temporary-{run}")
-    os.makedirs(scratch, exist_ok=True)
+    tables = ["exchanges"] if names is None else ["exchanges", "partitions"]
+    scratch = {t: os.path.join(out, t, f"_temporary-{run}") for t in tables}
+    for path in scratch.values():
+        os.makedirs(path, exist_ok=True)
+    facts = scratch.get("partitions")
 
     def job(batches: Iterator) -> Iterator:
         from kanalyze.spark.direct_write import write_task
 
         for b in batches:
             for t in b.column("id").to_pylist():
-                got = write_task(stage, list(range(t, n, tasks)), by_range, scratch, t, run)
+                got = write_task(stage, list(range(t, n, tasks)), by_range,
+                                 scratch["exchanges"], t, run, names, facts)
                 yield pa.RecordBatch.from_pydict(
-                    {"path": [p for p, _n in got], "rows": [k for _p, k in got]},
-                    schema=pa.schema([("path", pa.string()), ("rows", pa.int64())]),
+                    {"path": [p for p, _n, _t in got], "rows": [k for _p, k, _t in got],
+                     "tbl": [t for _p, _n, t in got]},
+                    schema=pa.schema([("path", pa.string()), ("rows", pa.int64()),
+                                      ("tbl", pa.string())]),
                 )
 
     try:
         result = (spark.range(0, tasks, 1, tasks)
-                  .mapInArrow(job, "path STRING, rows BIGINT").collect())
-        if mode == "overwrite":  # Spark's writer clears the table first too
-            for name in os.listdir(table):
-                path = os.path.join(table, name)
-                if name == f"_temporary-{run}":
-                    continue
-                if os.path.isdir(path):
-                    shutil.rmtree(path)
-                else:
-                    os.remove(path)
-        files = []
+                  .mapInArrow(job, "path STRING, rows BIGINT, tbl STRING").collect())
+        counts = dict.fromkeys(tables, 0)
+        written: dict[str, list[str]] = {t: [] for t in tables}
         for r in result:
-            dest = os.path.join(table, r["path"])
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            os.replace(os.path.join(scratch, r["path"]), dest)
-            files.append(dest)
-        with open(os.path.join(table, "_SUCCESS"), "wb"):
-            pass
+            counts[r["tbl"]] += r["rows"]
+            written[r["tbl"]].append(r["path"])
+        files = {t: publish(os.path.join(out, t), scratch[t], written[t], mode) for t in tables}
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return sum(r["rows"] for r in result), files
+        for path in scratch.values():
+            shutil.rmtree(path, ignore_errors=True)
+    return counts, files["exchanges"]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from kanalyze.engine import EngineOptions
 from kanalyze.spark import schemas as R
+from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA
 from kanalyze.spark.balance import bucket_values, max_share, place
 from kanalyze.spark.direct_write import write_exchanges
 from kanalyze.spark.inputs import qualify_output, use_hadoop
@@ -321,6 +322,20 @@ def decode_segments(
 
 
 @dataclass(slots=True)
+class Staged:
+    """The range path's rows on the driver's file system, for the tasks and the driver to
+    write the tables themselves (`direct_write`, `driver_tables`): the staged rows' directory,
+    the ranges, the stitch's kept rows, the side rows (connections, units, topic names) and
+    the run's topic names (topic id -> name)."""
+
+    stage: str
+    ranges: int
+    keep: list[tuple]
+    side: list[tuple]
+    names: dict[str, str]
+
+
+@dataclass(slots=True)
 class Tables:
     """The pipeline's tables as DataFrames over one persisted stage-2 result (nothing written).
 
@@ -341,9 +356,8 @@ class Tables:
     ranged: DataFrame | None = None  # the range path's persisted task output, with a fallback
     persisted: list[DataFrame] = field(default_factory=list)  # other caches to drop
     scratch: list[str] = field(default_factory=list)  # directories the DataFrames read
-    # the range path's staged rows (stage dir, ranges, kept rows): the tasks can write the
-    # exchanges table themselves (`direct_write`)
-    staged: tuple[str, int, list[tuple]] | None = None
+    # the range path's staged rows: the tasks and the driver can write the tables themselves
+    staged: Staged | None = None
 
     def aggregates(self) -> dict[str, DataFrame]:
         return aggregates(self.exchanges, self.partitions)
@@ -402,8 +416,6 @@ def build(
     side_rows = got.side if got else []
     if got and not got.refused:  # the range path alone: no second cache, side rows local
         plan = Plan(files, [], [], skipped)
-        if got.stage:
-            staged = (got.stage, int(got.balance["ranges"]), got.keep)
         seg, placement, balance = got.tasks, Placement(), got.balance
         side = spark.createDataFrame(got.side, R.spark_ddl(R.DECODED_SCHEMA))
         decoded = got.exchanges.unionByName(side)
@@ -437,6 +449,8 @@ def build(
         kind, extra = R.DECODED_SCHEMA.names.index("kind"), R.DECODED_SCHEMA.names.index("extra")
         names = dict(reversed([json.loads(r[extra]) for r in side_rows if r[kind] == "topic"]))
         topics = spark.createDataFrame(list(names.items()), "topic_id STRING, topic_name STRING")
+        if got and got.stage:
+            staged = Staged(got.stage, int(got.balance["ranges"]), got.keep, got.side, names)
     conns = (
         side.where(F.col("kind") == "connection")
         .select(F.from_json("extra", CONNECTION_DDL).alias("c"))
@@ -499,55 +513,23 @@ def _in_parallel(*work: Callable[[], object]) -> list[object]:
 
 def _write_tables(spark: SparkSession, t: Tables, out: str, mode: str,
                   res: PipelineResult) -> None:
-    """Every table in the fewest Spark jobs: exchanges, partitions and connections written at
-    once (row counts observed during the writes), the small files table collected once, the
-    aggregates at once over what the tables now hold, and `files` last (it marks the inputs
-    as done in append mode)."""
+    """Every table in the fewest Spark jobs: on the range path with a local `out`, the tasks
+    write exchanges and partitions and the driver the small tables (`_write_direct`: one job);
+    otherwise exchanges, partitions and connections written at once (row counts observed
+    during the writes) and the small files table collected once. Then the aggregates at once
+    over what the tables now hold, and `files` last (it marks the inputs as done in append
+    mode)."""
     tm = time.perf_counter()
-    ex_ns = ["request_last_ns", "response_last_ns"]
-    cores = spark.sparkContext.defaultParallelism
-    written: list[str] = []
-    partitions = t.partitions
-    if t.staged and not is_uri(out):  # the tasks write the exchanges themselves (no JVM rows)
-        stage, ranges, keep = t.staged
-        res.counts["exchanges"], written = write_exchanges(spark, stage, ranges, keep, out, mode)
-        # this run's exchanges, read back: the partitions table from their Parquet columns
-        mine = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).option(
-            "basePath", f"{out}/exchanges").parquet(*written) if written else t.exchanges
-        partitions = partitions_table(mine, t.topics)
-    exchanges, ex_obs = _counted(_sorted(t.exchanges, ex_ns, cores), "exchanges")
-    parts, parts_obs = _counted(_sorted(partitions, ["ts_ns"], cores), "partitions")
-    # one task, sorted by time: the table is small (one row per connection incarnation)
-    conns, conns_obs = _counted(
-        t.connections.coalesce(1).sortWithinPartitions("first_ns"), "connections")
-    files = t.files.persist()  # one row per input: built once, read, written last
-    t.persisted.append(files)
-
-    def collect_files() -> None:
-        rows = files.collect()
-        res.counts["files"] = len(rows)
-        res.problems.extend(
-            f"{r['path']}: {r['error']}" for r in rows
-            if r["error"] and r["path"] and not any(r["path"] in p for p in res.problems)
-        )  # fmt: skip
-
-    observed = [("partitions", parts_obs), ("connections", conns_obs)]
-    work = [
-        lambda: write_parquet(parts, f"{out}/partitions", ("dt", "hour"), mode),
-        lambda: write_parquet(conns, f"{out}/connections", None, mode),
-        collect_files,
-    ]
-    if not written and not (t.staged and not is_uri(out)):
-        observed.append(("exchanges", ex_obs))
-        work.append(lambda: write_parquet(exchanges, f"{out}/exchanges", ("dt", "hour"), mode))
-    _in_parallel(*work)
-    for name, obs in observed:
-        res.counts[name] = int(obs.get.get("rows", 0))
+    if t.staged and not is_uri(out):
+        files, parts_schema = _write_direct(spark, t.staged, t.plan, out, mode, res), None
+    else:
+        files, parts_schema = _write_spark(spark, t, out, mode, res), t.partitions.schema
     res.seconds["tables"] = time.perf_counter() - tm
     tm = time.perf_counter()
     # aggregates cover everything in the tables (all runs), so they are rewritten each time
     all_ex = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
-    all_parts = spark.read.schema(t.partitions.schema).parquet(f"{out}/partitions")
+    all_parts = spark.read.schema(parts_schema or R.spark_ddl(PARTITIONS_SCHEMA)).parquet(
+        f"{out}/partitions")
     if _small(out, ("exchanges", "partitions")):  # one task each, no shuffle (no stage jobs)
         all_ex, all_parts = all_ex.coalesce(1), all_parts.coalesce(1)
     _in_parallel(*[
@@ -555,7 +537,59 @@ def _write_tables(spark: SparkSession, t: Tables, out: str, mode: str,
         for name, df in aggregates(all_ex, all_parts).items()
     ])  # fmt: skip
     res.seconds["aggregates"] = time.perf_counter() - tm
-    write_parquet(files, f"{out}/files", None, mode)  # last: marks the inputs as done
+    files()  # last: marks the inputs as done
+
+
+def _file_problems(res: PipelineResult, rows: list[dict]) -> None:
+    """The files table's rows counted and their errors reported (once per path)."""
+    res.counts["files"] = len(rows)
+    res.problems.extend(
+        f"{r['path']}: {r['error']}" for r in rows
+        if r["error"] and r["path"] and not any(r["path"] in p for p in res.problems)
+    )  # fmt: skip
+
+
+def _write_direct(spark: SparkSession, staged: Staged, plan: Plan, out: str, mode: str,
+                  res: PipelineResult) -> Callable[[], None]:
+    """The range path's tables without passing rows through the JVM: exchanges and
+    partitions by the Python tasks (one Spark job), connections on the driver. Returns what
+    writes the files table (on the driver too)."""
+    from kanalyze.spark import driver_tables
+
+    counts, _written = write_exchanges(spark, staged.stage, staged.ranges, staged.keep, out,
+                                       mode, staged.names)
+    res.counts.update(counts)
+    conns = driver_tables.connections(staged.side)
+    res.counts["connections"] = conns.num_rows
+    driver_tables.write_table(conns, f"{out}/connections", mode)
+    files = driver_tables.files(staged.side, plan)
+    _file_problems(res, files.to_pylist())
+    return lambda: driver_tables.write_table(files, f"{out}/files", mode)
+
+
+def _write_spark(spark: SparkSession, t: Tables, out: str, mode: str,
+                 res: PipelineResult) -> Callable[[], None]:
+    """Exchanges, partitions and connections written by Spark at once, the files table
+    collected. Returns what writes the files table."""
+    ex_ns = ["request_last_ns", "response_last_ns"]
+    cores = spark.sparkContext.defaultParallelism
+    exchanges, ex_obs = _counted(_sorted(t.exchanges, ex_ns, cores), "exchanges")
+    parts, parts_obs = _counted(_sorted(t.partitions, ["ts_ns"], cores), "partitions")
+    # one task, sorted by time: the table is small (one row per connection incarnation)
+    conns, conns_obs = _counted(
+        t.connections.coalesce(1).sortWithinPartitions("first_ns"), "connections")
+    files = t.files.persist()  # one row per input: built once, read, written last
+    t.persisted.append(files)
+    _in_parallel(
+        lambda: write_parquet(exchanges, f"{out}/exchanges", ("dt", "hour"), mode),
+        lambda: write_parquet(parts, f"{out}/partitions", ("dt", "hour"), mode),
+        lambda: write_parquet(conns, f"{out}/connections", None, mode),
+        lambda: _file_problems(res, [r.asDict() for r in files.collect()]),
+    )
+    for name, obs in (("exchanges", ex_obs), ("partitions", parts_obs),
+                      ("connections", conns_obs)):
+        res.counts[name] = int(obs.get.get("rows", 0))
+    return lambda: write_parquet(files, f"{out}/files", None, mode)
 
 
 SMALL_TABLES = 256 << 20  # aggregated in one task below this many bytes of Parquet
