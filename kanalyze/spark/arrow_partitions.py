@@ -53,6 +53,10 @@ def _leo(cols: dict[str, pa.Array]) -> pa.Array:
                       pc.if_else(follower, cols["fetch_offset"], none))
 
 
+def _chunked(col: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    return col if isinstance(col, pa.ChunkedArray) else pa.chunked_array([col])
+
+
 def partition_rows(exchanges: pa.Table, names: dict[str, str]) -> pa.Table:
     """One row per (exchange, partition fact) that carries an offset, as
     `tables.partitions_table` builds it: `names` (topic id -> name, the run's topics table)
@@ -78,7 +82,7 @@ def partition_rows(exchanges: pa.Table, names: dict[str, str]) -> pa.Table:
     for name in OFFSET_FACTS[1:]:
         keep = pc.or_(keep, pc.is_valid(cols[name]))
     table = pa.Table.from_arrays(
-        [pa.chunked_array([cols[f.name]]).cast(f.type) for f in PARTITIONS_SCHEMA],
+        [_chunked(cols[f.name]).cast(f.type) for f in PARTITIONS_SCHEMA],
         schema=PARTITIONS_SCHEMA,
     )
     return table.filter(keep)

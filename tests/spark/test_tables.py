@@ -175,21 +175,90 @@ def test_api_names_survive_the_submodules():
     assert callable(kanalyze.spark.build_tables) and callable(kanalyze.spark.exchanges)
 
 
-def test_tasks_write_the_table_spark_would_write(spark, runs, tmp_path, monkeypatch):
-    """On a local master the range tasks write `exchanges` themselves (pyarrow): the same
-    rows, Spark schema, partition directories and Parquet types as Spark's own writer."""
+@pytest.mark.parametrize("table", [
+    "exchanges", "partitions", "connections", "files", "aggregates/api_latency",
+    "aggregates/partition_hw", "aggregates/client_topic_usage", "aggregates/errors"])
+def test_tasks_write_the_tables_spark_would_write(spark, written, table):
+    """On a local master the range tasks write `exchanges` and `partitions` themselves and the
+    driver `connections` and `files` (pyarrow): the same rows, Spark schema, partition
+    directories and Parquet types as Spark's own writer."""
+    ours, theirs = written["direct"] / table, written["spark"] / table
+    a, b = spark.read.parquet(str(ours)), spark.read.parquet(str(theirs))
+    assert a.schema == b.schema
+    rows = sorted(map(repr, a.collect()))
+    assert rows == sorted(map(repr, b.collect()))
+    assert len(rows) > 0
+    assert {p.parent.relative_to(ours) for p in ours.rglob("*.parquet")} == {
+        p.parent.relative_to(theirs) for p in theirs.rglob("*.parquet")}
+    mine = pq.read_schema(next(ours.rglob("*.parquet")))
+    spark_s = pq.read_schema(next(theirs.rglob("*.parquet")))
+    assert [(f.name, f.type) for f in mine] == [(f.name, f.type) for f in spark_s]
+
+
+@pytest.fixture(scope="module")
+def written(spark, runs, tmp_path_factory):
+    """The same inputs (a topic-id capture among them: names filled from Metadata) written
+    by the tasks and the driver (the range path's default on a local master) and by Spark
+    (rows kept in Spark's cache)."""
     from kanalyze.spark.pipeline import run_pipeline
     from kanalyze.spark.range_stage import STAGE_ENV
 
-    monkeypatch.setenv(STAGE_ENV, "0")  # rows in Spark's cache, written by Spark
-    inputs = [str(runs["base"] / "caps" / "long.pcap"), str(SASL)]
-    run_pipeline(spark, inputs, str(tmp_path / "spark"), with_bodies=True)
-    ours, theirs = runs["out"] / "exchanges", tmp_path / "spark" / "exchanges"
-    a, b = spark.read.parquet(str(ours)), spark.read.parquet(str(theirs))
-    assert a.schema == b.schema
-    assert sorted(map(repr, a.collect())) == sorted(map(repr, b.collect()))
-    assert {p.parent.relative_to(ours) for p in ours.glob("dt=*/hour=*/*.parquet")} == {
-        p.parent.relative_to(theirs) for p in theirs.glob("dt=*/hour=*/*.parquet")}
-    mine = pq.read_schema(next(ours.glob("dt=*/hour=*/*.parquet")))
-    spark_s = pq.read_schema(next(theirs.glob("dt=*/hour=*/*.parquet")))
-    assert [(f.name, f.type) for f in mine] == [(f.name, f.type) for f in spark_s]
+    base = tmp_path_factory.mktemp("written")
+    inputs = [str(runs["base"] / "caps" / "long.pcap"), str(SASL),
+              str(LONG_CAPTURE.parent / "replication" / "mixed_ids.pcap")]
+    direct = run_pipeline(spark, inputs, str(base / "direct"), with_bodies=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(STAGE_ENV, "0")  # rows in Spark's cache, written by Spark
+        by_spark = run_pipeline(spark, inputs, str(base / "spark"), with_bodies=True)
+    assert direct.counts == by_spark.counts
+    assert direct.counts["partitions"] > 0
+    return {"direct": base / "direct", "spark": base / "spark"}
+
+
+def _fact(**kw):
+    from kanalyze.spark.schemas import PARTITION_FIELDS
+
+    return {**dict.fromkeys(PARTITION_FIELDS), "topic": "t", "partition": 0, **kw}
+
+
+def test_partition_rows_match_spark_partitions_table(spark):
+    """The tasks' pyarrow partition facts (`arrow_partitions`) equal Spark's
+    `partitions_table` on the same exchanges: LEO rules, names filled from the topics table,
+    facts without an offset and exchanges without facts dropped."""
+    import pyarrow as pa
+
+    from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA, partition_rows
+    from kanalyze.spark.schemas import EXCHANGE_SCHEMA
+    from kanalyze.spark.tables import partitions_table
+
+    def ex(api, parts, replica=None, ts=1_700_000_000_000_000_000):
+        row = dict.fromkeys(EXCHANGE_SCHEMA.names)
+        row.update(api=api, partitions=parts, replica_id=replica, request_last_ns=ts,
+                   conn_id="c", hour=3)
+        return row
+
+    rows = [
+        ex("Produce", [_fact(error_code=0, base_offset=10, record_count=5),
+                       _fact(error_code=6, base_offset=10, record_count=5),
+                       _fact(error_code=None, base_offset=7, record_count=1),
+                       _fact(error_code=0, base_offset=-1, record_count=1),
+                       _fact(error_code=0)]),  # no offset at all: dropped
+        ex("Fetch", [_fact(fetch_offset=40, high_watermark=50)], replica=1),
+        ex("Fetch", [_fact(topic=None, topic_id="id-a", fetch_offset=3, high_watermark=9),
+                     _fact(topic=None, topic_id="id-b", high_watermark=1)], replica=-1),
+        ex("ListOffsets", [_fact(offset=12)], ts=None),
+        ex("Metadata", []),
+        ex("Metadata", None),
+    ]
+    table = pa.Table.from_pylist(rows, schema=EXCHANGE_SCHEMA)
+    names = {"id-a": "topic-a"}
+    ours = partition_rows(table, names)
+    topics = spark.createDataFrame(list(names.items()), "topic_id STRING, topic_name STRING")
+    theirs = partitions_table(spark.createDataFrame(table), topics)
+    assert theirs.columns == PARTITIONS_SCHEMA.names
+    want = sorted(map(repr, (tuple(r) for r in theirs.collect())))
+    got = sorted(map(repr, (tuple(r.values()) for r in ours.to_pylist())))
+    assert [r["leo"] for r in ours.to_pylist()] == [15, None, None, None, 40, None, None, None]
+    assert {r["topic"] for r in ours.to_pylist()} == {"t", "topic-a", None}
+    assert len(got) == 8
+    assert got == want
