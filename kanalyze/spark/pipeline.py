@@ -29,9 +29,11 @@ from kanalyze.spark import schemas as R
 from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA
 from kanalyze.spark.balance import bucket_values, max_share, place
 from kanalyze.spark.direct_write import write_exchanges
+from kanalyze.spark.driver_aggregates import EXACT_AGGREGATES
 from kanalyze.spark.inputs import qualify_output, use_hadoop
 from kanalyze.spark.schemas import KIND_PACKET
 from kanalyze.spark.tables import (
+    AGGREGATES,
     CONNECTION_DDL,
     aggregates,
     files_table,
@@ -530,11 +532,16 @@ def _write_tables(spark: SparkSession, t: Tables, out: str, mode: str,
     all_ex = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
     all_parts = spark.read.schema(parts_schema or R.spark_ddl(PARTITIONS_SCHEMA)).parquet(
         f"{out}/partitions")
+    exact: list[Callable[[], None]] = []
     if _small(out, ("exchanges", "partitions")):  # one task each, no shuffle (no stage jobs)
         all_ex, all_parts = all_ex.coalesce(1), all_parts.coalesce(1)
-    _in_parallel(*[
+        # the exact ones on the driver (pyarrow), meanwhile: no Spark job, no JVM rows
+        exact = [lambda: _write_exact(out)]
+    skip = EXACT_AGGREGATES if exact else ()
+    work = aggregates(all_ex, all_parts, [n for n in AGGREGATES if n not in skip])
+    _in_parallel(*exact, *[
         (lambda df=df, name=name: write_parquet(df.coalesce(1), f"{out}/aggregates/{name}"))
-        for name, df in aggregates(all_ex, all_parts).items()
+        for name, df in work.items()
     ])  # fmt: skip
     res.seconds["aggregates"] = time.perf_counter() - tm
     files()  # last: marks the inputs as done
@@ -593,6 +600,15 @@ def _write_spark(spark: SparkSession, t: Tables, out: str, mode: str,
 
 
 SMALL_TABLES = 256 << 20  # aggregated in one task below this many bytes of Parquet
+
+
+def _write_exact(out: str) -> None:
+    """`partition_hw` and `errors` computed and written on the driver (`driver_aggregates`)."""
+    from kanalyze.spark.driver_aggregates import exact_aggregates
+    from kanalyze.spark.driver_tables import write_table
+
+    for name, table in exact_aggregates(out).items():
+        write_table(table, f"{out}/aggregates/{name}", "overwrite")
 
 
 def _small(out: str, tables: tuple[str, ...]) -> bool:

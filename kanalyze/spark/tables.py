@@ -4,6 +4,7 @@ Driver-side DataFrame code; pyspark is imported when a table is built."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kanalyze.spark.units import Plan
@@ -83,13 +84,22 @@ def partitions_table(exchanges: DataFrame, topics: DataFrame) -> DataFrame:
     return p.where(F.greatest(*[F.col(c).isNotNull().cast("int") for c in facts]) == 1)
 
 
-def aggregates(exchanges: DataFrame, parts: DataFrame) -> dict[str, DataFrame]:
+def aggregates(exchanges: DataFrame, parts: DataFrame,
+               only: Sequence[str] = AGGREGATES) -> dict[str, DataFrame]:
+    """The summary tables (`AGGREGATES`) over the exchanges and partitions tables; `only`:
+    just those (the others' DataFrames are not built: each costs the JVM an analysis)."""
+    build = {"api_latency": _api_latency, "partition_hw": _partition_hw,
+             "client_topic_usage": _client_topic_usage, "errors": _errors}
+    return {name: build[name](exchanges, parts) for name in only}
+
+
+def _api_latency(exchanges: DataFrame, parts: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     err = (F.col("error_code").isNotNull() & (F.col("error_code") != 0)) | (
         F.col("partition_error_count") > 0
     )
-    api_latency = exchanges.groupBy("api", "api_version", "broker").agg(
+    return exchanges.groupBy("api", "api_version", "broker").agg(
         F.count("*").alias("exchanges"),
         F.sum(F.when(F.col("status") == "ok", 1).otherwise(0)).alias("ok"),
         F.sum(F.when(F.col("status") == "no_response", 1).otherwise(0)).alias("no_response"),
@@ -102,6 +112,11 @@ def aggregates(exchanges: DataFrame, parts: DataFrame) -> dict[str, DataFrame]:
         F.sum("request_size").alias("request_bytes"),
         F.sum("response_size").alias("response_bytes"),
     )
+
+
+def _partition_hw(exchanges: DataFrame, parts: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
     hw = parts.where(F.col("high_watermark").isNotNull() & (F.col("high_watermark") >= 0))
     partition_hw = hw.groupBy("topic", "partition").agg(
         F.count("*").alias("observations"),
@@ -119,14 +134,19 @@ def aggregates(exchanges: DataFrame, parts: DataFrame) -> dict[str, DataFrame]:
         .groupBy("topic", "partition")
         .agg(F.max("leo").alias("leo_max"))
     )
-    partition_hw = partition_hw.join(leo, on=["topic", "partition"], how="full_outer").withColumn(
+    return partition_hw.join(leo, on=["topic", "partition"], how="full_outer").withColumn(
         "hw_per_second",
         (F.col("hw_last") - F.col("hw_first"))
         / F.greatest(
             F.lit(1e-3), F.col("last_ts").cast("double") - F.col("first_ts").cast("double")
         ),
     )
-    client_topic_usage = parts.groupBy("client_id", "client", "topic", "api").agg(
+
+
+def _client_topic_usage(exchanges: DataFrame, parts: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return parts.groupBy("client_id", "client", "topic", "api").agg(
         F.countDistinct("conn_id", "correlation_id").alias("requests"),
         F.approx_count_distinct("partition").alias("partitions"),
         F.sum("record_count").alias("records"),
@@ -135,6 +155,11 @@ def aggregates(exchanges: DataFrame, parts: DataFrame) -> dict[str, DataFrame]:
         F.min("ts").alias("first_seen"),
         F.max("ts").alias("last_seen"),
     )
+
+
+def _errors(exchanges: DataFrame, parts: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
     top = exchanges.where(F.col("error_code").isNotNull() & (F.col("error_code") != 0)).select(
         "api",
         "client_id",
@@ -145,7 +170,7 @@ def aggregates(exchanges: DataFrame, parts: DataFrame) -> dict[str, DataFrame]:
     per_part = parts.where(F.col("error_code").isNotNull() & (F.col("error_code") != 0)).select(
         "api", "client_id", "error_code", "topic", F.col("ts").alias("request_ts")
     )
-    errors = (
+    return (
         top.unionByName(per_part)
         .groupBy("api", "error_code", "client_id", "topic")
         .agg(
@@ -154,12 +179,6 @@ def aggregates(exchanges: DataFrame, parts: DataFrame) -> dict[str, DataFrame]:
             F.max("request_ts").alias("last_ts"),
         )
     )
-    return {
-        "api_latency": api_latency,
-        "partition_hw": partition_hw,
-        "client_topic_usage": client_topic_usage,
-        "errors": errors,
-    }
 
 
 def files_table(spark: SparkSession, decoded: DataFrame, plan: Plan) -> DataFrame:

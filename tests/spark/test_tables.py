@@ -262,3 +262,51 @@ def test_partition_rows_match_spark_partitions_table(spark):
     assert {r["topic"] for r in ours.to_pylist()} == {"t", "topic-a", None}
     assert len(got) == 8
     assert got == want
+
+
+def test_driver_aggregates_match_spark(spark):
+    """`partition_hw` and `errors` computed on the driver (`driver_aggregates`) equal Spark's
+    (`tables.aggregates`) on hand-made rows: LEO-only and null-topic groups (a full outer
+    join never matches null keys), negative or missing HWs, missing times, error codes."""
+    import pyarrow as pa
+
+    from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA
+    from kanalyze.spark.driver_aggregates import errors, partition_hw
+    from kanalyze.spark.schemas import EXCHANGE_SCHEMA
+    from kanalyze.spark.tables import aggregates
+
+    t0 = 1_700_000_000_000_000_000
+
+    def fact(topic, part, hw=None, ns=None, **kw):
+        row = dict.fromkeys(PARTITIONS_SCHEMA.names)
+        ts = None if ns is None else t0 + ns
+        row.update(topic=topic, partition=part, high_watermark=hw, ts_ns=ts, api="Fetch",
+                   client_id="c", ts=None if ts is None else
+                   pa.scalar(ts // 1000, pa.timestamp("us", tz="UTC")).as_py(), **kw)
+        return row
+
+    parts = pa.Table.from_pylist([
+        fact("a", 0, 10, 3_000_000, last_stable_offset=9), fact("a", 0, 12, 1_000_000),
+        fact("a", 0, 20, 7_500_000, log_start_offset=2), fact("a", 0, -1, 9_000_000),
+        fact("a", 0, 30, None), fact("a", 1, None, 5, leo=44), fact("a", 1, None, 6, leo=40),
+        fact("b", 0, 5, 8), fact(None, 0, 1, 9), fact(None, 0, None, 9, leo=3),
+        fact("a", 0, None, 10, leo=99),
+        fact("a", 0, None, 4, error_code=6), fact("a", 1, None, 2, error_code=6),
+        fact("b", 1, None, 3, error_code=6), fact("b", 0, None, 4, error_code=0),
+        fact("c", 2, None, 5, error_code=None, leo=1),
+    ], schema=PARTITIONS_SCHEMA)
+    ex = dict.fromkeys(EXCHANGE_SCHEMA.names)
+    exchanges = pa.Table.from_pylist([
+        {**ex, "api": "Produce", "client_id": "p", "error_code": 2},
+        {**ex, "api": "Produce", "client_id": "p", "error_code": 0},
+        {**ex, "api": "Metadata", "client_id": None, "error_code": None},
+    ], schema=EXCHANGE_SCHEMA)
+    theirs = aggregates(spark.createDataFrame(exchanges), spark.createDataFrame(parts),
+                        ["partition_hw", "errors"])
+    ours = {"partition_hw": partition_hw(parts), "errors": errors(exchanges, parts)}
+    for name, df in theirs.items():
+        assert df.columns == ours[name].column_names
+        want = sorted(map(repr, df.toArrow().to_pylist()))
+        got = sorted(map(repr, ours[name].to_pylist()))
+        assert len(got) >= 3
+        assert got == want, name
