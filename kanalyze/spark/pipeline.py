@@ -59,6 +59,8 @@ from kanalyze.spark.units import (
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, Observation, SparkSession
 
+    from kanalyze.spark.range_stage import Ranged
+
 DRIVER_WALK_BYTES = 2 << 30  # below this, local split files are counted on the driver
 # stage 2's input order: one connection's packets together, in capture order
 # (order_ns, not ts_ns: a packet stamped before its predecessor in the same file stays after it,
@@ -343,7 +345,8 @@ class Tables:
 
     `exchanges`, `partitions`, `connections`, `files` and `topics` (topic id -> name learned
     from Metadata responses); `aggregates()` derives the summary tables. Call `unpersist()`
-    when done with them."""
+    when done with them. From `build(frames=False)` on the range path the DataFrames are
+    None and `staged` holds what the tables are written from."""
 
     plan: Plan
     decoded: DataFrame
@@ -387,6 +390,7 @@ def build(
     topic_ids: dict[str, str] | None = None,
     skip_file_ids: frozenset[str] = frozenset(),
     ranges: bool | None = None,
+    frames: bool = True,
 ) -> Tables:
     """Plan, run both stages and return every table as a DataFrame (the public API's core).
 
@@ -394,7 +398,12 @@ def build(
     captures (one file or a rotated set per capture group) are decoded by byte ranges and
     stitched, without a shuffle (`kanalyze.spark.range_stage`); anything that path cannot
     prove equal to one process runs the shuffle pipeline. Raises
-    `kanalyze.spark.inputs.InputError` at once for a missing or unreadable input."""
+    `kanalyze.spark.inputs.InputError` at once for a missing or unreadable input.
+
+    `frames` False (`run_pipeline` with a local output): when the range path alone ran with
+    staged rows (`Tables.staged`: the tasks and the driver write the tables from them), the
+    table DataFrames are not built and are None; building them costs the driver and the JVM
+    a DataFrame of every kept row and an analysis of each table's plan."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -409,7 +418,7 @@ def build(
     cut, left = plan_groups(files, spark.sparkContext.defaultParallelism) if ranges else ([], [])
     waste: dict[str, float] = {}  # range work the stitch refused (also when it refused all)
     got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies,
-                             left, waste)
+                             left, waste, frames)
     balance = None
     ranged = None
     persisted: list[DataFrame] = []
@@ -419,6 +428,10 @@ def build(
     if got and not got.refused:  # the range path alone: no second cache, side rows local
         plan = Plan(files, [], [], skipped)
         seg, placement, balance = got.tasks, Placement(), got.balance
+        if got.exchanges is None:  # not built (frames=False): the staged rows are written
+            staged = _staged(got)
+            return Tables(plan, None, None, None, None, None, None, seg, placement, balance,
+                          None, persisted, scratch, staged)  # type: ignore[arg-type]
         side = spark.createDataFrame(got.side, R.spark_ddl(R.DECODED_SCHEMA))
         decoded = got.exchanges.unionByName(side)
         ex_rows = got.exchanges
@@ -448,11 +461,10 @@ def build(
             .dropDuplicates(["topic_id"])
         )
     else:  # the names are on the driver already: no job to de-duplicate them
-        kind, extra = R.DECODED_SCHEMA.names.index("kind"), R.DECODED_SCHEMA.names.index("extra")
-        names = dict(reversed([json.loads(r[extra]) for r in side_rows if r[kind] == "topic"]))
+        names = _topic_names(side_rows)
         topics = spark.createDataFrame(list(names.items()), "topic_id STRING, topic_name STRING")
         if got and got.stage:
-            staged = Staged(got.stage, int(got.balance["ranges"]), got.keep, got.side, names)
+            staged = _staged(got)
     conns = (
         side.where(F.col("kind") == "connection")
         .select(F.from_json("extra", CONNECTION_DDL).alias("c"))
@@ -465,6 +477,19 @@ def build(
         files_table(spark, side, plan), topics, seg, placement, balance, ranged, persisted,
         scratch, staged,
     )  # fmt: skip
+
+
+def _topic_names(side: list[tuple]) -> dict[str, str]:
+    """Topic id -> name from the side rows (the first name a range reported wins)."""
+    kind, extra = R.DECODED_SCHEMA.names.index("kind"), R.DECODED_SCHEMA.names.index("extra")
+    return dict(reversed([json.loads(r[extra]) for r in side if r[kind] == "topic"]))
+
+
+def _staged(got: Ranged) -> Staged:
+    """The range path's staged rows and side rows, for the direct writers."""
+    assert got.stage is not None
+    return Staged(got.stage, int(got.balance["ranges"]), got.keep, got.side,
+                  _topic_names(got.side))
 
 
 def balance_report(plan: Plan, placement: Placement) -> dict[str, float]:
@@ -671,6 +696,7 @@ def run_pipeline(
         spark, inputs, ports=ports, split_bytes=split_bytes, decode_bodies=decode_bodies,
         with_bodies=with_bodies, capture_id=capture_id, shuffle_partitions=shuffle_partitions,
         max_frame=max_frame, topic_ids=topic_ids, skip_file_ids=skip, ranges=ranges,
+        frames=is_uri(out),  # a local output: the range path writes from its staged rows
     )  # fmt: skip
     plan = t.plan
     res = PipelineResult(out, plan)

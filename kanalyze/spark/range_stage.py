@@ -50,7 +50,7 @@ class Ranged:
     and the small side rows (connections, topic names, reading statistics) already on the
     driver, in `DECODED_SCHEMA`'s column order; and how the work was spread."""
 
-    exchanges: DataFrame
+    exchanges: DataFrame | None  # None: not built (`run_ranges(frames=False)`)
     side: list[tuple]
     tasks: DataFrame  # persisted, or read from `stage`: unpersist / remove it when done
     balance: dict[str, float] = field(default_factory=dict)
@@ -293,13 +293,15 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
                opts: EngineOptions, decode: bool = True,
                topic_ids: dict[str, str] | None = None,
                with_bodies: bool = False, left: list[int] | None = None,
-               report: dict[str, float] | None = None) -> Ranged | None:
+               report: dict[str, float] | None = None, frames: bool = True) -> Ranged | None:
     """Stage 1 per range (all groups' ranges in one job), the stitch per capture group on the
     driver, the kept rows. A group whose stitch refuses is left out (`Ranged.refused`: the
     caller decodes only its files with the shuffle pipeline); None when every group refused
     (the task output is unpersisted). `report` gets what the refusals cost (`refused_*`: the
     groups, ranges, bytes and task CPU seconds whose range work was thrown away), also when
-    every group refused."""
+    every group refused. `frames` False: when every group stitched and the rows are staged,
+    the caller writes the tables from the staged rows and gets no exchanges DataFrame (None:
+    building it costs the driver and the JVM a DataFrame of every kept row)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -380,17 +382,19 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     t2 = time.perf_counter()
     keep = [k for g in groups for k in g.keep]
     fixed = any(k[3] for k in keep)
-    kept = spark.createDataFrame(
-        keep, "rng INT, idx INT, kept_conn_id STRING, fix MAP<STRING, STRING>")
     cols = [c.name for c in R.DECODED_SCHEMA]
-    exchanges = (
-        tasks.where(F.col("kind") == "exchange")
-        .join(F.broadcast(kept), ["rng", "idx"], "inner")
-        .withColumn("conn_id", F.col("kept_conn_id"))
-    )
-    if fixed:
-        exchanges = _fill_names(exchanges)
-    exchanges = exchanges.select(*cols)
+    exchanges = None
+    if frames or refused or stage is None:
+        kept = spark.createDataFrame(
+            keep, "rng INT, idx INT, kept_conn_id STRING, fix MAP<STRING, STRING>")
+        exchanges = (
+            tasks.where(F.col("kind") == "exchange")
+            .join(F.broadcast(kept), ["rng", "idx"], "inner")
+            .withColumn("conn_id", F.col("kept_conn_id"))
+        )
+        if fixed:
+            exchanges = _fill_names(exchanges)
+        exchanges = exchanges.select(*cols)
     side = [row for g in groups for row in g.conns]
     lost = set(refused)  # the refused groups' statistics and names come from the shuffle path
     for t, r in enumerate(ranges):
