@@ -125,9 +125,11 @@ def session_defaults(master: str | None, conf: dict[str, str] | None = None) -> 
         defaults["spark.ui.enabled"] = "false"
         defaults["spark.sql.shuffle.partitions"] = str(2 * cores)
         defaults["spark.driver.memory"] = "2g"
-        # the one local JVM only plans, moves and writes rows (Python decodes): its optimizing
-        # JIT compiler (C2) cost more CPU than it saved, on the cores the Python tasks need
-        defaults["spark.driver.extraJavaOptions"] = "-XX:TieredStopAtLevel=1"
+        # the one local JVM only plans and schedules (Python decodes and, on the range path,
+        # writes): its optimizing JIT compiler (C2) cost more CPU than it saved, and G1's
+        # concurrent and parallel GC threads 0.3-1 CPU-s a GB of capture more than the serial
+        # collector, on the cores the Python tasks need (docs/spark.md, E6)
+        defaults["spark.driver.extraJavaOptions"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     defaults.update(conf or {})
     return defaults
 
