@@ -20,10 +20,11 @@ bytes (stage 2, the per-connection decode), the largest task's share of them. Th
 share is the largest packed unit group's share of the capture bytes (the plan). Also per run:
 the Spark jobs of the timed run, and the CPU seconds it cost in the JVM, in the Python workers
 (the processes under the JVM) and in the driver, read from ``/proc`` (the task metrics do not
-see the Python side), to tell CPU from waiting on a shared machine. The issue's
-targets are printed next to the figures: local[2] >= 1.7x local[1]; local[2] <= 1.5x one export
-process; no task above 1/N + 10 % of the bytes. Not a test: the numbers depend on the machine,
-so the load average is printed before and after.
+see the Python side), to tell CPU from waiting on a shared machine; and where the JVM's went,
+by thread name (``/proc/<jvm>/task/*/stat``: executor task threads, JIT compiler, GC, py4j).
+The issue's targets are printed next to the figures: local[2] >= 1.7x local[1]; local[2] <=
+1.5x one export process; no task above 1/N + 10 % of the bytes. Not a test: the numbers depend
+on the machine, so the load average is printed before and after.
 
 Usage::
 
@@ -190,6 +191,27 @@ def _tree_cpu(root: int) -> dict[str, float]:
     return {"jvm": jvm, "workers": below}
 
 
+def _jvm_threads(pid: int) -> dict[str, float]:
+    """CPU seconds per kind of JVM thread (names with their numbers dropped: "Executor task
+    launch worker for task 3" and "... 7" count together), from /proc/PID/task/*/stat."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                raw = fh.read()
+        except OSError:
+            continue  # the thread ended
+        name = raw[raw.index("(") + 1 : raw.rindex(")")].rstrip("0123456789#-_ ")
+        f = raw.rsplit(")", 1)[1].split()
+        out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / tick
+    return out
+
+
 def _jvm_pid(spark) -> int:  # noqa: ANN001
     return spark.sparkContext._gateway.proc.pid  # noqa: SLF001 - the local JVM (bench only)
 
@@ -213,17 +235,20 @@ def run_spark_child(master: str, files: list[str], out: str, split_mb: int) -> d
     sc = spark.sparkContext
     jobs0 = _jobs(sc.uiWebUrl, sc.applicationId)
     jvm = _jvm_pid(spark)
-    cpu0, self0 = _tree_cpu(jvm), time.process_time()
+    cpu0, self0, th0 = _tree_cpu(jvm), time.process_time(), _jvm_threads(jvm)
     t = time.perf_counter()
     res = run_pipeline(spark, files, out, split_bytes=split_mb << 20)
     wall = time.perf_counter() - t
-    cpu1, self1 = _tree_cpu(jvm), time.process_time()
+    cpu1, self1, th1 = _tree_cpu(jvm), time.process_time(), _jvm_threads(jvm)
+    # threads that ended during the run are missing from th1: their CPU is in cpu1 only
+    threads = sorted(((round(v - th0.get(k, 0.0), 2), k) for k, v in th1.items()), reverse=True)
     bal = res.balance or {}
     figures = _shuffle_figures(sc.uiWebUrl, sc.applicationId)
     figures["jobs"] = _jobs(sc.uiWebUrl, sc.applicationId) - jobs0
     figures["cpu"] = {"jvm": round(cpu1["jvm"] - cpu0["jvm"], 1),
                       "python_workers": round(cpu1["workers"] - cpu0["workers"], 1),
                       "driver": round(self1 - self0, 1)}  # fmt: skip
+    figures["jvm_threads"] = {k: v for v, k in threads[:6] if v >= 0.05}
     spark.stop()
     return {
         "master": master, "startup": startup, "warmup": warm, "wall": wall,
@@ -298,6 +323,7 @@ def main() -> int:
             print(f"  balance: {json.dumps(r['balance'])}", flush=True)
             print(f"  Spark jobs: {r['jobs']}, CPU s during the run: {json.dumps(r['cpu'])}",
                   flush=True)
+            print(f"  JVM CPU s by thread: {json.dumps(r['jvm_threads'])}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(WORK, ignore_errors=True)
