@@ -309,16 +309,21 @@ def _flows(flows: list[tuple[str, str, bool]], tls: bool | None = None) -> str:
     return ", ".join(named[:5]) + (", ..." if len(named) > 5 else "")
 
 
+def tls_note(stats: EngineStats) -> str | None:
+    """The closing note on connections that carried TLS where Kafka was expected, or None."""
+    if not stats.tls_connections:
+        return None
+    return (
+        f"TLS on {stats.tls_connections} connection(s) "
+        f"({_flows(stats.non_kafka_flows, True)}): "
+        "kanalyze reads Kafka only in clear text; capture a PLAINTEXT listener, or decrypt "
+        "first (with the session keys, e.g. an SSLKEYLOGFILE key log)"
+    )
+
+
 def what_it_is(stats: EngineStats, packets: int) -> tuple[str | None, str | None]:
     """(a TLS note, the reason nothing was analyzed): each one line, or None."""
-    tls = None
-    if stats.tls_connections:
-        tls = (
-            f"TLS on {stats.tls_connections} connection(s) "
-            f"({_flows(stats.non_kafka_flows, True)}): "
-            "kanalyze reads Kafka only in clear text; capture a PLAINTEXT listener, or decrypt "
-            "first (with the session keys, e.g. an SSLKEYLOGFILE key log)"
-        )
+    tls = tls_note(stats)
     if stats.kafka_connections:
         return tls, None
     fl = stats.flows

@@ -18,6 +18,7 @@ from kanalyze.commands.common import (
     engine_options,
     explain_nothing,
     report_capture_problems,
+    tls_note,
 )
 from kanalyze.export import ExchangeEncoder
 from kanalyze.export.formats import add_format_arguments
@@ -82,7 +83,11 @@ def run(args: argparse.Namespace) -> int:
             except CaptureError:  # not a capture: one process says so, in its words
                 done = None
             if done is not None:
-                capture_problems(*done)
+                capture, skipped, gaps, others = done
+                capture_problems(capture, skipped, gaps)
+                note = None if others is None else tls_note(others)
+                if note:
+                    sys.stderr.write(f"kanalyze: {note}\n")
                 return 0
         write = out.write
         line, newline = (enc.line_bytes, b"\n") if binary else (enc.line, "\n")

@@ -150,6 +150,11 @@ class RangeEngine(Engine):
         # connections this run notes nothing for but the output's waits (`_fast` takes them):
         # opened by a SYN or past their head marks, and not joining
         self.plain: set[int] = set()
+        # the statistics of flows that are not Kafka as last attributed to a view (`_other`),
+        # the verdicts so far, the last connection opened
+        self.other_at = (0, 0)
+        self.verdicts = 0
+        self.opened: Connection | None = None
 
     def _complete(self, ex: Exchange) -> None:
         super()._complete(ex)
@@ -223,6 +228,7 @@ class RangeEngine(Engine):
               verdict: bool | None = None) -> Connection:
         conn = super()._open(seg, key, flags, conn_id, verdict)
         self.cid = conn.info.id
+        self.opened = conn
         if conn_id is None:  # a held connection was noted when it was first seen
             # a SYN opens a new connection; a SYN-ACK first is one met mid-handshake
             self.res.edge(conn.info.id, conn_key(key), self.cur, flags & (SYN | ACK) == SYN)
@@ -295,7 +301,9 @@ class RangeEngine(Engine):
                 edge = self.res.conns.get(conn.info.id)
                 if edge is not None and not edge.syn and edge.syn_seen is None:
                     edge.syn_seen = self.cur
+        self.opened = None
         super()._segment(seg, key, conn, pkt)
+        self._other(conn or self.opened)
         c = self.conns.get(key)
         if c is None or c.closed:
             return
@@ -338,10 +346,31 @@ class RangeEngine(Engine):
                 self.res.counters[(cid, self.cur)] = table_counters(c)
                 edge.counts[self.cur] = counters(c)
 
+    def _other(self, conn: Connection | None) -> None:
+        """Give `conn` what the statistics of flows that are not Kafka took since the last
+        call (a segment or a close: only its own connection's numbers move then; a close
+        inside a segment is its connection's too, or a port reuse's old connection, whose
+        numbers are taken first by the close's own call)."""
+        st = self.stats
+        now = (st.non_kafka_bytes, st.non_kafka_connections)
+        if now == self.other_at:
+            return
+        was, self.other_at = self.other_at, now
+        edge = None if conn is None else self.res.conns.get(conn.info.id)
+        if conn is None or edge is None:
+            self.res.coupled.append("numbers of a flow that is not Kafka without its view")
+            return
+        edge.other_bytes += now[0] - was[0]
+        if now[1] != was[1]:
+            edge.judged = (self.cur, self.verdicts)
+            edge.flow = (conn.info.client, conn.info.broker, conn.tls)
+            self.verdicts += now[1] - was[1]
+
     def _close(self, conn: Connection, pkt: Packet | None) -> None:
         was = conn.closed
         self.cid = conn.info.id
         super()._close(conn, pkt)
+        self._other(conn)
         if was:
             return
         cid = conn.info.id

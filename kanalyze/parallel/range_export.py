@@ -23,11 +23,12 @@ from typing import BinaryIO
 from dissectors.context import DecodeContext
 from kanalyze import gcyoung as young
 from kanalyze.correlation import Exchange
-from kanalyze.engine import EngineOptions
+from kanalyze.engine import EngineOptions, EngineStats
 from kanalyze.export import ExchangeEncoder
 from kanalyze.held import HeldFrames
 from kanalyze.parallel import place
 from kanalyze.parallel.merge import names_agree, write_spliced
+from kanalyze.parallel.range_stats import other_flows
 from kanalyze.parallel.ranges import Range, RangeResult, run_range
 from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
 from kanalyze.parallel.worker import LINE_PREFIX, RecordingNames
@@ -237,8 +238,9 @@ def run_tasks(tasks: list[RangeTask], workers: Executor | int | None,
 
 def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeContext,
                   header_only: bool, out: BinaryIO, tmp: str, workers: Executor | int | None,
-                  timings: dict[str, object]) -> tuple[int, int] | str:
-    """Write the stitched export; (bytes skipped, bytes in gaps) for the closing note, or why
+                  timings: dict[str, object]) -> tuple[int, int, EngineStats] | str:
+    """Write the stitched export; (bytes skipped, bytes in gaps, the numbers of the flows that
+    are not Kafka) for the closing notes, or why
     the ranges could not be stitched (nothing written). `workers`: a pool of spawned workers,
     a number of workers to fork, or None (every range in this process, one after another)."""
     tasks = [RangeTask(r, opts, ctx, header_only, os.path.join(tmp, f"r{r.index}.ndjson"))
@@ -263,7 +265,7 @@ def export_ranges(ranges: Sequence[Range], opts: EngineOptions, ctx: DecodeConte
 
 def _finish(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
             target: place.Target | None, opts: EngineOptions, ctx: DecodeContext,
-            out: BinaryIO, timings: dict[str, object]) -> tuple[int, int] | str:
+            out: BinaryIO, timings: dict[str, object]) -> tuple[int, int, EngineStats] | str:
     """The stitch, then the lines written out (see `export_ranges`)."""
     timings["shards"] = shards = [o.result.cpu_s for o in outs]
     timings["balance"] = max(shards) * len(shards) / (sum(shards) or 1.0)
@@ -273,6 +275,7 @@ def _finish(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
             raise Unstitchable("a line without its connection id first")
         st = stitch([o.result for o in outs], opts)
         check_names(outs, st, ctx.topic_names)
+        others = other_flows([o.result for o in outs], st)
     except Unstitchable as e:
         if target is not None:
             target.reset()
@@ -284,14 +287,14 @@ def _finish(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
         _write(out, outs, [t.out_path for t in tasks], st)
         timings["merge"] = time.process_time() - cpu
         timings["place"] = []
-        return st.skipped, st.gaps
+        return st.skipped, st.gaps, others
     try:
         timings["place"] = _place(outs, tasks, forked, target, st, timings)
     except BaseException:
         target.reset()
         raise
     timings["merge"] = time.process_time() - cpu
-    return st.skipped, st.gaps
+    return st.skipped, st.gaps, others
 
 
 def _place(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,

@@ -89,6 +89,12 @@ class ConnEdge:
     final: tuple | None = None
     inserted: int = 0
     events: tuple[list, list] | None = None
+    # what one engine's statistics count for it as a flow that is not Kafka
+    # (`range_engine.RangeEngine._other`): its bytes, and when it was judged so (packet, the
+    # run's count of such verdicts before it) with its (client, broker, TLS) names
+    other_bytes: int = 0
+    judged: tuple[int, int] | None = None
+    flow: tuple[str, str, bool] | None = None
 
 
 @dataclass(slots=True)

@@ -14,8 +14,9 @@ first view). Packets that are not TCP are counted per range, the overlap left ou
 
 Not rebuilt: the peaks (`open_peak`, `buffered_peak`, `held_peak`: the most held at once
 across connections and the output orderer, which no range sees whole), left at 0: a caller
-that prints them (`summary --json`) runs one process. Engine-wide bounds hit, snaplen cuts and
-flows that are not Kafka are refused by the stitch; a framer that dropped stream events past
+that prints them (`summary --json`) runs one process. Engine-wide bounds hit and snaplen cuts
+are refused by the stitch; a flow that is not Kafka is counted by the view that saw it whole
+(`_others`); a framer that dropped stream events past
 its cap refuses here (its kept events depend on where the run began).
 """
 
@@ -60,7 +61,8 @@ def engine_stats(results: Sequence[RangeResult], st: Stitched,
     for _closed, _ins, gid, chain in closing:
         last = results[chain[-1][1]].conns[chain[-1][2]]
         if not last.kafka:
-            stats.empty_connections += 1  # (not Kafka with payload: the stitch refused)
+            if last.judged is None:  # (not Kafka: `_others`)
+                stats.empty_connections += 1
             continue
         stats.kafka_connections += 1
         sides = _sides(results, st, gid, chain)
@@ -73,7 +75,34 @@ def engine_stats(results: Sequence[RangeResult], st: Stitched,
             room = max(stats.max_events - len(stats.events), 0)
             stats.events.extend(events[:room])
             stats.events_dropped += max(len(events) - room, 0)
+    _others(results, st, stats)
     return stats
+
+
+def other_flows(results: Sequence[RangeResult], st: Stitched) -> EngineStats:
+    """One engine's numbers of the flows that are not Kafka alone (the export's closing note
+    on TLS); raises `Unstitchable` as `engine_stats`."""
+    stats = EngineStats()
+    _others(results, st, stats)
+    return stats
+
+
+def _others(results: Sequence[RangeResult], st: Stitched, stats: EngineStats) -> None:
+    """The flows that are not Kafka, each counted by the one view that owns it (the stitch
+    checked it saw the flow whole), in the order one engine judged them: by packet, and in a
+    run's own order at the same packet (one packet decides one flow; at the end of input one
+    engine's order across runs is not known: refused when two runs judged a flow there)."""
+    judged = []
+    for r, own in enumerate(st.own):
+        for lid in own:
+            edge = results[r].conns[lid]
+            stats.non_kafka_bytes += edge.other_bytes
+            if edge.judged is not None and edge.flow is not None:
+                judged.append((edge.judged[0], r, edge.judged[1], edge.flow))
+    if len({r for pkt, r, _n, _f in judged if pkt >= FINAL}) > 1:
+        raise Unstitchable("flows that are not Kafka judged at the end of input in two ranges")
+    for *_at, (client, broker, tls) in sorted(judged, key=lambda j: j[:3]):
+        stats.not_kafka(client, broker, tls)
 
 
 def _sides(results: Sequence[RangeResult], st: Stitched, gid: int,

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from dissectors.context import DecodeContext
 from kanalyze.capture import CaptureStats
-from kanalyze.engine import EngineOptions
+from kanalyze.engine import EngineOptions, EngineStats
 from kanalyze.parallel import merge
 from kanalyze.parallel.plan import WORKER_START_US, Plan, make_plan
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV, export_ranges
@@ -44,11 +44,16 @@ def default_jobs(paths: Sequence[str], jobs: int | None) -> int:
     return 1 if jobs is None else jobs
 
 
+# (capture stats, bytes skipped, bytes in gaps, the numbers of flows that are not Kafka)
+Exported = tuple[CaptureStats, int, int, EngineStats | None]
+
+
 def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: DecodeContext,
                header_only: bool, out: BinaryIO,
-               processes: bool = True) -> tuple[CaptureStats, int, int] | None:
+               processes: bool = True) -> Exported | None:
     """Write the export of `paths` to `out` with `jobs` processes; returns (capture stats,
-    bytes skipped, bytes in gaps) for the closing notes, or None (nothing written) when the
+    bytes skipped, bytes in gaps, the numbers of the flows that are not Kafka (None: there are
+    none; the shards refuse them)) for the closing notes, or None (nothing written) when the
     shards were coupled. `processes=False` runs the shards one after the other in this
     process (the tests' way to check the merge with many shards cheaply)."""
     global last_fallback
@@ -85,7 +90,7 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
         capture = CaptureStats()
         capture.files.append(paths[0])
         capture.packets = sum(r.count for r in ranges)
-        return capture, got[0], got[1]
+        return capture, got[0], got[1], got[2]
     with contextlib.ExitStack() as stack:
         pool = None
         if processes and jobs > 1:
@@ -134,7 +139,7 @@ def run_export(paths: Sequence[str], jobs: int, opts: EngineOptions, ctx: Decode
         merge.write(out, results, [t.out_path for t in tasks], ids, sequence)
         last_timings["merge"] = time.process_time() - cpu
     capture = results[0].capture or _fast_capture(sc, paths)
-    return capture, sum(r.skipped for r in results), sum(r.gaps for r in results)
+    return capture, sum(r.skipped for r in results), sum(r.gaps for r in results), None
 
 
 

@@ -96,6 +96,14 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
             pr, plid = live[e.key]
             pe = results[pr].conns[plid]
             ended = pe.closed if pe.closed is not None and pe.closed != FINAL else None
+            if ended is None and pe.judged is not None:
+                # not Kafka and open at the end of its range: that run's overlap followed it
+                # to the end of input (it never marks a tail), so every later view is its
+                # (and stays so: the 4-tuple stays live for the ranges after)
+                if e.kafka:
+                    raise Unstitchable("a flow judged not Kafka in one range, Kafka in another")
+                claimed.add(lid)
+                continue
             if ended is not None:
                 if e.opened <= ended and not e.syn:
                     claimed.add(lid)  # the earlier run saw its end: this view is dropped
@@ -123,9 +131,9 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
                 continue
             if lid not in own[r]:
                 own[r][lid] = Own(0, INF, (r, lid))
-            if e.ignored:
-                raise Unstitchable("a flow that is not Kafka (one process writes the note)")
             o = own[r][lid]
+            if e.ignored or e.judged is not None:
+                _check_other(res, r, lid, o)
             if o.lo and e.syn_seen is not None and e.syn_seen > o.lo:
                 raise Unstitchable("a SYN on a connection handed over")
             open_at_end = e.closed is not None and e.closed > res.end_pkt  # FINAL too
@@ -142,12 +150,31 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
     for r, d in enumerate(own):
         for lid, o in d.items():
             e = results[r].conns[lid]
+            if e.judged is not None:
+                continue  # one process's closing note counts Kafka connections only
             end = o.at_hi if o.hi != INF and o.at_hi is not None else (e.skipped, e.gaps)
             out.skipped += end[0] - o.at_lo[0]
             out.gaps += end[1] - o.at_lo[1]
     out.owners = [{lid: (o.lo, o.hi) for lid, o in d.items()} for d in own]
     out.sequence = order(results, own, out.ids, opts, out.released)
     return out
+
+
+def _check_other(res: RangeResult, r: int, lid: int, o: Own) -> None:
+    """A flow that is not Kafka stands when its view saw it as one process does: from its
+    first packet (range 0, or opened by a SYN in a later range: a later run judges a flow it
+    joined mid-stream with other rules), not handed over, judged once, and the only view of
+    its 4-tuple in its run after it (a later connection on the 4-tuple would be that run's
+    from its overlap on, and the next range's too)."""
+    e = res.conns[lid]
+    if e.judged is None or not e.ignored or e.kafka:
+        raise Unstitchable("a flow that is not Kafka counted where its verdict is not known")
+    if o.lo or o.root != (r, lid):
+        raise Unstitchable("a flow that is not Kafka handed over")
+    if r and not e.syn:
+        raise Unstitchable("a flow that is not Kafka found mid-stream after the first range")
+    if any(x.key == e.key and x.opened >= e.opened and i != lid for i, x in res.conns.items()):
+        raise Unstitchable("a flow that is not Kafka and a later connection on its 4-tuple")
 
 
 def _check_stale(results: Sequence[RangeResult], own: list[dict[int, Own]]) -> None:

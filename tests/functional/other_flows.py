@@ -1,0 +1,82 @@
+"""A real client's capture with flows that are not Kafka next to it (an SSH session that
+spans the capture, a short HTTP exchange, a TLS handshake), as an operator records on a broker
+host without a port filter: written with dpkt for the range tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dpkt
+
+SSH = (b"\x0a\x00\x00\x05", 50022, b"\x0a\x00\x00\x09", 22)
+HTTP = (b"\x0a\x00\x00\x05", 50080, b"\x0a\x00\x00\x09", 80)
+TLS = (b"\x0a\x00\x00\x05", 50443, b"\x0a\x00\x00\x09", 443)
+CLIENT_HELLO = bytes.fromhex("16030100a5010000a10303") + bytes(range(32)) + b"\x00" * 40
+
+
+def _frame(flow: tuple, back: bool, seq: int, ack: int, flags: int, data: bytes) -> bytes:
+    src, sport, dst, dport = flow
+    if back:
+        src, sport, dst, dport = dst, dport, src, sport
+    tcp = dpkt.tcp.TCP(sport=sport, dport=dport, seq=seq, ack=ack, flags=flags, win=65535,
+                       data=data)
+    ip = dpkt.ip.IP(src=src, dst=dst, p=dpkt.ip.IP_PROTO_TCP, ttl=64, data=tcp)
+    ip.len = 20 + len(tcp)
+    eth = dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, data=ip)
+    return bytes(eth)
+
+
+class _Flow:
+    """One TCP connection's packets, each stamped with the time it is sent at."""
+
+    def __init__(self, key: tuple) -> None:
+        self.key, self.seq, self.out = key, [1000, 5000], []
+
+    def send(self, ts: float, back: bool, data: bytes = b"", flags: int = dpkt.tcp.TH_ACK) -> None:
+        me, peer = (1, 0) if back else (0, 1)
+        self.out.append((ts, _frame(self.key, back, self.seq[me], self.seq[peer], flags, data)))
+        self.seq[me] += len(data) + bool(flags & (dpkt.tcp.TH_SYN | dpkt.tcp.TH_FIN))
+
+    def open(self, ts: float) -> None:
+        syn = dpkt.tcp.TH_SYN
+        self.send(ts, False, flags=syn)
+        self.send(ts + 1e-6, True, flags=syn | dpkt.tcp.TH_ACK)
+        self.send(ts + 2e-6, False)
+
+    def close(self, ts: float) -> None:
+        fin = dpkt.tcp.TH_FIN | dpkt.tcp.TH_ACK
+        self.send(ts, False, flags=fin)
+        self.send(ts + 1e-6, True, flags=fin)
+        self.send(ts + 2e-6, False)
+
+
+def write(src: Path, dst: Path, ssh_packets: int = 80, ssh_bytes: int = 1200) -> Path:
+    """`src`'s packets and the three flows (`ssh_packets` client writes of `ssh_bytes`, each
+    answered: past the engine's detection budget when more than 64 KiB in all) to `dst`."""
+    with src.open("rb") as f:
+        kafka = list(dpkt.pcap.Reader(f))
+    t0, t1 = kafka[0][0], kafka[-1][0]
+    ssh, http, tls = _Flow(SSH), _Flow(HTTP), _Flow(TLS)
+    ssh.open(t0 - 0.001)
+    ssh.send(t0 - 0.0005, True, b"SSH-2.0-OpenSSH_9.6\r\n")
+    step = (t1 - t0) / (ssh_packets + 1)
+    for i in range(ssh_packets):
+        ts = t0 + step * (i + 0.5)
+        ssh.send(ts, False, bytes([0xA5 ^ (i & 0x0F)]) * ssh_bytes)
+        ssh.send(ts + 1e-5, True, b"\xc3" * 48)
+    ssh.close(t1 + 0.001)
+    mid = (t0 + t1) / 2
+    http.open(mid)
+    http.send(mid + 1e-4, False, b"GET /metrics HTTP/1.1\r\nHost: broker\r\n\r\n")
+    http.send(mid + 2e-4, True, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    http.close(mid + 3e-4)
+    at = t0 + (t1 - t0) / 3
+    tls.open(at)
+    tls.send(at + 1e-4, False, CLIENT_HELLO)
+    tls.send(at + 2e-4, True, b"\x16\x03\x03\x00\x30" + b"\x02" * 48)
+    packets = sorted([*kafka, *ssh.out, *http.out, *tls.out], key=lambda p: p[0])
+    with dst.open("wb") as f:
+        w = dpkt.pcap.Writer(f, snaplen=262144, linktype=dpkt.pcap.DLT_EN10MB)
+        for ts, buf in packets:
+            w.writepkt(buf, ts)
+    return dst
