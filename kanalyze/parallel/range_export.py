@@ -273,7 +273,7 @@ def _finish(outs: list[RangeOutput], tasks: list[RangeTask], forked: Forked,
     try:
         if any(o.bad_line for o in outs):
             raise Unstitchable("a line without its connection id first")
-        st = stitch([o.result for o in outs], opts)
+        st = stitch([o.result for o in outs], opts, others=True)
         check_names(outs, st, ctx.topic_names)
         others = other_flows([o.result for o in outs], st)
     except Unstitchable as e:

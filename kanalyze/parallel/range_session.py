@@ -249,7 +249,7 @@ class RangeSession(Session):
         except Unstitchable as e:  # a range's own verdict (`collect_range`, in this process)
             return str(e)
         try:
-            st = stitch([o.result for o in outs], self.opts)
+            st = stitch([o.result for o in outs], self.opts, others=True)
             check_names(outs, st, preloaded or {})
             self._totals(outs, st)
             shifts = range_stats.offset_shifts([o.result for o in outs], st)

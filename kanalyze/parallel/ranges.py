@@ -20,13 +20,16 @@ tuples, lists, dicts and small dataclasses, no engine objects):
   times. Every exchange goes to `on_exchange` (the caller encodes it: an NDJSON line, a Spark
   row) and gets an index in `RangeResult.done`, in call order; key what you keep by
   (range index, that index).
-* `stitch(results, opts) -> Stitched`: which exchanges stand (`Stitched.sequence`: (range,
-  index) in the one-process output order) with which connection id (`Stitched.ids`: per
-  range, local id -> the run's id), plus the closing note's byte counts. It raises
+* `stitch(results, opts, others=False) -> Stitched`: which exchanges stand
+  (`Stitched.sequence`: (range, index) in the one-process output order) with which
+  connection id (`Stitched.ids`: per range, local id -> the run's id), plus the closing
+  note's byte counts. It raises
   `Unstitchable` (the message says why) when it cannot prove the result equal to one
   process: the caller then runs one process. It needs only the `RangeResult`s (a few
   hundred bytes per exchange, none of the payload), so a cluster ships those to one place,
-  stitches, and joins the result back onto the rows it kept.
+  stitches, and joins the result back onto the rows it kept. `others=True`: the caller
+  also rebuilds what one engine counts for flows that are not Kafka (`range_stats`), so the
+  stitch accepts them where one view saw them whole.
 
 **Edge state** (`ConnEdge`, per connection a range saw): its 4-tuple, the packet it opened
 at, whether by a SYN, its close, and *marks*: after packets of the connection where it was

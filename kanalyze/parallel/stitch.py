@@ -22,8 +22,16 @@ or at its end after a later range's first request (its api, and when it is settl
 inferred from evidence of the whole run); a connection whose roles were settled at the end of
 input when exchanges complete there (one process releases while it replays its packets); a
 bound shared by all connections that the ranges together may have
-reached; a message awaited longer than the order window; a flow that is not Kafka (one
-process's closing note judges the whole capture).
+reached; a message awaited longer than the order window.
+
+A flow that is not Kafka yields no exchange; one engine counts it (bytes, verdict, its names for
+the closing notes) as the view that saw it whole does: range 0's, or a later range's that
+opened it by its SYN. That view's run follows it through its overlap to the end of input (it
+never marks a tail), so every later view of its 4-tuple is dropped. Refused (with `others`;
+without it, any such flow): such a view handed over or found mid-stream after range 0 (a later
+run judges a flow it joined with other rules, e.g. no detection budget), a later view of it
+judged Kafka, a later connection on its 4-tuple in the same run, and flows judged at the end
+of input in two ranges (`range_stats`: one engine's order of them is not known).
 """
 
 from __future__ import annotations
@@ -73,7 +81,10 @@ def _common(prev: ConnEdge, nxt: ConnEdge, mine: Own) -> tuple[int, tuple, tuple
     return None
 
 
-def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
+def stitch(results: Sequence[RangeResult], opts: EngineOptions,
+           others: bool = False) -> Stitched:
+    """`others`: whether the caller rebuilds what one engine counts for flows that are not
+    Kafka (`range_stats`; Spark's connection rows do not: refused there)."""
     results = sorted(results, key=lambda r: r.index)
     for one in results:
         if one.error or one.coupled:
@@ -96,7 +107,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
             pr, plid = live[e.key]
             pe = results[pr].conns[plid]
             ended = pe.closed if pe.closed is not None and pe.closed != FINAL else None
-            if ended is None and pe.judged is not None:
+            if ended is None and pe.judged is not None and others:
                 # not Kafka and open at the end of its range: that run's overlap followed it
                 # to the end of input (it never marks a tail), so every later view is its
                 # (and stays so: the 4-tuple stays live for the ranges after)
@@ -133,6 +144,8 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions) -> Stitched:
                 own[r][lid] = Own(0, INF, (r, lid))
             o = own[r][lid]
             if e.ignored or e.judged is not None:
+                if not others:
+                    raise Unstitchable("a flow that is not Kafka (one process counts it)")
                 _check_other(res, r, lid, o)
             if o.lo and e.syn_seen is not None and e.syn_seen > o.lo:
                 raise Unstitchable("a SYN on a connection handed over")
