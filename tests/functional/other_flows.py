@@ -50,17 +50,25 @@ class _Flow:
         self.send(ts + 2e-6, False)
 
 
-def write(src: Path, dst: Path, ssh_packets: int = 80, ssh_bytes: int = 1200) -> Path:
+def write(src: Path, dst: Path, ssh_packets: int = 80, ssh_bytes: int = 1200,
+          mid_stream: bool = False) -> Path:
     """`src`'s packets and the three flows (`ssh_packets` client writes of `ssh_bytes`, each
-    answered: past the engine's detection budget when more than 64 KiB in all) to `dst`."""
+    answered: past the engine's detection budget when more than 64 KiB in all) to `dst`;
+    `mid_stream`: the SSH session's packets from the capture's middle on only (no SYN)."""
     with src.open("rb") as f:
         kafka = list(dpkt.pcap.Reader(f))
     t0, t1 = kafka[0][0], kafka[-1][0]
     ssh, http, tls = _Flow(SSH), _Flow(HTTP), _Flow(TLS)
     ssh.open(t0 - 0.001)
     ssh.send(t0 - 0.0005, True, b"SSH-2.0-OpenSSH_9.6\r\n")
+    if mid_stream:
+        ssh.out.clear()
     step = (t1 - t0) / (ssh_packets + 1)
     for i in range(ssh_packets):
+        if mid_stream and i < ssh_packets // 2:
+            ssh.seq[0] += ssh_bytes
+            ssh.seq[1] += 48
+            continue
         ts = t0 + step * (i + 0.5)
         ssh.send(ts, False, bytes([0xA5 ^ (i & 0x0F)]) * ssh_bytes)
         ssh.send(ts + 1e-5, True, b"\xc3" * 48)
