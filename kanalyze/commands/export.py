@@ -20,6 +20,7 @@ from kanalyze.commands.common import (
     report_capture_problems,
     tls_note,
 )
+from kanalyze.engine import EngineStats
 from kanalyze.export import ExchangeEncoder
 from kanalyze.export.formats import add_format_arguments
 from kanalyze.export.outputs import (
@@ -140,7 +141,8 @@ def default_jobs(paths: Sequence[str], jobs: int | None, auto: bool = False) -> 
     return decide(paths, jobs)
 
 
-def run_export(*args: Any, **kwargs: Any) -> tuple[CaptureStats, int, int] | None:
+def run_export(*args: Any, **kwargs: Any) -> tuple[CaptureStats, int, int,
+                                                   EngineStats | None] | None:
     """`kanalyze.parallel.run.run_export`, imported on first use."""
     from kanalyze.parallel.run import run_export as run
 
