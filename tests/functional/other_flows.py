@@ -4,6 +4,7 @@ host without a port filter: written with dpkt for the range tests."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import dpkt
@@ -51,10 +52,12 @@ class _Flow:
 
 
 def write(src: Path, dst: Path, ssh_packets: int = 80, ssh_bytes: int = 1200,
-          mid_stream: bool = False) -> Path:
+          mid_stream: bool = False, seed: int | None = None) -> Path:
     """`src`'s packets and the three flows (`ssh_packets` client writes of `ssh_bytes`, each
     answered: past the engine's detection budget when more than 64 KiB in all) to `dst`;
-    `mid_stream`: the SSH session's packets from the capture's middle on only (no SYN)."""
+    `mid_stream`: the SSH session's packets from the capture's middle on only (no SYN);
+    `seed`: its payload random (as encrypted bytes are), else a repeated byte."""
+    rnd = None if seed is None else random.Random(seed)
     with src.open("rb") as f:
         kafka = list(dpkt.pcap.Reader(f))
     t0, t1 = kafka[0][0], kafka[-1][0]
@@ -70,8 +73,12 @@ def write(src: Path, dst: Path, ssh_packets: int = 80, ssh_bytes: int = 1200,
             ssh.seq[1] += 48
             continue
         ts = t0 + step * (i + 0.5)
-        ssh.send(ts, False, bytes([0xA5 ^ (i & 0x0F)]) * ssh_bytes)
-        ssh.send(ts + 1e-5, True, b"\xc3" * 48)
+        if rnd is None:
+            ssh.send(ts, False, bytes([0xA5 ^ (i & 0x0F)]) * ssh_bytes)
+            ssh.send(ts + 1e-5, True, b"\xc3" * 48)
+        else:
+            ssh.send(ts, False, rnd.randbytes(ssh_bytes))
+            ssh.send(ts + 1e-5, True, rnd.randbytes(48))
     ssh.close(t1 + 0.001)
     mid = (t0 + t1) / 2
     http.open(mid)
