@@ -64,6 +64,20 @@ def test_same_output_stitched(mixed: str, mode: str, jobs: int, size: int, tail:
         assert TLS_NOTE in got[2]
 
 
+@pytest.mark.usefixtures("in_process")
+@pytest.mark.parametrize("mode", ["export", "stats-json"])
+def test_encrypted_looking_session_stitched(tmp_path: Path, mode: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random SSH bytes (a later run's view, framed from where it joined, may take a few for
+    a request): still one process's output, stitched."""
+    cap = str(other_flows.write(ROOT / "captures/kp_v25.pcap", tmp_path / "noisy.pcap", seed=3))
+    want = cli([*MODES[mode], cap, "--jobs", "1"])
+    monkeypatch.setenv(RANGE_BYTES_ENV, "2500")
+    got = cli([*MODES[mode], cap, "--jobs", "2"])
+    assert _fallback(mode) is None
+    assert got == want
+
+
 def test_later_views_dropped(mixed: str) -> None:
     """The SSH session is judged not Kafka by the run of range 0 (past the detection budget,
     ranges later) and its views in the later ranges are dropped; Spark's way (no `others`)
