@@ -60,7 +60,7 @@ class _ConnRun:
         self.current = 0  # the newest incarnation: later packets are counted to it
 
 
-def _key_roles(key: bytes) -> tuple[str, str]:
+def key_roles(key: bytes) -> tuple[str, str]:
     """(client, broker) guessed from a connection key alone (the lower port is the broker): for
     an incarnation whose roles the engine never reported."""
     n = len(key) // 2
@@ -192,7 +192,7 @@ class Decoder:
             "non_kafka_bytes": st.non_kafka_bytes,
         }
         ids = list(run.firsts) or [0]
-        guess = _key_roles(key) if key else ("", "")
+        guess = key_roles(key) if key else ("", "")
         known = next(iter(run.roles.values()), guess)
         for n, cid in enumerate(ids, 1):
             no, ts = run.firsts.get(cid, (run.first_ptr, run.first_ns or 0))

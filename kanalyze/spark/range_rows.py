@@ -25,6 +25,7 @@ from kanalyze.flows import FlowStats, decode_segment
 from kanalyze.parallel.range_engine import conn_key
 from kanalyze.parallel.ranges import Range, RangeResult, read_range, run_range
 from kanalyze.parallel.worker import RecordingNames
+from kanalyze.spark.payload import kafka_hint
 from kanalyze.spark.rows import RowBuilder, facts_context, row_context
 from kanalyze.spark.schemas import BATCH_ROWS, DECODED_SCHEMA
 
@@ -51,6 +52,9 @@ class Edge:
     # pass over the persisted rows: topic id -> name its bodies taught, its reading statistics
     topics: dict[str, str] = field(default_factory=dict)
     unit: str = ""  # the `files` table's unit row (`tables.UNIT_DDL`) as JSON
+    # the 4-tuples with a packet of this range the shuffle path's flow census calls Kafka
+    # (`payload.kafka_hint`): a flow judged not Kafka has a connections row when one has
+    hinted: set[tuple] = field(default_factory=set)
 
 
 def staged_path(stage: str, key: int) -> str:
@@ -76,12 +80,17 @@ def unpack_edge(text: str) -> Edge:
 
 
 def _unit_row(rng: Range, per: dict[tuple, list[list[int]]],
-              opened: dict[tuple, list[int]] | None = None) -> str:
+              opened: dict[tuple, list[int]] | None = None,
+              hinted: tuple[set[tuple], EngineOptions] | None = None) -> str:
     """The range's reading statistics (the `files` table), walked again without the engine:
     the range's own packets only, so the ranges' counts add up to the file's. `per` gets each
     4-tuple's parts, a new part at each packet in `opened` (where the engine opened a
-    connection on that 4-tuple)."""
+    connection on that 4-tuple); `hinted`'s set the 4-tuples with a packet `kafka_hint` (with
+    the options' ports and frame bound) says may be Kafka."""
     opened = opened or {}
+    hints, ports, max_frame = None, frozenset[int](), 0
+    if hinted is not None:
+        hints, ports, max_frame = hinted[0], frozenset(hinted[1].ports), hinted[1].max_frame
     stats, flows = CaptureStats(), FlowStats()
     tcp = other = 0
     first = last = None
@@ -96,6 +105,8 @@ def _unit_row(rng: Range, per: dict[tuple, list[list[int]]],
                 continue
             tcp += 1
             key = conn_key((seg.src, seg.sport, seg.dst, seg.dport))
+            if hints is not None and key not in hints and kafka_hint(seg, ports, max_frame):
+                hints.add(key)
             parts = per.get(key)
             if parts is None or pkt.no in opened.get(key, ()):
                 per.setdefault(key, []).append([pkt.no, pkt.ts_ns, pkt.ts_ns, 1, seg.flags])
@@ -168,7 +179,7 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
     opened: dict[tuple, list[int]] = {}
     for conn in edge.result.conns.values():
         opened.setdefault(conn.key, []).append(conn.opened)
-    edge.unit = _unit_row(rng, edge.flows, opened)
+    edge.unit = _unit_row(rng, edge.flows, opened, (edge.hinted, opts))
     edge.task_s = (time.perf_counter() - t0, time.process_time() - c0)
     edge_row = {"kind": "edge", "capture_id": capture_id, "rng": key, "extra": pack_edge(edge)}
     yield pa.RecordBatch.from_pylist([edge_row], schema=RANGED_SCHEMA)

@@ -32,6 +32,7 @@ from kanalyze.parallel.range_plan import RANK_BITS, plan_chain
 from kanalyze.parallel.ranges import Range, Unstitchable, stitch
 from kanalyze.parallel.replay import INF
 from kanalyze.spark import schemas as R
+from kanalyze.spark.decode import key_roles
 from kanalyze.spark.hadoop_read import hadoop_settings
 from kanalyze.spark.range_rows import RANGED_SCHEMA, Edge, unpack_edge
 from kanalyze.spark.rows import stable_conn_id
@@ -204,6 +205,10 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
         got.sort()
     flows = _flows(edges, starts)
     totals = _totals(edges, ids, owners)
+    for r, own in enumerate(owners):  # one engine counts no stream of a flow judged not Kafka
+        for lid in own:
+            if edges[r].result.conns[lid].judged is not None:
+                totals.pop(ids[r][lid], None)
     per_tuple: dict[tuple, list[int]] = {}  # the shuffle path's counters are the 4-tuple's
     for gid, (_o, r, lid) in first.items():
         got = totals.get(gid)
@@ -211,15 +216,18 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
             acc = per_tuple.setdefault(edges[r].result.conns[lid].key, [0] * len(COUNTERS))
             for k, v in enumerate(got):
                 acc[k] += v
+    other = _other_bytes(edges, owners)
+    hinted = set().union(*(e.hinted for e in edges))
     names: dict[int, str] = {}
     rows: list[dict] = []
     seen: dict[tuple, int] = {}  # 4-tuple -> incarnations so far
     for gid in sorted(first):
         opened, r, lid = first[gid]
         conn = edges[r].result.conns[lid]
-        if gid not in roles and not conn.kafka:
-            continue
-        client, broker = roles.get(gid, ("", ""))
+        judged = gid not in roles and not conn.kafka  # not Kafka, or no request seen
+        if judged and conn.key not in hinted:
+            continue  # the shuffle path's census leaves its flow out (no row)
+        client, broker = roles.get(gid) or _roles(conn.key)
         rank, frame = pointer(opened)
         names[gid] = cid = stable_conn_id(files[rank].file_id, frame, client, broker)
         cap = files[rank].capture_id
@@ -229,8 +237,11 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
             "incarnation": n, "exchanges": counts.get(gid, 0), "first_file": files[rank].path,
             "first_frame": frame, "kafka": conn.kafka or gid in roles, "syn_seen": conn.syn,
         }  # fmt: skip
-        if n == 1 and conn.key in per_tuple:  # the first incarnation's row, as the shuffle path
-            info.update(zip(COUNTERS, per_tuple[conn.key], strict=True), non_kafka_bytes=0)
+        if n == 1 and (conn.key in per_tuple or judged):  # the first incarnation's row, as
+            # the shuffle path (which decodes the 4-tuple's flow with one engine)
+            got = per_tuple.get(conn.key, [0] * len(COUNTERS))
+            info.update(zip(COUNTERS, got, strict=True),
+                        non_kafka_bytes=other.get(conn.key, 0))
         part = flows.get(gid)
         if part is not None:
             info.update(first_ns=part[0], last_ns=part[1], packets=part[2])
@@ -243,6 +254,26 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
             info.update(kafka=None, syn_seen=None)
         rows.append({"kind": "connection", "capture_id": cap, "extra": json.dumps(info)})
     return names, rows
+
+
+def _other_bytes(edges: list[Edge], owners: list[dict[int, tuple[int, int]]]) -> dict[tuple, int]:
+    """Per 4-tuple, the bytes one engine counts as not Kafka (`ConnEdge.other_bytes`), from the
+    views the stitch kept: the view that saw such a flow whole counts it; a later range's view
+    of it is dropped (`stitch`)."""
+    out: dict[tuple, int] = {}
+    for edge, own in zip(edges, owners, strict=True):
+        for lid in own:
+            conn = edge.result.conns[lid]
+            if conn.other_bytes:
+                out[conn.key] = out.get(conn.key, 0) + conn.other_bytes
+    return out
+
+
+def _roles(key: tuple) -> tuple[str, str]:
+    """A 4-tuple's (client, broker) as the shuffle path guesses them for a flow without a
+    request (`decode.key_roles` over the same direction-free key)."""
+    a, pa_, b, pb = key
+    return key_roles(a + pa_.to_bytes(2, "big") + b + pb.to_bytes(2, "big"))
 
 
 def _fill_names(df: DataFrame) -> DataFrame:
@@ -277,7 +308,7 @@ class _Group:
 def _stitch_group(edges: list[Edge], first: int, files: list[FileInfo], opts: EngineOptions,
                   topic_ids: dict[str, str] | None, with_bodies: bool) -> _Group:
     """Raises Unstitchable."""
-    st = stitch([e.result for e in edges], opts)
+    st = stitch([e.result for e in edges], opts, others=True)
     fixes = name_fixes(edges, st.sequence, dict(topic_ids or {}), with_bodies)
     counts: dict[int, int] = {}
     for r, i in st.sequence:
