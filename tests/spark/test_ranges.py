@@ -138,10 +138,10 @@ def test_a_group_whose_stitch_refuses_alone_takes_the_shuffle_path(spark, tmp_pa
         shutil.copy(capture, paths[-1])
     real = range_stage.stitch
 
-    def refuse_b(results, opts):  # noqa: ANN001, ANN202 - the group of kp_codecs (port 19097)
+    def refuse_b(results, opts, **kw):  # noqa: ANN001, ANN003, ANN202 - kp_codecs' (port 19097)
         if any(19097 in (c.key[1], c.key[3]) for r in results for c in r.conns.values()):
             raise Unstitchable("refused by the test")
-        return real(results, opts)
+        return real(results, opts, **kw)
 
     monkeypatch.setenv(RANGE_BYTES_ENV, "4096")
     monkeypatch.setattr(range_stage, "stitch", refuse_b)
