@@ -232,7 +232,8 @@ class RangeEngine(Engine):
         if conn_id is None:  # a held connection was noted when it was first seen
             # a SYN opens a new connection; a SYN-ACK first is one met mid-handshake
             self.res.edge(conn.info.id, conn_key(key), self.cur, flags & (SYN | ACK) == SYN)
-        self.res.conns[conn.info.id].inserted = self.cur
+        edge = self.res.conns[conn.info.id]
+        edge.inserted, edge.roles = self.cur, (conn.info.client, conn.info.broker)
         if self.res.index and not flags & SYN:
             # joined mid-stream: a client writes a request in one go and the last segment of
             # a write carries PSH, so framing the client side after the first pushed segment

@@ -95,6 +95,9 @@ class ConnEdge:
     other_bytes: int = 0
     judged: tuple[int, int] | None = None
     flow: tuple[str, str, bool] | None = None
+    # (client, broker) as the engine opened it (roles never change after): the Spark
+    # connections table names a connection without exchanges by them, as the shuffle path does
+    roles: tuple[str, str] | None = None
 
 
 @dataclass(slots=True)

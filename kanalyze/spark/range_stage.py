@@ -227,7 +227,7 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
         judged = gid not in roles and not conn.kafka  # not Kafka, or no request seen
         if judged and conn.key not in hinted:
             continue  # the shuffle path's census leaves its flow out (no row)
-        client, broker = roles.get(gid) or _roles(conn.key)
+        client, broker = roles.get(gid) or conn.roles or _roles(conn.key)
         rank, frame = pointer(opened)
         names[gid] = cid = stable_conn_id(files[rank].file_id, frame, client, broker)
         cap = files[rank].capture_id
@@ -270,8 +270,9 @@ def _other_bytes(edges: list[Edge], owners: list[dict[int, tuple[int, int]]]) ->
 
 
 def _roles(key: tuple) -> tuple[str, str]:
-    """A 4-tuple's (client, broker) as the shuffle path guesses them for a flow without a
-    request (`decode.key_roles` over the same direction-free key)."""
+    """A 4-tuple's (client, broker) as the shuffle path guesses them for a connection its
+    engine never opened (a flow held undecided to the end: `decode.key_roles` over the same
+    direction-free key)."""
     a, pa_, b, pb = key
     return key_roles(a + pa_.to_bytes(2, "big") + b + pb.to_bytes(2, "big"))
 
