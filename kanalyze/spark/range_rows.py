@@ -52,8 +52,9 @@ class Edge:
     # pass over the persisted rows: topic id -> name its bodies taught, its reading statistics
     topics: dict[str, str] = field(default_factory=dict)
     unit: str = ""  # the `files` table's unit row (`tables.UNIT_DDL`) as JSON
-    # the 4-tuples with a packet of this range the shuffle path's flow census calls Kafka
-    # (`payload.kafka_hint`): a flow judged not Kafka has a connections row when one has
+    # the 4-tuples one of this range's own packets marks as maybe Kafka (`payload.kafka_hint`,
+    # the shuffle path's flow census: only such 4-tuples are decoded there), so a connection
+    # that is not Kafka gets a connections row only where the shuffle path writes one
     hinted: set[tuple] = field(default_factory=set)
 
 

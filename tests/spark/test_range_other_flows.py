@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.functional import other_flows
-from tests.spark.support import offline_keys, spark_keys
+from tests.spark.support import frame_offsets, offline_keys, rotate, spark_keys
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.parallel.range_engine import conn_key  # noqa: E402
@@ -112,11 +112,14 @@ def no_port(spark, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def ports(spark, tmp_path_factory) -> dict:
-    """One capture, --port naming every flow's server port: a health check on the broker's
-    port and an HTTP exchange from a port below its server's besides the three flows."""
+    """One capture rotated into three files (`tcpdump -C` style), --port naming every flow's
+    server port: a health check on the broker's port and an HTTP exchange from a port below
+    its server's besides the three flows."""
     base = tmp_path_factory.mktemp("other-ports")
     path = other_flows.write(CAPTURES / "kp_codecs.pcap", base / "probe.pcap", probe=19097)
-    return _both(spark, [str(path)], PORTS)
+    pieces = rotate(path, base / "rotated", 150)
+    assert len(pieces) == 3
+    return {**_both(spark, [str(base / "rotated")], PORTS), "whole": path, "pieces": pieces}
 
 
 def _rows(run: dict, table: str, path: str = "ranged") -> list[dict]:
@@ -197,6 +200,10 @@ def test_with_ports_the_other_flows_rows_are_rebuilt(ports):
     for flow in (("10.0.0.5:50080", "10.0.0.9:80"), ("10.0.0.5:50443", "10.0.0.9:443"),
                  ("10.0.0.5:1080", "10.0.0.9:8080")):
         assert conns[flow]["kafka"] is False and conns[flow]["non_kafka_bytes"] > 0, flow
+    assert ssh["files_spanned"] == 3 and ssh["fin_seen"]  # its views in every file dropped
     probe = conns[("10.0.0.5:40000", "10.0.0.9:19097")]  # connected and closed, no payload
     assert probe["packets"] == 6 and probe["exchanges"] == 0 and probe["fin_seen"]
     assert sum(1 for c in conns.values() if c["kafka"]) >= 3
+    offsets = frame_offsets(ports["pieces"])  # frames of the pieces -> of the whole capture
+    rows = _rows(ports, "exchanges")
+    assert spark_keys(rows, offsets) == offline_keys(ports["whole"])
