@@ -84,7 +84,8 @@ def _common(prev: ConnEdge, nxt: ConnEdge, mine: Own) -> tuple[int, tuple, tuple
 def stitch(results: Sequence[RangeResult], opts: EngineOptions,
            others: bool = False) -> Stitched:
     """`others`: whether the caller rebuilds what one engine counts for flows that are not
-    Kafka (`range_stats`; Spark's connection rows do not: refused there)."""
+    Kafka (`range_stats` for `--jobs N`; Spark's `range_stage` for its connections rows);
+    without it any such flow is refused."""
     results = sorted(results, key=lambda r: r.index)
     for one in results:
         if one.error or one.coupled:

@@ -6,8 +6,9 @@ and only the exchange rows the stitch keeps joined back with the run's connectio
 packet bytes cross a shuffle; a long connection is decoded by as many tasks as it spans
 ranges. `None` (the caller runs the shuffle pipeline) whenever this path cannot prove the
 result equal to `kanalyze export`: files that overlap in time, a compressed or damaged
-input, a URI no reader can open, or a stitch that refuses. Driver-side; pyspark is imported
-when used.
+input, a URI no reader can open, or a stitch that refuses (flows that are not Kafka are
+stitched: the view that saw each whole counts it). Driver-side; pyspark is imported when
+used.
 """
 
 from __future__ import annotations
@@ -187,7 +188,10 @@ def _conn_rows(edges: list[Edge], ids: list[dict[int, int]], counts: dict[int, i
                files: list[FileInfo], owners: list[dict[int, tuple[int, int]]],
                ) -> tuple[dict[int, str], list[dict]]:
     """(run connection id -> stable conn_id, the connections-table rows): a connection is
-    named by the first packet any range saw of it, as the shuffle path names it."""
+    named by the first packet any range saw of it, as the shuffle path names it. One without
+    exchanges that is not Kafka (SSH, HTTP, TLS, a health check) has a row only on a 4-tuple
+    the shuffle path's census ships (`Edge.hinted`), with what one engine counts for it: no
+    stream counters, its bytes as not Kafka (`_other_bytes`), the roles it was opened with."""
     first: dict[int, tuple[int, int, int]] = {}  # run id -> (opened, range, local id)
     for r, (edge, local) in enumerate(zip(edges, ids, strict=True)):
         for lid, gid in local.items():
