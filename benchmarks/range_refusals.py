@@ -54,7 +54,7 @@ def measure(path: str, range_bytes: int) -> tuple[int, float, str] | None:
     results = [run_range(r, opts, lambda _ex: None) for r in plan]
     cpu = time.process_time() - t0
     try:
-        stitch(results, opts)
+        stitch(results, opts, others=True)  # as the Spark range stage calls it
     except Unstitchable as e:
         return len(plan), cpu, str(e)
     return len(plan), cpu, ""
