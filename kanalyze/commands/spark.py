@@ -201,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
             spark.stop()
     for problem in res.problems:
         sys.stderr.write(f"kanalyze: {problem}\n")
+    for note in res.notes:
+        sys.stderr.write(f"kanalyze: note: {note}\n")
     if res.skipped:
         n = len(res.skipped)
         sys.stderr.write(f"kanalyze: {n} input(s) already in {res.out_dir}: skipped\n")
@@ -210,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
         "units": len(res.plan.units),
         "skipped": len(res.skipped),
         "balance": res.balance,
+        "notes": res.notes,
         "rows": res.counts,
         "seconds": {k: round(v, 2) for k, v in res.seconds.items()},
     }

@@ -75,6 +75,8 @@ class PipelineResult:
     counts: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # what the run did differently from its plan (a capture group the range path refused)
+    notes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # inputs an earlier run already wrote
     balance: dict[str, float] = field(default_factory=dict)  # task byte shares, flows kept
 
@@ -363,6 +365,7 @@ class Tables:
     scratch: list[str] = field(default_factory=list)  # directories the DataFrames read
     # the range path's staged rows: the tasks and the driver can write the tables themselves
     staged: Staged | None = None
+    notes: list[str] = field(default_factory=list)  # `PipelineResult.notes`
 
     def aggregates(self) -> dict[str, DataFrame]:
         return aggregates(self.exchanges, self.partitions)
@@ -472,10 +475,12 @@ def build(
         .withColumn("first_ts", F.timestamp_micros(F.floor(F.col("first_ns") / 1000).cast("long")))
         .withColumn("last_ts", F.timestamp_micros(F.floor(F.col("last_ns") / 1000).cast("long")))
     )
+    notes = [f"{why}: the range path's stitch refused this capture group; the shuffle path"
+             " decoded it" for why in (got.reasons if got else [])]
     return Tables(
         plan, decoded, exchanges, partitions_table(exchanges, topics), conns,
         files_table(spark, side, plan), topics, seg, placement, balance, ranged, persisted,
-        scratch, staged,
+        scratch, staged, notes,
     )  # fmt: skip
 
 
@@ -702,6 +707,7 @@ def run_pipeline(
     res = PipelineResult(out, plan)
     res.skipped = list(plan.skipped)
     res.balance = t.balance or balance_report(plan, t.placement)
+    res.notes = list(t.notes)
     res.seconds["plan"] = time.perf_counter() - t0
     res.problems.extend(f"{f.path}: {f.error}" for f in plan.files if f.error)
     if not plan.files:  # everything was written by an earlier run

@@ -59,7 +59,7 @@ class Ranged:
     # the file ranks of the capture groups whose stitch refused (their rows are not in
     # `decoded`: the caller decodes them with the shuffle pipeline)
     refused: list[int] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # per refused group: its first file, why
     stage: str | None = None  # the staged rows' directory (`tasks` reads it): remove when done
     keep: list[tuple] = field(default_factory=list)  # (range, index, conn_id, name fixes)
 
@@ -400,8 +400,9 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
             edges = [got[first + i] for i in range(len(group))]
             groups.append(_stitch_group(edges, first, files, opts, topic_ids, with_bodies))
         except Unstitchable as e:
-            refused.extend(sorted({r.layout.rank for r in group}))
-            reasons.append(str(e))
+            ranks = sorted({r.layout.rank for r in group})
+            refused.extend(ranks)
+            reasons.append(f"{files[ranks[0]].path}: {e}")
             # this work is redone by the shuffle pipeline (measured: docs/spark.md)
             waste["refused_groups"] += 1
             waste["refused_ranges"] += len(group)

@@ -89,7 +89,7 @@ def _tables(spark, inputs: list[str], ranges: bool, ports: tuple[int, ...]) -> d
     paths = {f.rank: f.path for f in t.plan.files}
     for got in stitched:
         got["paths"] = {paths[r] for r in got.pop("ranks")}
-    return {"balance": t.balance or {}, "stitched": stitched, "tables": out}
+    return {"balance": t.balance or {}, "stitched": stitched, "tables": out, "notes": t.notes}
 
 
 def _both(spark, inputs: list[str], ports: tuple[int, ...] = ()) -> dict:
@@ -150,6 +150,13 @@ def test_the_stitch_takes_the_groups_one_process_would_count_alike(no_port):
         assert len(views) > 20 and kept == [views[0]] and views[0][0] == 0, name
         assert results[0].conns[views[0][1]].judged is not None  # judged not Kafka
     assert "refused_groups" not in no_port["shuffled"]["balance"]  # the path forced
+    # the user is told which group left the range path and why (the CLI prints these notes)
+    notes = {Path(n.split(": ", 1)[0]).parent.name: n for n in ranged["notes"]}
+    refused = {name: why for name, (_s, _k, why) in GROUPS.items() if why is not None}
+    assert sorted(notes) == sorted(refused)
+    for name, why in refused.items():
+        assert why in notes[name] and "shuffle path" in notes[name], notes[name]
+    assert no_port["shuffled"]["notes"] == []
 
 
 def test_every_group_on_both_paths_has_export_s_exchanges(no_port):
