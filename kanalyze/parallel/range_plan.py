@@ -11,8 +11,9 @@ import os
 import re
 import struct
 from array import array
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kanalyze.capture.packets import MAX_RECORD, CaptureError, Packet
 from kanalyze.capture.source import is_remote, open_source, readable, source_size
@@ -173,8 +174,16 @@ def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None,
 RANK_BITS = 40  # plan_chain numbers file r's frame f as r << RANK_BITS | f (Spark's pointer)
 
 
+class WalkedHeaders(Protocol):
+    """A classic pcap's record headers walked elsewhere (`kanalyze.parallel.pcap_slices`:
+    by Spark tasks, chained exactly), as `_pcap_headers` yields them."""
+
+    def headers(self) -> Iterator[tuple[int, int, int, int]]: ...
+
+
 def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
-               bodies: bool = True, ranks: Sequence[int] | None = None) -> list[Range] | None:
+               bodies: bool = True, ranks: Sequence[int] | None = None,
+               walked: Mapping[str, WalkedHeaders] | None = None) -> list[Range] | None:
     """A rotated capture set (`tcpdump -C/-G`, `editcap -c`), `paths` in capture order, cut
     into about `n` ranges of equal estimated CPU over all files (every file at least one):
     the ranges of one run over the files read one after the other, which is what one process
@@ -182,8 +191,9 @@ def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
     file's first. Packets are numbered `rank << RANK_BITS | frame` (file `paths[i]` has rank
     `ranks[i]`, by default i); each range's overlap reads on into the later files
     (`Range.then`). None when a file is not a regular uncompressed capture, is damaged or
-    cannot be walked, or the files overlap in time. Raises CaptureError when a file is not a
-    capture."""
+    cannot be walked, or the files overlap in time. `walked`: the record headers of some
+    classic pcaps, already walked (the same stream this walk would read). Raises
+    CaptureError when a file is not a capture."""
     if not paths or any(p == "-" or not readable(p) for p in paths):
         return None
     sizes = [source_size(p) for p in paths]
@@ -198,7 +208,9 @@ def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
             probe_layout(lay, f)
             k = max(1, min(round(n * size / total), (size - lay.data_start) // MIN_RANGE))
             if lay.format == "pcap":
-                cuts = _pcap_cuts(path, lay, k, range_bytes, bodies)
+                got = (walked or {}).get(path)
+                cuts = _pcap_cuts(path, lay, k, range_bytes, bodies,
+                                  headers=got.headers() if got is not None else None)
             else:
                 cuts = _pcapng_cuts(f, lay, range_bytes or -(-(size - lay.data_start) // k))
         if cuts is None:
@@ -241,15 +253,17 @@ def _record_cost(incl: int, bodies: bool) -> float:
 
 
 def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None, bodies: bool,
-               lead: float = 0.0) -> list[tuple[int, int, int]] | None:
+               lead: float = 0.0, headers: Iterator[tuple[int, int, int, int]] | None = None,
+               ) -> list[tuple[int, int, int]] | None:
     """(start, packets, latest time) per range, every record header walked (exact cuts):
-    `n` ranges of about equal estimated CPU, or ranges of `span` bytes."""
+    `n` ranges of about equal estimated CPU, or ranges of `span` bytes. `headers`: the
+    walk, when it was done elsewhere (`WalkedHeaders`)."""
     if lay.size <= lay.data_start:
         return None
     mult = lay.ns_mult
     offs, costs, times = array("q"), array("d"), array("q")
     total = 0.0
-    for pos, sec, frac, incl in _pcap_headers(path, lay):
+    for pos, sec, frac, incl in _pcap_headers(path, lay) if headers is None else headers:
         if incl < 0:
             return None  # damaged: one process reports it
         offs.append(pos)
@@ -520,4 +534,4 @@ def _overlap_in(rng: Range, wanted: Wanted) -> Iterator[Packet]:
 
 
 __all__ = ["RANK_BITS", "ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult",
-           "Wanted", "plan_chain", "plan_ranges", "read_overlap", "read_range"]
+           "Wanted", "WalkedHeaders", "plan_chain", "plan_ranges", "read_overlap", "read_range"]
