@@ -411,6 +411,7 @@ def build(
     from pyspark.sql import functions as F
 
     from kanalyze.spark.range_stage import RANGES_ENV, plan_groups, run_ranges
+    from kanalyze.spark.remote_walk import walk_remote
     from kanalyze.spark.session import register
 
     register(spark)
@@ -418,10 +419,15 @@ def build(
         ranges = os.environ.get(RANGES_ENV, "") != "0"
     files, skipped = rank_inputs(spark, inputs, capture_id, skip_file_ids)
     opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
-    cut, left = plan_groups(files, spark.sparkContext.defaultParallelism) if ranges else ([], [])
+    walking: dict[str, float] = {}  # the planner's walk of large remote pcaps, by tasks
+    walked = walk_remote(spark, files, walking) if ranges else {}
+    cut, left = plan_groups(files, spark.sparkContext.defaultParallelism,
+                            walked) if ranges else ([], [])
     waste: dict[str, float] = {}  # range work the stitch refused (also when it refused all)
     got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies,
                              left, waste, frames)
+    if got:
+        got.balance.update(walking)
     balance = None
     ranged = None
     persisted: list[DataFrame] = []

@@ -12,9 +12,14 @@ import pytest
 from tests.spark.support import LONG_CAPTURE, rotate
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
+from kanalyze.parallel import range_plan  # noqa: E402
+from kanalyze.parallel.pcap_slices import SLICE_ENV  # noqa: E402
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
 from kanalyze.spark.inputs import InputError  # noqa: E402
-from kanalyze.spark.pipeline import build  # noqa: E402
+from kanalyze.spark.pipeline import build, rank_inputs  # noqa: E402
+from kanalyze.spark.range_stage import plan_groups  # noqa: E402
+from kanalyze.spark.remote_walk import walk_remote  # noqa: E402
+from tests.unit.parallel.test_pcap_slices import T0, fake_chain, pcap, record  # noqa: E402
 
 pytestmark = pytest.mark.spark
 PATHS = ("capture_id", "request_file", "request_first_file", "response_file",
@@ -57,10 +62,12 @@ def test_a_hadoop_scheme_takes_the_range_path_with_the_local_tables(spark, tmp_p
         d.mkdir()
         shutil.copy(LONG_CAPTURE, d / "x.pcap")
     monkeypatch.setenv(RANGE_BYTES_ENV, "4096")  # each file cut into several ranges
+    monkeypatch.setenv(SLICE_ENV, "5000")  # the pcap's plan walked by tasks
     uri = _mount(spark, f"h6{int(rotated)}", d)
     local_balance, local = _tables(spark, [str(d)])
     remote_balance, remote = _tables(spark, [uri + "/"])
     assert remote_balance["refused_files"] == 0 and local_balance["refused_files"] == 0
+    assert (remote_balance.get("plan_walk_tasks", 0) > 1) != rotated  # pcapng: the driver's
     assert remote_balance["ranges"] == local_balance["ranges"] >= 8
     assert remote_balance["bytes_shuffled_est"] == 0  # the range path, not the shuffle
     assert len(remote["exchanges"]) >= 80
@@ -69,6 +76,41 @@ def test_a_hadoop_scheme_takes_the_range_path_with_the_local_tables(spark, tmp_p
         shuffled_balance, shuffled = _tables(spark, [uri + "/"], ranges=False)
         assert "ranges" not in shuffled_balance
         assert shuffled["exchanges"] == local["exchanges"]
+
+
+def test_tasks_walk_large_remote_pcaps_into_the_drivers_plan(spark, tmp_path,  # noqa: ANN001
+                                                            monkeypatch):  # noqa: ANN001
+    """The planner's header walk of remote pcaps larger than a slice, done by one task per
+    slice and chained on the driver, plans exactly what the driver's own walk plans: a real
+    capture, one where a slice starts inside a packet whose payload holds fake record
+    headers (the driver walks that gap), a truncated one (refused both ways) and one no
+    larger than a slice (left to the driver)."""
+    d = tmp_path / "caps"
+    d.mkdir()
+    shutil.copy(LONG_CAPTURE, d / "a.pcap")
+    fake_at = fake_chain(d / "b.pcap", 24 + 1000)  # slices of 1000 bytes: the second's start
+    data = LONG_CAPTURE.with_name("aio_group.pcap").read_bytes()
+    (d / "c.pcap").write_bytes(data[:-20])  # its last record cut short
+    (d / "d.pcap").write_bytes(pcap(*(record(b"x" * 50, T0 + 9, k) for k in range(10))))
+    monkeypatch.setenv(SLICE_ENV, "1000")
+    monkeypatch.setattr(range_plan, "MIN_RANGE", 4000)  # small files cut by CPU too
+    uri = _mount(spark, "h6walk", d)
+    files, _skipped = rank_inputs(spark, [uri + "/"], capture_id="one")
+    for f in files:  # each file its own capture group (none overlaps another in time)
+        f.capture_id = f.path
+    report: dict[str, float] = {}
+    walked = walk_remote(spark, files, report)
+    names = {f.path.rsplit("/", 1)[1]: f.path for f in files}
+    assert sorted(walked) == sorted(names[n] for n in ("a.pcap", "b.pcap", "c.pcap"))
+    assert report["plan_walk_tasks"] > 60 and report["plan_walk_gaps"] >= 1
+    assert walked[names["c.pcap"]].damaged > 0
+    b = walked[names["b.pcap"]]
+    assert fake_at not in {h[0] for h in b.headers()}  # the fake chain is not in the result
+    for span in ("", "4096"):
+        monkeypatch.setenv(RANGE_BYTES_ENV, span)
+        want = plan_groups(files, 2)
+        assert plan_groups(files, 2, walked) == want
+        assert sum(len(g) for g in want[0]) > 6 and len(want[1]) == 1  # c.pcap: refused
 
 
 def test_a_missing_hadoop_input_fails_at_once(spark, tmp_path, capsys):

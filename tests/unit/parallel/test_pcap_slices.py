@@ -87,18 +87,25 @@ def test_the_plan_from_the_slices_is_the_driver_walks(name: str,
             [path], n, span, bodies=False)
 
 
+def fake_chain(path: Path, boundary: int) -> int:
+    """Writes a pcap where offset `boundary` (>= 100) lies inside a packet, 5 bytes before a
+    plausible chain of 12 fake record headers in its payload; returns the chain's offset."""
+    fake = b"".join(record(b"abcd", T0, k) for k in range(12))  # 12 fake 20-byte records
+    real = [record((bytes(range(256)) * 40)[: boundary + 5 - 96], T0, 1)]  # to 16 + 40 before
+    real.append(record(b"\x00" * 40 + fake + b"\xff" * 33, T0, 2))
+    real += [record(bytes([k]) * (50 + k), T0, 3 + k) for k in range(20)]
+    path.write_bytes(pcap(*real))
+    return boundary + 5
+
+
 def test_a_fake_header_chain_inside_a_packet_falls_back_to_the_driver(tmp_path: Path) -> None:
     """A slice starting inside a packet whose payload holds a plausible chain of record
     headers: its resync takes the fake chain, the driver sees the exact record is not among
     its offsets and walks the gap itself."""
-    fake = b"".join(record(b"abcd", T0, k) for k in range(12))  # 12 fake 20-byte records
-    real = [record(bytes(range(60)), T0, 1), record(b"\x00" * 40 + fake + b"\xff" * 33, T0, 2)]
-    real += [record(bytes([k]) * (50 + k), T0, 3 + k) for k in range(20)]
     path = tmp_path / "fake.pcap"
-    path.write_bytes(pcap(*real))
+    cut = 300
+    fake_at = fake_chain(path, cut)
     lay = layout(path)
-    fake_at = 24 + len(real[0]) + 16 + 40
-    cut = fake_at - 5  # inside the big packet, before its fake headers
     walks, facts = sliced(path, [24, cut, cut + 400, lay.size])
     assert walks[1].first == fake_at  # fooled
     assert facts.gaps >= 1  # ... and the driver noticed
