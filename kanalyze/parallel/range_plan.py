@@ -11,7 +11,7 @@ import os
 import re
 import struct
 from array import array
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -174,11 +174,14 @@ def plan_ranges(paths: Sequence[str], n: int, range_bytes: int | None = None,
 RANK_BITS = 40  # plan_chain numbers file r's frame f as r << RANK_BITS | f (Spark's pointer)
 
 
+Costs = tuple[array, array, array, float]  # per record: offset, cumulative cost, time; total
+
+
 class WalkedHeaders(Protocol):
     """A classic pcap's record headers walked elsewhere (`kanalyze.parallel.pcap_slices`:
-    by Spark tasks, chained exactly), as `_pcap_headers` yields them."""
+    by Spark tasks, chained exactly): what `walk_costs` makes of `_pcap_headers`' stream."""
 
-    def headers(self) -> Iterator[tuple[int, int, int, int]]: ...
+    def costs(self, mult: int, bodies: bool, span: int | None) -> Costs | None: ...
 
 
 def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
@@ -208,9 +211,8 @@ def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
             probe_layout(lay, f)
             k = max(1, min(round(n * size / total), (size - lay.data_start) // MIN_RANGE))
             if lay.format == "pcap":
-                got = (walked or {}).get(path)
                 cuts = _pcap_cuts(path, lay, k, range_bytes, bodies,
-                                  headers=got.headers() if got is not None else None)
+                                  walked=(walked or {}).get(path))
             else:
                 cuts = _pcapng_cuts(f, lay, range_bytes or -(-(size - lay.data_start) // k))
         if cuts is None:
@@ -253,25 +255,20 @@ def _record_cost(incl: int, bodies: bool) -> float:
 
 
 def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None, bodies: bool,
-               lead: float = 0.0, headers: Iterator[tuple[int, int, int, int]] | None = None,
+               lead: float = 0.0, walked: WalkedHeaders | None = None,
                ) -> list[tuple[int, int, int]] | None:
     """(start, packets, latest time) per range, every record header walked (exact cuts):
-    `n` ranges of about equal estimated CPU, or ranges of `span` bytes. `headers`: the
-    walk, when it was done elsewhere (`WalkedHeaders`)."""
+    `n` ranges of about equal estimated CPU, or ranges of `span` bytes. `walked`: the walk,
+    when it was done elsewhere (`WalkedHeaders`)."""
     if lay.size <= lay.data_start:
         return None
-    mult = lay.ns_mult
-    offs, costs, times = array("q"), array("d"), array("q")
-    total = 0.0
-    for pos, sec, frac, incl in _pcap_headers(path, lay) if headers is None else headers:
-        if incl < 0:
-            return None  # damaged: one process reports it
-        offs.append(pos)
-        total += _record_cost(incl, bodies) if span is None else 16 + incl
-        costs.append(total)
-        times.append(sec * 1_000_000_000 + frac * mult)
-    if not offs:
-        return None
+    if walked is None:
+        got = walk_costs(_pcap_headers(path, lay), lay.ns_mult, bodies, span)
+    else:
+        got = walked.costs(lay.ns_mult, bodies, span)
+    if got is None or not got[0]:
+        return None  # damaged (one process reports it), or no record
+    offs, costs, times, total = got
     if span is None:  # range 0 takes `lead` more than each other range
         lead = min(lead, total / n / 2)
         first = (total + (n - 1) * lead) / n
@@ -285,6 +282,23 @@ def _pcap_cuts(path: str, lay: Layout, n: int, span: int | None, bodies: bool,
             firsts.append(i)
     ends = [*firsts[1:], len(offs)]
     return [(offs[a], b - a, max(times[a:b])) for a, b in zip(firsts, ends, strict=True)]
+
+
+def walk_costs(headers: Iterable[tuple[int, int, int, int]], mult: int, bodies: bool,
+               span: int | None) -> Costs | None:
+    """The cut's inputs from a header walk (`_pcap_headers`'s stream): per record its offset,
+    the cost of the records up to it (`_record_cost`, or bytes with a `span`) and its time;
+    and the total. None at a damaged record."""
+    offs, costs, times = array("q"), array("d"), array("q")
+    total = 0.0
+    for pos, sec, frac, incl in headers:
+        if incl < 0:
+            return None
+        offs.append(pos)
+        total += _record_cost(incl, bodies) if span is None else 16 + incl
+        costs.append(total)
+        times.append(sec * 1_000_000_000 + frac * mult)
+    return offs, costs, times, total
 
 
 def _pcap_headers(path: str, lay: Layout) -> Iterator[tuple[int, int, int, int]]:
@@ -534,4 +548,5 @@ def _overlap_in(rng: Range, wanted: Wanted) -> Iterator[Packet]:
 
 
 __all__ = ["RANK_BITS", "ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult",
-           "Wanted", "WalkedHeaders", "plan_chain", "plan_ranges", "read_overlap", "read_range"]
+           "WalkedHeaders", "Wanted", "plan_chain", "plan_ranges", "read_overlap", "read_range",
+           "walk_costs"]
