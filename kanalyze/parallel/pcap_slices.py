@@ -158,14 +158,17 @@ class _Walker:
         b, size = self.blocks, self.lay.size
         sec, frac, incl = self.sec.append, self.frac.append, self.incl.append
         lo = join[0] if join else size + 1
+        buf, at, lim = b.buf, b.at, b.at + len(b.buf) - HEADER  # a header at <= lim is in buf
         while pos < end:
             if pos >= lo:
                 i = bisect_left(join, pos)
                 if i < len(join) and join[i] == pos:
                     return pos, False
-            if size - pos < HEADER or not b.ensure(pos, HEADER):
-                return pos, True
-            s, fr, n, _o = unpack(b.buf, pos - b.at)
+            if not at <= pos <= lim:
+                if size - pos < HEADER or not b.ensure(pos, HEADER):
+                    return pos, True
+                buf, at, lim = b.buf, b.at, b.at + len(b.buf) - HEADER
+            s, fr, n, _o = unpack(buf, pos - at)
             if n > MAX_RECORD or pos + HEADER + n > size:
                 return pos, True
             sec(s)
