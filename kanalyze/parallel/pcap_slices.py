@@ -188,11 +188,13 @@ def _plausible(lay: Layout) -> tuple[int, int, int, int]:
 
 def resync(blocks: _Blocks, lay: Layout, start: int, end: int) -> int:
     """The first offset in [start, end) where `CHAIN` plausible record headers follow one
-    another (or end the file exactly); -1 when there is none."""
+    another (or end the file exactly); -1 when there is none. A record no longer than the
+    snap length starts within that many bytes, so the search stops there (garbage or longer
+    records: the driver walks the slice)."""
     unpack = struct.Struct(lay.endian + "IIII").unpack_from
     snap, fmax, lo, hi = _plausible(lay)
     size = lay.size
-    for cand in range(start, end):
+    for cand in range(start, min(end, start + HEADER + snap + 1)):
         if not blocks.ensure(cand, HEADER):
             return -1
         s, fr, n, o = unpack(blocks.buf, cand - blocks.at)

@@ -156,6 +156,21 @@ def test_bad_bytes_never_raise_and_still_chain_exactly(tmp_path: Path) -> None:
         assert list(facts.headers()) == single(path)
 
 
+def test_a_resync_searches_no_further_than_a_snap_length(tmp_path: Path) -> None:
+    """Past a snap length plus a header from a slice's start some record must have begun; a
+    slice whose search finds nothing by then is left to the driver (a record longer than the
+    snap length here, with a fake chain in it that an unbounded search would take)."""
+    fake = b"".join(record(b"abcd", T0, k) for k in range(12))
+    big = record(bytes(3000) + fake + bytes(100), T0, 1)  # longer than the snap length
+    blob = bytearray(pcap(big, *(record(b"x" * 70, T0, 2 + k) for k in range(10))))
+    struct.pack_into("<I", blob, 16, 1000)  # snap length 1000
+    path = tmp_path / "long.pcap"
+    path.write_bytes(bytes(blob))
+    walks, facts = sliced(path, [24, 60, len(blob)])
+    assert walks[1].first == -1  # stopped at 60 + 16 + 1000
+    assert list(facts.headers()) == single(path)
+
+
 @pytest.mark.parametrize(("bodies", "span"), [(True, None), (False, None), (True, 4096)])
 def test_the_vectorized_costs_are_the_loops_to_the_bit(bodies: bool, span: int | None) -> None:
     """The driver's numbers from chained facts (numpy) equal the planner's loop over the same
