@@ -44,16 +44,17 @@ def wanted(files: list[FileInfo], size: int) -> list[FileInfo]:
     if size <= 0:
         return []
     return [f for f in files if not f.error and not f.compressed and f.format == "pcap"
-            and is_uri(f.path) and f.size > size and f.data_start > 0]
+            and is_uri(f.path) and f.data_start > 0 and len(slices(layout(f), size)) > 1]
 
 
 def walk_remote(spark: SparkSession, files: list[FileInfo],
                 report: dict[str, float] | None = None) -> dict[str, PcapFacts]:
     """Per large remote classic pcap (`wanted`), its record headers walked by one Spark job
     (a task per slice) and chained on the driver; `plan_chain(walked=...)` plans from them.
-    A file whose chain fails to read is left out (the driver's own walk meets the same error
-    as before). `report` gets `plan_walk_tasks`, `plan_walk_s` (wall, the job and the
-    chain) and `plan_walk_gaps` (slices the driver walked itself)."""
+    A file whose chain fails to read, or every file when the job fails, is left out (the
+    driver's own walk then runs as before, and meets the same errors). `report` gets
+    `plan_walk_tasks`, `plan_walk_s` (wall, the job and the chain) and `plan_walk_gaps`
+    (slices the driver walked itself)."""
     from kanalyze.spark.hadoop_read import hadoop_settings
     from kanalyze.spark.inputs import use_hadoop
 
@@ -73,12 +74,12 @@ def walk_remote(spark: SparkSession, files: list[FileInfo],
         from kanalyze.parallel.pcap_slices import walk_slice
         from kanalyze.spark.inputs import use_worker_hadoop
 
-        use_worker_hadoop(settings)
         for b in batches:
             cols: list[list] = [[] for _ in range(7)]
             for t in b.column("id").to_pylist():
                 i, s, e = work[t]
                 try:
+                    use_worker_hadoop(settings)
                     w = walk_slice(paths[i], lays[i], s, e)
                 except (CaptureError, OSError):  # unreadable here: the driver walks it
                     w = SliceWalk(s, e)
@@ -91,7 +92,10 @@ def walk_remote(spark: SparkSession, files: list[FileInfo],
                 names=["task", "first", "next", "damaged", "sec", "frac", "incl"])
 
     n = len(work)
-    rows = spark.range(0, n, 1, n).mapInArrow(task, DDL).collect()
+    try:
+        rows = spark.range(0, n, 1, n).mapInArrow(task, DDL).collect()
+    except Exception:  # noqa: BLE001 - a failed job (py4j's errors): the driver walks, as before
+        rows = []
     walks: list[list[SliceWalk]] = [[] for _ in todo]
     for r in rows:
         i, s, e = work[r["task"]]
