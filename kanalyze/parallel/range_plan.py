@@ -11,7 +11,7 @@ import os
 import re
 import struct
 from array import array
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -186,7 +186,8 @@ class WalkedHeaders(Protocol):
 
 def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
                bodies: bool = True, ranks: Sequence[int] | None = None,
-               walked: Mapping[str, WalkedHeaders] | None = None) -> list[Range] | None:
+               walked: Mapping[str, WalkedHeaders] | None = None,
+               walker: RangeWalks | None = None) -> list[Range] | None:
     """A rotated capture set (`tcpdump -C/-G`, `editcap -c`), `paths` in capture order, cut
     into about `n` ranges of equal estimated CPU over all files (every file at least one):
     the ranges of one run over the files read one after the other, which is what one process
@@ -195,8 +196,9 @@ def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
     `ranks[i]`, by default i); each range's overlap reads on into the later files
     (`Range.then`). None when a file is not a regular uncompressed capture, is damaged or
     cannot be walked, or the files overlap in time. `walked`: the record headers of some
-    classic pcaps, already walked (the same stream this walk would read). Raises
-    CaptureError when a file is not a capture."""
+    classic pcaps, already walked (the same stream this walk would read); `walker`: walks a
+    pcapng's ranges elsewhere (`_pcapng_cuts`). Raises CaptureError when a file is not a
+    capture."""
     if not paths or any(p == "-" or not readable(p) for p in paths):
         return None
     sizes = [source_size(p) for p in paths]
@@ -214,7 +216,8 @@ def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
                 cuts = _pcap_cuts(path, lay, k, range_bytes, bodies,
                                   walked=(walked or {}).get(path))
             else:
-                cuts = _pcapng_cuts(f, lay, range_bytes or -(-(size - lay.data_start) // k))
+                cuts = _pcapng_cuts(f, lay, range_bytes or -(-(size - lay.data_start) // k),
+                                    path, walker)
         if cuts is None:
             return None
         files.append((lay, cuts))
@@ -345,9 +348,16 @@ def _pcap_headers(path: str, lay: Layout) -> Iterator[tuple[int, int, int, int]]
             pos += 16 + incl
 
 
-def _pcapng_cuts(f, lay: Layout, span: int) -> list[tuple[int, int, int]] | None:  # noqa: ANN001
+RangeWalks = Callable[[str, Layout, Sequence[tuple[int, int]]],
+                      Sequence[tuple[int, int, bool] | None] | None]
+
+
+def _pcapng_cuts(f, lay: Layout, span: int, path: str = "",  # noqa: ANN001
+                 walker: RangeWalks | None = None) -> list[tuple[int, int, int]] | None:
     """Sync points every `span` bytes, each range walked to count its packets and to check
-    that it ends exactly where the next begins."""
+    that it ends exactly where the next begins. `walker`: the ranges' walks done elsewhere
+    (`walk_pcapng_range` in Spark tasks: `kanalyze.spark.remote_walk`), per range its result
+    or None (walked here); None: every range walked here."""
     starts = [lay.data_start]
     x = lay.data_start + span
     while x < lay.size:
@@ -357,17 +367,26 @@ def _pcapng_cuts(f, lay: Layout, span: int) -> list[tuple[int, int, int]] | None
         if s > starts[-1]:
             starts.append(s)
         x = max(x + span, s + 1)
-    ends = [*starts[1:], lay.size]
+    pairs = list(zip(starts, [*starts[1:], lay.size], strict=True))
+    done = walker(path, lay, pairs) if walker is not None else None
     cuts = []
-    for s, e in zip(starts, ends, strict=True):
-        res = WalkResult()
-        latest = 0
-        for pkt in iter_range(f, lay, s, e, res):
-            latest = max(latest, pkt.ts_ns)
-        if res.error or res.whole_file_needed or res.stop != e:
+    for k, (s, e) in enumerate(pairs):
+        got = done[k] if done is not None else None
+        count, latest, ok = walk_pcapng_range(f, lay, s, e) if got is None else got
+        if not ok:
             return None
-        cuts.append((s, res.count, latest))
+        cuts.append((s, count, latest))
     return cuts
+
+
+def walk_pcapng_range(f, lay: Layout, start: int, end: int) -> tuple[int, int, bool]:  # noqa: ANN001
+    """(packets, latest time, whether the range is cut as planned: no error, no section or
+    interface inside it, and it ends exactly at `end`) of a pcapng range from a sync point."""
+    res = WalkResult()
+    latest = 0
+    for pkt in iter_range(f, lay, start, end, res):
+        latest = max(latest, pkt.ts_ns)
+    return res.count, latest, not (res.error or res.whole_file_needed or res.stop != end)
 
 
 def read_range(rng: Range, until: int | None = None, start: int | None = None,
@@ -549,4 +568,4 @@ def _overlap_in(rng: Range, wanted: Wanted) -> Iterator[Packet]:
 
 __all__ = ["RANK_BITS", "ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult",
            "WalkedHeaders", "Wanted", "plan_chain", "plan_ranges", "read_overlap", "read_range",
-           "walk_costs"]
+           "walk_costs", "walk_pcapng_range"]

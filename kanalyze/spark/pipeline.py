@@ -411,7 +411,7 @@ def build(
     from pyspark.sql import functions as F
 
     from kanalyze.spark.range_stage import RANGES_ENV, plan_groups, run_ranges
-    from kanalyze.spark.remote_walk import walk_remote
+    from kanalyze.spark.remote_walk import pcapng_walker, walk_remote
     from kanalyze.spark.session import register
 
     register(spark)
@@ -421,8 +421,9 @@ def build(
     opts = EngineOptions(ports=frozenset(ports), max_frame=max_frame)
     walking: dict[str, float] = {}  # the planner's walk of large remote pcaps, by tasks
     walked = walk_remote(spark, files, walking) if ranges else {}
+    walker = pcapng_walker(spark, files, walking) if ranges else None
     cut, left = plan_groups(files, spark.sparkContext.defaultParallelism,
-                            walked) if ranges else ([], [])
+                            walked, walker) if ranges else ([], [])
     waste: dict[str, float] = {}  # range work the stitch refused (also when it refused all)
     got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies,
                              left, waste, frames)

@@ -29,7 +29,7 @@ from kanalyze.capture.source import readable
 from kanalyze.engine import EngineOptions
 from kanalyze.flows import FIN, RST, SYN
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
-from kanalyze.parallel.range_plan import RANK_BITS, WalkedHeaders, plan_chain
+from kanalyze.parallel.range_plan import RANK_BITS, RangeWalks, WalkedHeaders, plan_chain
 from kanalyze.parallel.ranges import Range, Unstitchable, stitch
 from kanalyze.parallel.replay import INF
 from kanalyze.spark import schemas as R
@@ -69,13 +69,14 @@ RANGES_PER_CORE = 8  # ranges planned per core: even shares when files are round
 
 def plan_groups(files: list[FileInfo], parallelism: int,
                 walked: Mapping[str, WalkedHeaders] | None = None,
-                ) -> tuple[list[list[Range]], list[int]]:
+                walker: RangeWalks | None = None) -> tuple[list[list[Range]], list[int]]:
     """Per capture group, the ranges of one run over its inputs (`plan_chain`: one file, or a
     rotated set whose files do not overlap in time), about `RANGES_PER_CORE` × `parallelism`
     ranges in all, each file at least one; and the ranks of the files of the groups this path
     cannot take (the shuffle pipeline decodes them): a compressed, irregular or damaged
     input, an unreadable URI, or files that overlap in time. `walked`: the record headers of
-    large remote pcaps, walked by Spark tasks (`remote_walk.walk_remote`)."""
+    large remote pcaps, walked by Spark tasks (`remote_walk.walk_remote`); `walker`: walks
+    a large remote pcapng's ranges in Spark tasks (`remote_walk.pcapng_walker`)."""
     files = sorted(files, key=lambda f: f.rank)
     if not files or [f.rank for f in files] != list(range(len(files))):
         return [], [f.rank for f in files if not f.error]
@@ -94,7 +95,8 @@ def plan_groups(files: list[FileInfo], parallelism: int,
             share = max(1, round(n * sum(f.size for f in group) / total))
             try:
                 got = plan_chain([f.path for f in group], share, range_bytes,
-                                 ranks=[f.rank for f in group], walked=walked)
+                                 ranks=[f.rank for f in group], walked=walked,
+                                 walker=walker)
             except CaptureError:
                 got = None
         if got is None:

@@ -10,19 +10,21 @@ record headers to past its end: `pcap_slices.walk_slice`), and the driver chains
 exactly (`pcap_slices.chain`: a slice whose resync it cannot prove is walked on the driver).
 The planner then cuts from these headers as from its own walk: the plan is the same.
 
-Files no larger than one slice, local files, compressed ones and pcapng stay on the driver's
-walk. Driver-side; pyspark is imported when used.
+A large remote pcapng is cut at sync points the driver finds (a few small reads each), and
+its ranges' walks (every block, to count the packets and check the range ends where the next
+begins) are Spark tasks too (`pcapng_walker`). Files no larger than one slice, local files
+and compressed ones stay on the driver's walk. Driver-side; pyspark is imported when used.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from kanalyze.capture import CaptureError
 from kanalyze.parallel.pcap_slices import PcapFacts, SliceWalk, chain, slice_bytes, slices
-from kanalyze.parallel.range_plan import Layout
+from kanalyze.parallel.range_plan import Layout, RangeWalks
 from kanalyze.spark.units import FileInfo, is_uri
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,4 +121,70 @@ def walk_remote(spark: SparkSession, files: list[FileInfo],
     return out
 
 
-__all__ = ["layout", "walk_remote", "wanted"]
+def pcapng_walker(spark: SparkSession, files: list[FileInfo],
+                  report: dict[str, float] | None = None) -> RangeWalks | None:
+    """For `plan_chain(walker=...)`: the walks of a large remote pcapng's ranges (from the
+    sync points the driver found, `range_plan._pcapng_cuts`), one Spark task per range
+    running the planner's own range walk (`walk_pcapng_range`) through the worker's reader;
+    a range whose task could not read it, or every range when the job fails, is walked on
+    the driver. None when no input is a remote, uncompressed pcapng larger than a slice."""
+    from kanalyze.spark.hadoop_read import hadoop_settings
+    from kanalyze.spark.inputs import use_hadoop
+
+    size = slice_bytes()
+    big = {f.path for f in files if not f.error and not f.compressed and f.format == "pcapng"
+           and is_uri(f.path) and f.size > size > 0}
+    if not big or not use_hadoop(spark):
+        return None
+    settings = hadoop_settings(spark)
+    ddl = "task INT, count BIGINT, latest BIGINT, ok BOOLEAN, walked BOOLEAN"
+
+    def walk(path: str, lay: Layout, pairs: Sequence[tuple[int, int]],
+             ) -> list[tuple[int, int, bool] | None] | None:
+        if path not in big or len(pairs) < 2:
+            return None
+        t0 = time.perf_counter()
+
+        def task(batches: Iterator) -> Iterator:
+            import pyarrow as pa
+
+            from kanalyze.capture.source import open_source
+            from kanalyze.parallel.range_plan import walk_pcapng_range
+            from kanalyze.spark.inputs import use_worker_hadoop
+
+            for b in batches:
+                rows = []
+                for t in b.column("id").to_pylist():
+                    s, e = pairs[t]
+                    try:
+                        use_worker_hadoop(settings)
+                        with open_source(path) as f:
+                            rows.append((t, *walk_pcapng_range(f, lay, s, e), True))
+                    except (CaptureError, OSError):  # the driver walks this range
+                        rows.append((t, 0, 0, False, False))
+                cols = list(zip(*rows, strict=True)) if rows else [()] * 5
+                types = [pa.int32(), pa.int64(), pa.int64(), pa.bool_(), pa.bool_()]
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(c, ty) for c, ty in zip(cols, types, strict=True)],
+                    names=["task", "count", "latest", "ok", "walked"])
+
+        n = len(pairs)
+        try:
+            rows = spark.range(0, n, 1, n).mapInArrow(task, ddl).collect()
+        except Exception:  # noqa: BLE001 - a failed job (py4j's errors): the driver walks
+            return None
+        out: list[tuple[int, int, bool] | None] = [None] * n
+        for r in rows:
+            if r["walked"]:
+                out[r["task"]] = (r["count"], r["latest"], r["ok"])
+        if report is not None:
+            report["plan_walk_tasks"] = report.get("plan_walk_tasks", 0) + n
+            report["plan_walk_gaps"] = report.get("plan_walk_gaps", 0) + out.count(None)
+            report["plan_walk_s"] = round(report.get("plan_walk_s", 0.0)
+                                          + time.perf_counter() - t0, 2)
+        return out
+
+    return walk
+
+
+__all__ = ["layout", "pcapng_walker", "walk_remote", "wanted"]

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.spark.support import LONG_CAPTURE, rotate
+from tests.spark.support import LONG_CAPTURE, rotate, to_pcapng
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.parallel import range_plan  # noqa: E402
@@ -18,7 +18,7 @@ from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
 from kanalyze.spark.inputs import InputError  # noqa: E402
 from kanalyze.spark.pipeline import build, rank_inputs  # noqa: E402
 from kanalyze.spark.range_stage import plan_groups  # noqa: E402
-from kanalyze.spark.remote_walk import walk_remote  # noqa: E402
+from kanalyze.spark.remote_walk import pcapng_walker, walk_remote  # noqa: E402
 from tests.unit.parallel.test_pcap_slices import T0, fake_chain, pcap, record  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -67,7 +67,7 @@ def test_a_hadoop_scheme_takes_the_range_path_with_the_local_tables(spark, tmp_p
     local_balance, local = _tables(spark, [str(d)])
     remote_balance, remote = _tables(spark, [uri + "/"])
     assert remote_balance["refused_files"] == 0 and local_balance["refused_files"] == 0
-    assert (remote_balance.get("plan_walk_tasks", 0) > 1) != rotated  # pcapng: the driver's
+    assert remote_balance["plan_walk_tasks"] > 1  # the planner's walks were tasks
     assert remote_balance["ranges"] == local_balance["ranges"] >= 8
     assert remote_balance["bytes_shuffled_est"] == 0  # the range path, not the shuffle
     assert len(remote["exchanges"]) >= 80
@@ -78,13 +78,14 @@ def test_a_hadoop_scheme_takes_the_range_path_with_the_local_tables(spark, tmp_p
         assert shuffled["exchanges"] == local["exchanges"]
 
 
-def test_tasks_walk_large_remote_pcaps_into_the_drivers_plan(spark, tmp_path,  # noqa: ANN001
-                                                            monkeypatch):  # noqa: ANN001
-    """The planner's header walk of remote pcaps larger than a slice, done by one task per
-    slice and chained on the driver, plans exactly what the driver's own walk plans: a real
-    capture, one where a slice starts inside a packet whose payload holds fake record
-    headers (the driver walks that gap), a truncated one (refused both ways) and one no
-    larger than a slice (left to the driver)."""
+def test_tasks_walk_large_remote_captures_into_the_drivers_plan(spark, tmp_path,  # noqa: ANN001
+                                                               monkeypatch):  # noqa: ANN001
+    """The planner's walks of remote captures larger than a slice, done by Spark tasks (a
+    pcap's record headers by slices chained on the driver, a pcapng's ranges from the
+    driver's sync points), plan exactly what the driver's own walks plan: a real capture as
+    pcap and as pcapng, a pcap where a slice starts inside a packet whose payload holds fake
+    record headers (the driver walks that gap), a truncated pcap and pcapng (refused both
+    ways), and a pcap no larger than a slice (left to the driver)."""
     d = tmp_path / "caps"
     d.mkdir()
     shutil.copy(LONG_CAPTURE, d / "a.pcap")
@@ -92,6 +93,9 @@ def test_tasks_walk_large_remote_pcaps_into_the_drivers_plan(spark, tmp_path,  #
     data = LONG_CAPTURE.with_name("aio_group.pcap").read_bytes()
     (d / "c.pcap").write_bytes(data[:-20])  # its last record cut short
     (d / "d.pcap").write_bytes(pcap(*(record(b"x" * 50, T0 + 9, k) for k in range(10))))
+    to_pcapng(LONG_CAPTURE, d / "e.pcapng")
+    ng = to_pcapng(LONG_CAPTURE.with_name("kp_codecs.pcap"), tmp_path / "f.pcapng").read_bytes()
+    (d / "f.pcapng").write_bytes(ng[:-30])  # its last block cut short
     monkeypatch.setenv(SLICE_ENV, "1000")
     monkeypatch.setattr(range_plan, "MIN_RANGE", 4000)  # small files cut by CPU too
     uri = _mount(spark, "h6walk", d)
@@ -106,11 +110,19 @@ def test_tasks_walk_large_remote_pcaps_into_the_drivers_plan(spark, tmp_path,  #
     assert walked[names["c.pcap"]].damaged > 0
     b = walked[names["b.pcap"]]
     assert fake_at not in {h[0] for h in b.headers()}  # the fake chain is not in the result
+    walker = pcapng_walker(spark, files, report)
+    assert walker is not None
+    gaps = report["plan_walk_gaps"]
     for span in ("", "4096"):
         monkeypatch.setenv(RANGE_BYTES_ENV, span)
+        before = report["plan_walk_tasks"]
         want = plan_groups(files, 2)
-        assert plan_groups(files, 2, walked) == want
-        assert sum(len(g) for g in want[0]) > 6 and len(want[1]) == 1  # c.pcap: refused
+        assert plan_groups(files, 2, walked, walker) == want
+        assert report["plan_walk_tasks"] >= before + 4  # the pcapngs' ranges: tasks
+        assert report["plan_walk_gaps"] == gaps  # ... each walked there
+        assert sum(len(g) for g in want[0]) > 8
+        assert sorted(want[1]) == sorted(f.rank for f in files if f.path.endswith("c.pcap")
+                                         or f.path.endswith("f.pcapng"))  # refused
 
 
 def test_a_missing_hadoop_input_fails_at_once(spark, tmp_path, capsys):
