@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The range planner on a remote classic pcap: the driver's own header walk against the walk
-done by Spark tasks (`kanalyze.spark.remote_walk`), same plan asserted. Not a test: the
+"""The range planner on a remote capture: the driver's own walk against the walk done by Spark
+tasks (`kanalyze.spark.remote_walk`: a pcap's record headers by slices, a pcapng's ranges),
+same plan asserted. Not a test: the
 figures in docs/spark.md ("Planning a large remote pcap").
 
 The capture is symlinked (never copied) into a temporary directory mounted as `viewfs://`
@@ -12,6 +13,8 @@ runs; the first distributed walk (worker start included) is printed apart.
 
     python benchmarks/bench_remote_plan.py benchmarks/.data/bench-250mb-plain.pcap
     python benchmarks/bench_remote_plan.py --small-records 250   # 250 MB of 100-byte records
+    editcap -F pcapng benchmarks/.data/bench-250mb-plain.pcap /tmp/b.pcapng
+    python benchmarks/bench_remote_plan.py /tmp/b.pcapng
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ def main() -> int:
     from kanalyze.spark.hadoop_read import hadoop_settings, reader
     from kanalyze.spark.pipeline import rank_inputs
     from kanalyze.spark.range_stage import plan_groups
-    from kanalyze.spark.remote_walk import walk_remote
+    from kanalyze.spark.remote_walk import pcapng_walker, walk_remote
     from kanalyze.spark.session import get_session
 
     tmp = Path(tempfile.mkdtemp(prefix="kanalyze-bench-plan-"))
@@ -81,7 +84,7 @@ def main() -> int:
         j0, s0 = _jvm_cpu(rd._proc.pid), _jvm_cpu(spark_pid)
         report: dict = {}
         walked = walk_remote(spark, files, report)
-        plan = plan_groups(files, par, walked)
+        plan = plan_groups(files, par, walked, pcapng_walker(spark, files, report))
         return (time.perf_counter() - w0, time.process_time() - c0, _jvm_cpu(rd._proc.pid) - j0,
                 _jvm_cpu(spark_pid) - s0, plan, report)
 
