@@ -51,7 +51,7 @@ def _tables(spark, inputs: list[str],  # noqa: ANN001
     return t.balance or {}, out
 
 
-@pytest.mark.slow  # 75-170 s on this loaded 2-core machine: two or three builds
+@pytest.mark.slow  # 12-19 s a case at load 3-5 on 2 cores: two builds
 @pytest.mark.parametrize("rotated", [False, True], ids=["one-pcap", "rotated-pcapng"])
 def test_a_hadoop_scheme_takes_the_range_path_with_the_local_tables(spark, tmp_path,
                                                                      monkeypatch, rotated):
