@@ -155,10 +155,11 @@ class Engine:
         """Drop the answered requests from the pending heap. It is cleaned lazily from its top,
         so one request never answered kept every later request (its frame included) alive
         behind it until its connection closed: memory grew with the capture (issue 20). A
-        rebuild when the heap doubles keeps this amortized O(1) per request."""
+        rebuild when the heap doubles keeps this amortized O(1) per request. Rebuilt in place:
+        the `--jobs` shard loop holds the list to note the oldest pending request per packet."""
         live = [w for w in self.waiting if not w[2].done]
         heapq.heapify(live)
-        self.waiting = live
+        self.waiting[:] = live
         self.waiting_room = 2 * len(live) + 1024
 
     def _release(self, final: bool = False) -> None:
