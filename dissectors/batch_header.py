@@ -120,7 +120,11 @@ class BatchHeader(NamedTuple):
 
 def read_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
     """The header at `pos` (HEADER_SIZE bytes must be there)."""
-    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+    # tuple.__new__: the NamedTuple's `_make` is a Python classmethod, 1.6 x slower per batch
+    return _new(BatchHeader, HEADER.unpack_from(buf, pos))
+
+
+_new = tuple.__new__
 
 
 def crc_matches(buf: bytes | memoryview, pos: int, batch_end: int, crc: int) -> bool:

@@ -185,7 +185,8 @@ class HeldFrames:
     def _read(self, at: int, n: int) -> bytes:
         if at >= self._flushed:  # still in the buffer
             start = at - self._flushed
-            return bytes(self._buf[start:start + n])
+            with memoryview(self._buf) as view:  # one copy (a bytearray slice is another)
+                return bytes(view[start:start + n])
         assert self._file is not None
         data = os.pread(self._file.fileno(), n, at)
         while len(data) < n:  # a short read: the rest
