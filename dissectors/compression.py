@@ -38,6 +38,7 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = 16  # magic (8) + version int32 + compatible-version int32
 _U32BE = struct.Struct(">I")
 _U32LE = struct.Struct("<I")
+_U64LE = struct.Struct("<Q")
 _LZ4_MAGIC = 0x184D2204
 _LZ4_BLOCK_MAX = {4: 1 << 16, 5: 1 << 18, 6: 1 << 20, 7: 1 << 22}
 
@@ -223,17 +224,28 @@ def _snappy(data: memoryview, cap: int) -> Decompressed:
     return Decompressed(b"".join(out))
 
 
-def _lz4(data: memoryview, cap: int) -> Decompressed:
-    import lz4.frame
+_LZ4_FRAME: list = []  # [lz4.frame], imported on the first lz4 batch
 
-    try:  # a frame that announces its size, within the cap: one call of that size
-        size = lz4.frame.get_frame_info(data)["content_size"]
-        if 0 < size <= cap:
-            out = lz4.frame.decompress(data)
-            if len(out) == size:
-                return Decompressed(out)
-    except Exception:  # noqa: BLE001, S110 - the bounded path says what is wrong
-        pass
+
+def _lz4(data: memoryview, cap: int) -> Decompressed:
+    # a frame (version 01) that announces its size, within the cap: one call of that size (the
+    # library checks the rest: header checksum, blocks, that size)
+    if (
+        len(data) >= 15
+        and data[4] & 0xC8 == 0x48
+        and _U32LE.unpack_from(data, 0)[0] == _LZ4_MAGIC
+        and 0 < _U64LE.unpack_from(data, 6)[0] <= cap
+    ):
+        if not _LZ4_FRAME:
+            import lz4.frame
+
+            _LZ4_FRAME.append(lz4.frame)
+        try:
+            out = _LZ4_FRAME[0].decompress(data)
+        except Exception:  # noqa: BLE001 - the bounded path says what is wrong
+            out = None
+        if out is not None and len(out) == _U64LE.unpack_from(data, 6)[0]:
+            return Decompressed(out)
     return _lz4_stream(data, cap)
 
 
@@ -344,22 +356,26 @@ def _zstd_complete(data: memoryview) -> bool:
 _ZSTD = threading.local()  # one decompressor per thread: making one costs more than a batch
 
 
+_ZSTD_SIZE: list = []  # [zstandard.frame_content_size], with the first decompressor
+
+
 def _zstd_decompressor():
     d = getattr(_ZSTD, "d", None)
     if d is None:
         import zstandard
 
         d = _ZSTD.d = zstandard.ZstdDecompressor()
+        if not _ZSTD_SIZE:
+            _ZSTD_SIZE.append(zstandard.frame_content_size)
     return d
 
 
 def _zstd(data: memoryview, cap: int) -> Decompressed:
+    d = _zstd_decompressor()
     try:  # one frame that announces its size, within the cap: one call of that size
-        import zstandard
-
-        size = zstandard.frame_content_size(data)  # -1 unknown, 0 also for a skippable frame
+        size = _ZSTD_SIZE[0](data)  # -1 unknown, 0 also for a skippable frame
         if 0 < size <= cap:
-            out = _zstd_decompressor().decompress(data, allow_extra_data=False)
+            out = d.decompress(data, allow_extra_data=False)
             if len(out) == size:
                 return Decompressed(out)
     except Exception:  # noqa: BLE001, S110 - the bounded path says what is wrong
