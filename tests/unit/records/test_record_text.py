@@ -201,6 +201,36 @@ def test_encoder_writes_what_the_dicts_give(
     assert text.text == dumps(want).encode()
 
 
+# a byte (or sequence) of each kind the scan stops at, and one it must not stop at
+SPECIALS = [b'"', b"\\", b"\x00", b"\x1f", b"\n", b"\x7f", b"\xc3\xa9", "€".encode(),
+            "\U0001f600".encode(), b"\xff", b"\x80", b"\xe2\x82"]
+
+
+@built
+def test_every_special_at_every_offset() -> None:
+    """Values of 0-40 bytes with one or two specials at each offset: both scans (16 bytes, 8
+    bytes) and the bytes between them, across their boundaries, give what the dicts give."""
+    head = HEADER.pack(0, 0, 0, 2, 0, 0, 0, 0, 0, -1, -1, -1, 1)
+    header = read_header(head, 0)
+    for size in range(41):
+        for at in range(size + 1):
+            for i, special in enumerate(SPECIALS):
+                second = SPECIALS[(i + 5) % len(SPECIALS)]
+                for value in (
+                    b"a" * at + special + b"b" * (size - at),
+                    b"a" * at + special + b"b" * (size // 2) + second + b"c" * (size - at),
+                ):
+                    body = b"\x00" + _varint(0) + _varint(0) + _field(b"k") + _field(value)
+                    body += _varint(1) + _field(value) + _field(value)
+                    data = _varint(len(body)) + body
+                    got = batch_text(head, 0, True, False, data, 0, len(data), header,
+                                     DecodeContext())
+                    recs, _, _ = read_records(data, 0, len(data),
+                                              record_args(header, DecodeContext()), [], cut=False)
+                    assert got is not None and got[1] == 1
+                    assert got[0].text == orjson.dumps(header.to_json(True, False, recs)), value
+
+
 @built
 def test_encoder_declines_values_to_truncate_and_control_batches() -> None:
     data = _varint(8) + b"\x00\x00\x00" + _field(b"k") + _field(b"v") + b"\x00"
