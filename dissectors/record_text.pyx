@@ -322,19 +322,48 @@ cdef inline bint _add(int64_t a, int64_t b, int64_t *out) noexcept nogil:
 cdef Out _buf = Out(NULL, 0, 0)
 cdef Py_ssize_t _KEEP = 8 * 1024 * 1024
 
-_ISO: dict = {}  # timestamp (ms) -> its JSON text (quoted ISO-8601, or null), bounded
+# the last second a timestamp fell in and its "YYYY-MM-DDTHH:MM:SS" (`iso_timestamp`'s
+# prefix; _sec_ok False: out of range, null): a record's time is then written in C, where a
+# batch's records, each a few ms apart, used to look their text up one by one
+cdef int64_t _sec = INT64_MIN
+cdef bint _sec_set = False
+cdef bint _sec_ok = False
+cdef char _sec_text[19]
 
 
-cdef bytes _iso_json(int64_t ts):
-    key = ts
-    text = _ISO.get(key)
-    if text is None:
-        iso = iso_timestamp(key)
-        text = b"null" if iso is None else b'"' + iso.encode("ascii") + b'"'
-        if len(_ISO) >= 65536:
-            _ISO.clear()
-        _ISO[key] = text
-    return <bytes> text
+cdef int _put_time(Out *o, int64_t ts) except -1:
+    """The JSON text of `iso_timestamp(ts)`: quoted ISO-8601, or null."""
+    global _sec, _sec_set, _sec_ok
+    if ts == -1:
+        return _put(o, b"null", 4)
+    cdef int64_t sec = ts // 1000  # floor division (cdivision: C truncates; fixed below)
+    cdef int64_t milli = ts - sec * 1000
+    if milli < 0:
+        sec -= 1
+        milli += 1000
+    if not _sec_set or sec != _sec:
+        iso = iso_timestamp(<object> sec * 1000)
+        _sec_ok = iso is not None
+        if _sec_ok:
+            text = (<str> iso).encode("ascii")
+            memcpy(_sec_text, PyBytes_AS_STRING(text), 19)
+        _sec = sec
+        _sec_set = True
+    if not _sec_ok:
+        return _put(o, b"null", 4)
+    if o.n + 26 > o.cap:
+        _grow(o, 26)
+    cdef char *w = o.buf + o.n
+    w[0] = b'"'
+    memcpy(w + 1, _sec_text, 19)
+    w[20] = b'.'
+    w[21] = <char> (48 + milli // 100)
+    w[22] = <char> (48 + (milli // 10) % 10)
+    w[23] = <char> (48 + milli % 10)
+    w[24] = b'Z'
+    w[25] = b'"'
+    o.n += 26
+    return 0
 
 
 cdef int _records(
@@ -359,8 +388,6 @@ cdef int _records(
     cdef int64_t length, ts_delta, offset_delta, key_len, value_len, count, hk_len, hv_len
     cdef int64_t offset, ts, j
     cdef int r, attributes
-    cdef int64_t last_ts = 0
-    cdef bytes iso = None
     _put(o, b"[", 1)
     while pos < end:
         if idx >= limit:
@@ -419,10 +446,7 @@ cdef int _records(
         _put(o, b',"offset_delta":', 16)
         _put_int(o, offset_delta)
         _put(o, b',"timestamp":', 13)
-        if iso is None or ts != last_ts:
-            iso = _iso_json(ts)
-            last_ts = ts
-        _put(o, PyBytes_AS_STRING(iso), PyBytes_GET_SIZE(iso))
+        _put_time(o, ts)
         _put(o, b',"timestamp_ms":', 16)
         _put_int(o, ts)
         _put(o, b',"timestamp_type":', 18)

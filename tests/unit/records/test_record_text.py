@@ -231,6 +231,34 @@ def test_every_special_at_every_offset() -> None:
                     assert got[0].text == orjson.dumps(header.to_json(True, False, recs)), value
 
 
+EDGE_TIMES = [0, -1, -2, -999, -1000, -1001, 999, 1000, 1001, 1_700_000_000_123,
+              1_700_000_000_999, 1_700_000_001_000, 253_402_300_799_999, 253_402_300_800_000,
+              -62_135_596_800_000, -62_135_596_800_001, 2**62 - 1, -(2**62), -1, 5, -1]
+
+
+@built
+def test_record_times_at_the_edges() -> None:
+    """Record timestamps around -1 (null), second and millisecond boundaries, year 1 and year
+    9999 and far past both (the longest varint the encoder takes), one after another in a
+    batch (the encoder keeps the last second's text) and across batches, give what the dicts
+    give."""
+    for times in (EDGE_TIMES, EDGE_TIMES[::-1], [t + 1 for t in EDGE_TIMES[:-6]]):
+        head = HEADER.pack(0, 0, 0, 2, 0, 0, 0, 0, 0, -1, -1, -1, len(times))
+        header = read_header(head, 0)
+        data = b""
+        for i, ts in enumerate(times):
+            body = b"\x00" + _varint(ts) + _varint(i) + _field(None) + _field(b"v") + _varint(0)
+            data += _varint(len(body)) + body
+        got = batch_text(head, 0, True, False, data, 0, len(data), header, DecodeContext())
+        recs, _, _ = read_records(data, 0, len(data), record_args(header, DecodeContext()), [],
+                                  cut=False)
+        assert got is not None and got[1] == len(times)
+        assert got[0].text == orjson.dumps(header.to_json(True, False, recs))
+        if -62_135_596_800_000 in times:  # year 1's first millisecond, and -1
+            assert b'"timestamp":null' in got[0].text
+            assert b'"0001-01-01T00:00:00.000Z"' in got[0].text
+
+
 @built
 def test_encoder_declines_values_to_truncate_and_control_batches() -> None:
     data = _varint(8) + b"\x00\x00\x00" + _field(b"k") + _field(b"v") + b"\x00"
