@@ -24,7 +24,9 @@ from collections.abc import Callable
 
 from dissectors.batch_header import (
     HEADER_SIZE,
+    LENGTH_BEFORE,
     MIN_BATCH_LENGTH,
+    RECORD_COUNT_SLACK,
     BatchHeader,
     crc_matches,
     read_header,
@@ -93,11 +95,16 @@ def _batch(
     if end - pos < HEADER_SIZE:
         return _short(view, pos, end)
     header = read_header(data, pos)
-    codec = header.codec
-    if header.batch_length < MIN_BATCH_LENGTH or header.is_control or codec not in CODEC_NAMES:
+    # the fields this reads, unpacked once (a NamedTuple's attributes and properties are
+    # Python lookups from compiled code; this runs once per batch)
+    _, batch_length, _, _, crc, attributes, _, _, _, _, _, _, record_count = header
+    codec = attributes & 0x07
+    if batch_length < MIN_BATCH_LENGTH or attributes & 0x20 or codec not in CODEC_NAMES:
         raise NotClean("bad length, control batch or unknown codec")
-    batch_end, partial = header.span(pos, end)
-    crc_ok = None if partial else crc_matches(view, pos, batch_end, header.crc)
+    size = LENGTH_BEFORE + batch_length  # header.span
+    partial = size > end - pos
+    batch_end = end if partial else pos + size
+    crc_ok = None if partial else crc_matches(view, pos, batch_end, crc)
     if crc_ok is False:
         raise NotClean("CRC mismatch")
     text = ctx.record_fragments and ENCODE is not None and ctx.limits.max_value_bytes is None
@@ -108,12 +115,12 @@ def _batch(
         if text:
             got = batch_text(data, pos, crc_ok, partial, data, start, batch_end, header, ctx)
             if got is not None:
-                if not partial and got[1] != header.record_count:
+                if not partial and got[1] != record_count:
                     raise NotClean("bad record")
                 return got[0], batch_end
         args = record_args(header, ctx)
         records, spans, _ = read_records(data, start, batch_end, args, diags, cut=partial)
-        if diags or not partial and len(spans) - 1 != header.record_count:
+        if diags or not partial and len(spans) - 1 != record_count:
             raise NotClean("bad record")
     elif partial:  # a cut compressed batch: nothing to inflate, no diagnostic
         records = []
@@ -127,7 +134,7 @@ def _batch(
         if inflated and text:
             got = batch_text(data, pos, crc_ok, False, inflated, 0, len(inflated), header, ctx)
             if got is not None:
-                if got[1] != header.record_count:
+                if got[1] != record_count:
                     raise NotClean("bad record (decompressed)")
                 return got[0], batch_end
         if inflated:
@@ -136,7 +143,7 @@ def _batch(
             found = len(spans) - 1
         else:
             records, found = [], 0
-        if diags or found != header.record_count:
+        if diags or found != record_count:
             raise NotClean("bad record (decompressed)")
     return header.to_json(crc_ok, partial, records), batch_end
 
@@ -209,17 +216,25 @@ def batch_text(
     run `read_records` (also without the compiled encoder, for a control batch or with
     values to truncate)."""
     encode = ENCODE
-    if encode is None or header.is_control or type(data) is not bytes or type(head) is not bytes:
+    attributes = header[5]
+    if encode is None or attributes & 0x20 or type(data) is not bytes or type(head) is not bytes:
+        return None  # (not encoded either: a control batch)
+    lim = ctx.limits
+    if lim.max_value_bytes is not None:  # truncation markers: the dict path writes them
         return None
-    if ctx.limits.max_value_bytes is not None:  # truncation markers: the dict path writes them
-        return None
-    codec = _CODECS_JSON.get(header.codec)
+    codec = _CODECS_JSON.get(attributes & 0x07)
     if codec is None:
         return None
-    limit = ctx.affordable(RECORD_COST, header.record_limit(ctx.limits))
+    # ctx.affordable(RECORD_COST, header.record_limit(lim)) and ctx.spend, without the calls
+    limit = min(lim.max_array_count, lim.max_records_per_batch,
+                max(header[12], 0) + RECORD_COUNT_SLACK)
+    budget = ctx.budget
+    if budget is not None:
+        limit = max(0, min(limit, budget // RECORD_COST))
     got = encode(head, at, crc_ok, partial, codec, data, pos, end, limit, partial)
     if got is None:
         return None
     text, count = got
-    ctx.spend(count * RECORD_COST)
+    if budget is not None:
+        ctx.budget = budget - count * RECORD_COST
     return JsonText(text), count
