@@ -29,6 +29,7 @@ import struct
 import threading
 import zlib
 from dataclasses import dataclass
+from types import ModuleType
 
 from dissectors.diagnostics import Code
 
@@ -114,24 +115,26 @@ def _gzip(data: memoryview, cap: int) -> Decompressed:
     return _inflate(zlib, data, cap)
 
 
-_ISAL: list = []  # [isal.isal_zlib or None], filled on the first gzip batch
+_ISAL: list[ModuleType | None] = []  # [isal.isal_zlib or None], set on the first gzip batch
 
 
-def _isal_zlib():
+def _isal_zlib() -> ModuleType | None:
     """ISA-L's zlib-compatible module, or None where it is not installed (or is switched off
     by KANALYZE_NO_ISAL=1: the tests compare both)."""
     if not _ISAL:
-        mod = None
+        mod: ModuleType | None = None
         if not os.environ.get("KANALYZE_NO_ISAL"):
             try:
-                from isal import isal_zlib as mod
+                from isal import isal_zlib
+
+                mod = isal_zlib
             except ImportError:
                 mod = None
         _ISAL.append(mod)
     return _ISAL[0]
 
 
-def _inflate(lib, data: memoryview, cap: int, plain: bool = False) -> Decompressed:
+def _inflate(lib: ModuleType, data: memoryview, cap: int, plain: bool = False) -> Decompressed:
     """`_gzip` with `lib` (zlib, or a module with zlib's decompressobj). `plain`: only gzip
     members whose header zlib accepts as it is (ISA-L ignores the reserved flag bits zlib
     refuses, and a zlib header is left to zlib); a ValueError for anything else."""
@@ -153,9 +156,10 @@ def _inflate(lib, data: memoryview, cap: int, plain: bool = False) -> Decompress
             return Decompressed(
                 b"".join(out), Code.DECOMPRESSION_FAILED, "gzip: input ends inside the stream"
             )
-        rest = d.unused_data
-        if not rest.strip(b"\x00"):  # trailing padding is harmless
+        tail: bytes = d.unused_data
+        if not tail.strip(b"\x00"):  # trailing padding is harmless
             return Decompressed(b"".join(out))
+        rest = tail
 
 
 _SNAPPY_MAX_RATIO = 64  # a 3-byte copy op yields at most 64 bytes: no real block expands more
