@@ -13,6 +13,7 @@ imports nothing heavy; `units` and `rows` need only pyarrow.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["build_tables", "connections", "exchanges", "files", "partitions"]
 
+log = logging.getLogger("kanalyze.spark")
+
 
 def build_tables(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> Tables:
     """Every table of a run as DataFrames over one cached decode: `.exchanges`, `.partitions`,
@@ -30,11 +33,17 @@ def build_tables(spark: SparkSession, paths: Sequence[str] | str, **options: Any
 
     Options: ports, split_bytes, decode_bodies (False: header-only), with_bodies (JSON body
     columns), capture_id, shuffle_partitions, max_frame, topic_ids. A missing or unreadable
-    input raises `kanalyze.spark.inputs.InputError` before any job runs. (Not named `tables`:
-    that is the submodule `kanalyze.spark.tables`.)"""
+    input raises `kanalyze.spark.inputs.InputError` before any job runs. `.notes` names each
+    capture group the range path's stitch refused (decoded by the shuffle path instead) and
+    why; each is also logged as a warning on the `kanalyze.spark` logger, so the one-table
+    functions below do not hide them. (Not named `tables`: that is the submodule
+    `kanalyze.spark.tables`.)"""
     from kanalyze.spark.pipeline import build
 
-    return build(spark, [paths] if isinstance(paths, str) else list(paths), **options)
+    t = build(spark, [paths] if isinstance(paths, str) else list(paths), **options)
+    for note in t.notes:
+        log.warning("%s", note)
+    return t
 
 
 def exchanges(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> DataFrame:

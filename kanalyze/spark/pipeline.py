@@ -425,8 +425,9 @@ def build(
     cut, left = plan_groups(files, spark.sparkContext.defaultParallelism,
                             walked, walker) if ranges else ([], [])
     waste: dict[str, float] = {}  # range work the stitch refused (also when it refused all)
+    why: list[str] = []  # each refused group's first file and the stitch's reason
     got = cut and run_ranges(spark, cut, files, opts, decode_bodies, topic_ids, with_bodies,
-                             left, waste, frames)
+                             left, waste, frames, why)
     if got:
         got.balance.update(walking)
     balance = None
@@ -482,8 +483,8 @@ def build(
         .withColumn("first_ts", F.timestamp_micros(F.floor(F.col("first_ns") / 1000).cast("long")))
         .withColumn("last_ts", F.timestamp_micros(F.floor(F.col("last_ns") / 1000).cast("long")))
     )
-    notes = [f"{why}: the range path's stitch refused this capture group; the shuffle path"
-             " decoded it" for why in (got.reasons if got else [])]
+    notes = [f"{w}: the range path's stitch refused this capture group; the shuffle path"
+             " decoded it" for w in why]
     return Tables(
         plan, decoded, exchanges, partitions_table(exchanges, topics), conns,
         files_table(spark, side, plan), topics, seg, placement, balance, ranged, persisted,

@@ -334,7 +334,8 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
                opts: EngineOptions, decode: bool = True,
                topic_ids: dict[str, str] | None = None,
                with_bodies: bool = False, left: list[int] | None = None,
-               report: dict[str, float] | None = None, frames: bool = True) -> Ranged | None:
+               report: dict[str, float] | None = None, frames: bool = True,
+               refusals: list[str] | None = None) -> Ranged | None:
     """Stage 1 per range (all groups' ranges in one job), the stitch per capture group on the
     driver, the kept rows. A group whose stitch refuses is left out (`Ranged.refused`: the
     caller decodes only its files with the shuffle pipeline); None when every group refused
@@ -342,7 +343,9 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     groups, ranges, bytes and task CPU seconds whose range work was thrown away), also when
     every group refused. `frames` False: when every group stitched and the rows are staged,
     the caller writes the tables from the staged rows and gets no exchanges DataFrame (None:
-    building it costs the driver and the JVM a DataFrame of every kept row)."""
+    building it costs the driver and the JVM a DataFrame of every kept row). `refusals` gets
+    each refused group's first file and the stitch's reason (`Ranged.reasons`), also when
+    every group refused."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -418,6 +421,8 @@ def run_ranges(spark: SparkSession, plan: list[list[Range]], files: list[FileInf
     waste["refused_task_cpu_s"] = round(waste["refused_task_cpu_s"], 2)
     if report is not None:
         report.update(waste)
+    if refusals is not None:
+        refusals.extend(reasons)
     if not groups:
         _drop(tasks, stage)
         return None

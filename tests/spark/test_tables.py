@@ -125,6 +125,33 @@ def test_api_returns_dataframes_without_writing(spark, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_api_logs_the_groups_the_range_path_refused(spark, monkeypatch, caplog):
+    """`exchanges(...)` returns one DataFrame: a capture group the stitch refused (decoded by
+    the shuffle path) is said on the `kanalyze.spark` logger, not lost with `Tables.notes`."""
+    from kanalyze.parallel.range_export import RANGE_BYTES_ENV
+    from kanalyze.parallel.ranges import Unstitchable
+    from kanalyze.spark import exchanges, pipeline, range_stage
+
+    def refuse(*a, **kw):  # noqa: ANN002, ANN003, ANN202 - a stitch that takes nothing
+        raise Unstitchable("a test's refusal")
+
+    monkeypatch.setattr(range_stage, "stitch", refuse)
+    monkeypatch.setenv(RANGE_BYTES_ENV, "65536")  # several ranges, so the stitch is asked
+    seen: list[list[str]] = []
+    build = pipeline.build
+    monkeypatch.setattr(pipeline, "build", lambda *a, **kw: _noted(build(*a, **kw), seen))
+    with caplog.at_level("WARNING", logger="kanalyze.spark"):
+        df = exchanges(spark, str(LONG_CAPTURE), decode_bodies=False)
+    assert df.count() == 93  # the shuffle path's rows
+    assert seen and len(seen[0]) == 1 and "a test's refusal" in seen[0][0]
+    assert [r.getMessage() for r in caplog.records if r.name == "kanalyze.spark"] == seen[0]
+
+
+def _noted(t, seen: list[list[str]]):  # noqa: ANN001, ANN202
+    seen.append(list(t.notes))
+    return t
+
+
 DATASOURCE_SCRIPT = """
 import sys
 from pyspark.sql import SparkSession
