@@ -31,7 +31,9 @@ def _modules() -> dict[str, Path]:
         for info in pkgutil.walk_packages([str(root)], f"{pkg}."):
             rel = info.name.split(".")[1:]
             path = root.joinpath(*rel)
-            out[info.name] = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+            path = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+            if path.exists():  # not a built extension whose source is Cython (record_text)
+                out[info.name] = path
     return out
 
 
