@@ -627,3 +627,23 @@ def test_an_id_named_after_the_hold_cap_merges_into_the_name(bound: str) -> None
     (p,) = ra.to_json()
     assert (p["topic"], p["topic_id"]) == ("t", tid)
     assert [e["frame"] for e in p["timeline"]] == [1, 2, 5] and p["final"]["isr"] == [2, 3]
+
+
+def test_acks_outside_minus_one_zero_one_is_reported_as_sent() -> None:
+    """A client that sends acks=30000 (found by the mutation campaign: one flipped bit) is
+    shown as it sent it, and the report still validates (docs/report.schema.json)."""
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    pa = ProducerAnalyzer(Findings())
+    req = {**produce(None, "t", 0, [batch(-1, -1, -1, 1)]), "acks": 30000}
+    feed(pa, exchange(0, req, produce_ok("t", 0, 0, err=21), 1))  # INVALID_REQUIRED_ACKS
+    (prod,) = pa.to_json()
+    assert prod["acks"] == 30000
+    schema = json.loads((Path(__file__).parents[3] / "docs" / "report.schema.json").read_text())
+    check = jsonschema.Draft202012Validator({"$defs": schema["$defs"],
+                                             "$ref": "#/$defs/producer"})
+    assert list(check.iter_errors(prod)) == []
+    assert list(check.iter_errors({**prod, "acks": 70000}))  # not an int16: still refused
