@@ -59,6 +59,17 @@ class ResponseHeader(NamedTuple):
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
+# The requests a client sends before it authenticates: ApiVersions, SaslHandshake,
+# SaslAuthenticate. A damaged length there can make a client_id run on over the SASL tokens
+# that follow (a password, a bearer token: found by the mutation campaign); a client id never
+# holds control bytes, a PLAIN or OAUTHBEARER token does, so such a client_id is withheld.
+PRE_AUTH_APIS = frozenset({17, 18, 36})
+
+
+def _has_control(text: str) -> bool:
+    return any(c < " " for c in text)
+
+
 def _skip_tagged(buf: bytes, pos: int, header: dict[str, object]) -> int:
     """Skip a tagged-field section, keeping the raw fields in header['tagged_fields'];
     -1 if malformed."""
@@ -129,6 +140,8 @@ def read_request_header(data: bytes) -> RequestHeader | None:
                     ),
                 )
             client_id = header["client_id"] = data[pos : pos + clen].decode("utf-8", "replace")
+            if api in PRE_AUTH_APIS and _has_control(client_id):
+                client_id = header["client_id"] = f"<redacted {clen} bytes>"
             pos += clen
         elif clen == -1:
             header["client_id"] = None
