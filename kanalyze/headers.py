@@ -59,13 +59,10 @@ class ResponseHeader(NamedTuple):
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
-# The requests a client sends before it authenticates: ApiVersions, SaslHandshake,
-# SaslAuthenticate. A damaged length there can make a client_id run on over the SASL tokens
-# that follow (a password, a bearer token: found by the mutation campaign); a client id never
-# holds control bytes, a PLAIN or OAUTHBEARER token does, so such a client_id is withheld.
-PRE_AUTH_APIS = frozenset({17, 18, 36})
-
-
+# A damaged length (of the frame, or of the client_id itself) can make a client_id run on over
+# the frames after it, SASL tokens among them (a password, a bearer token: found by the
+# mutation campaign, with the api key damaged too). A client id never holds control bytes; the
+# frames' length fields and a PLAIN or OAUTHBEARER token do: such a client_id is withheld.
 def _has_control(text: str) -> bool:
     return any(c < " " for c in text)
 
@@ -140,7 +137,7 @@ def read_request_header(data: bytes) -> RequestHeader | None:
                     ),
                 )
             client_id = header["client_id"] = data[pos : pos + clen].decode("utf-8", "replace")
-            if api in PRE_AUTH_APIS and _has_control(client_id):
+            if _has_control(client_id):
                 client_id = header["client_id"] = f"<redacted {clen} bytes>"
             pos += clen
         elif clen == -1:
