@@ -27,7 +27,7 @@ from dissectors.plan import (
 from dissectors.primitives import DecodeError
 from dissectors.readers import Reader, struct_reader
 from dissectors.registry import BODY_HOOKS
-from dissectors.secrets import SECRET_BODIES, SecretBytes, withhold
+from dissectors.secrets import SECRET_BODIES, SecretBytes, withhold, withhold_swallowed
 
 __all__ = [
     "api_definition",
@@ -148,9 +148,12 @@ def decode_body(
 
 
 def _guard(node: Node, api_key: int, is_request: bool) -> Node:
-    """A damaged body that carries credentials shows none of its bytes (secrets.withhold)."""
+    """A damaged body that carries credentials shows none of its bytes (secrets.withhold); a
+    damaged body of another API whose undecoded bytes hold SASL frames neither."""
     if (api_key, is_request) in SECRET_BODIES:
         withhold(node)
+    else:
+        withhold_swallowed(node)
     return node
 
 

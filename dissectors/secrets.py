@@ -59,11 +59,38 @@ def withhold(node: Node) -> None:
     if not _damaged(node):
         return
     for n in node.walk():
+        _mark(n)
+
+
+# What a frame swallowed by damage (a length run on over the next frames) shows when those were
+# SASL: a SaslHandshake or SaslAuthenticate request header (api key 17 v0-1, 36 v0-2), a GS2
+# header or an OAUTHBEARER attribute. Found in the undecoded bytes of a damaged body (unknown
+# tags, trailing bytes, raw fallbacks), they withhold that body's bytes and text.
+_SWALLOWED_SASL = (b"\x00\x11\x00\x00", b"\x00\x11\x00\x01", b"\x00\x24\x00\x00",
+                   b"\x00\x24\x00\x01", b"\x00\x24\x00\x02", b"n,,", b"auth=")
+
+
+def withhold_swallowed(node: Node) -> None:
+    """`withhold` for a damaged body of any API whose undecoded bytes hold SASL frames (the
+    mutation campaign: a damaged frame of another API ran on over a SaslAuthenticate)."""
+    if not _damaged(node):
+        return
+    for n in node.walk():
         v = n.value
         if isinstance(v, bytes | bytearray | memoryview) and not is_secret(v):
-            n.value = SecretBytes(v)
-        elif isinstance(v, str) and not is_secret(v):
-            n.value = SecretStr(v)
+            raw = bytes(v)
+            if any(sig in raw for sig in _SWALLOWED_SASL):
+                for m in node.walk():  # the whole body: where the secret ends is unknown
+                    _mark(m)
+                return
+
+
+def _mark(n: Node) -> None:
+    v = n.value
+    if isinstance(v, bytes | bytearray | memoryview) and not is_secret(v):
+        n.value = SecretBytes(v)
+    elif isinstance(v, str) and not is_secret(v):
+        n.value = SecretStr(v)
 
 
 def withheld_spans(node: Node) -> list[tuple[int, int]] | None:
