@@ -73,16 +73,16 @@ _SWALLOWED_SASL = (b"\x00\x11\x00\x00", b"\x00\x11\x00\x01", b"\x00\x24\x00\x00"
 def withhold_swallowed(node: Node) -> None:
     """`withhold` for a damaged body of any API whose undecoded bytes hold SASL frames (the
     mutation campaign: a damaged frame of another API ran on over a SaslAuthenticate)."""
-    if not _damaged(node):
-        return
-    for n in node.walk():
-        v = n.value
-        if isinstance(v, bytes | bytearray | memoryview) and not is_secret(v):
-            raw = bytes(v)
-            if any(sig in raw for sig in _SWALLOWED_SASL):
-                for m in node.walk():  # the whole body: where the secret ends is unknown
-                    _mark(m)
-                return
+    if _damaged(node) and any(_holds_sasl(n.value) for n in node.walk()):
+        for n in node.walk():  # the whole body: where the secret ends is unknown
+            _mark(n)
+
+
+def _holds_sasl(v: object) -> bool:
+    if not isinstance(v, bytes | bytearray | memoryview) or is_secret(v):
+        return False
+    raw = bytes(v)
+    return any(sig in raw for sig in _SWALLOWED_SASL)
 
 
 def _mark(n: Node) -> None:
