@@ -116,6 +116,11 @@ class Connection:
         self.c2s = HalfStream(self.cf, engine.opts.reassembly)
         self.s2c = HalfStream(self.sf, engine.opts.reassembly)
 
+    def __reduce__(self) -> tuple:
+        # a blank connection, then its state (dissectors/native.py): its framers' callbacks
+        # lead back to it and its engine, so they cannot be constructor arguments
+        return _blank_connection, (), self.__getstate__()
+
     def _client_pdu(self, pdu: Pdu) -> None:
         if self.ignored:
             return
@@ -157,6 +162,28 @@ def _never(_corr: int) -> bool:
     return False
 
 
+class _NoEngine:
+    """The hooks of a blank connection, replaced by its pickled state at once."""
+
+    def __init__(self) -> None:
+        self.opts = EngineOptions()
+        self.evidence = Evidence()
+
+    def _complete(self, ex: Exchange) -> None:
+        pass
+
+    def _pending(self, msg: Message) -> None:
+        pass
+
+
+def _blank_connection() -> Connection:
+    return Connection(_NoEngine(), ConnInfo(0, "", ""), (b"", 0, b"", 0), False, False)
+
+
+def _blank_undecided() -> Undecided:
+    return Undecided(0, (), 0)
+
+
 class Undecided:
     """A connection seen without its SYN, before its bytes decided who is the client: its
     packets are held (payload copied) and replayed once the roles are known."""
@@ -172,6 +199,9 @@ class Undecided:
         self.nbytes = 0
         self.cost = 0  # what the held packets cost (charged to --max-buffered by the engine)
         self.stalled = False  # past the first hold, the bytes could not tell: held on
+
+    def __reduce__(self) -> tuple:
+        return _blank_undecided, (), self.__getstate__()  # as Connection's
 
     def add(self, seg: Segment, key: FlowKey, pkt_no: int, ts_ns: int) -> int:
         """Hold one packet; returns what it costs (its payload twice, and its objects)."""

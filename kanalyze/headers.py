@@ -34,6 +34,11 @@ UINT32 = struct.Struct(">I")
 # Records built once per frame are NamedTuples (immutable, no __dict__), made with `_new`:
 # tuple.__new__ is C, while a NamedTuple's own __new__ is a Python function (2x the cost)
 _new = tuple.__new__
+# header versions by api key and version (`_header_version`): the quirks' rules cost two
+# Python calls a message; bounded, as versions come off the wire
+_REQUEST_HV: dict[int, int] = {}
+_RESPONSE_HV: dict[int, int] = {}
+HV_CACHED = 4096
 
 
 class RequestHeader(NamedTuple):
@@ -103,7 +108,7 @@ def read_request_header(data: bytes) -> RequestHeader | None:
         "request_api_version": ver,
         "correlation_id": corr,
     }
-    hv = request_header_version(api, ver)
+    hv = _request_hv(api, ver)
     pos = 8
     client_id: str | None = None
     if hv >= 1:
@@ -199,7 +204,7 @@ def read_response_header(data: bytes, api: int | None, ver: int | None) -> Respo
     corr = INT32.unpack_from(data, 0)[0]
     header: dict[str, object] = {"correlation_id": corr}
     pos = 4
-    if api is not None and ver is not None and response_header_version(api, ver) >= 1:
+    if api is not None and ver is not None and _response_hv(api, ver) >= 1:
         end = _skip_tagged(data, pos, header)
         if end < 0:
             return ResponseHeader(
@@ -228,7 +233,7 @@ def plausible_request(
         return 0
     if corr < 0:
         return 0
-    if request_header_version(api, ver) == 0:
+    if _request_hv(api, ver) == 0:
         return 1
     if n - p < 14:
         return -1
@@ -243,3 +248,25 @@ def plausible_request(
     if any(b < 0x20 or b > 0x7E for b in cid):
         return 0
     return 1
+
+
+def _request_hv(api: int, ver: int) -> int:
+    """`request_header_version`, remembered (the key is unique for int16 pairs)."""
+    key = api * 65536 + ver
+    hv = _REQUEST_HV.get(key)
+    if hv is None:
+        hv = request_header_version(api, ver)
+        if len(_REQUEST_HV) < HV_CACHED:
+            _REQUEST_HV[key] = hv
+    return hv
+
+
+def _response_hv(api: int, ver: int) -> int:
+    """`response_header_version`, remembered."""
+    key = api * 65536 + ver
+    hv = _RESPONSE_HV.get(key)
+    if hv is None:
+        hv = response_header_version(api, ver)
+        if len(_RESPONSE_HV) < HV_CACHED:
+            _RESPONSE_HV[key] = hv
+    return hv

@@ -23,7 +23,7 @@ class Packet:
     no: int
     ts_ns: int
     linktype: int
-    data: bytes
+    data: bytes | memoryview  # a view into the read block when read with views=True
     file_index: int = 0
     file_no: int = 0  # 1-based number within its own file (pointer back for Spark/Arkime-style use)
 

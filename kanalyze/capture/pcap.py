@@ -98,7 +98,7 @@ def read_pcap(
                     start = pos + RECORD_HEADER
                     data = mv[start:end] if views else buf[start:end]
                     ts = sec * 1_000_000_000 + frac * ns_mult
-                    yield Packet(no, ts, linktype, data, fi, no)  # type: ignore[arg-type]
+                    yield Packet(no, ts, linktype, data, fi, no)
                     pos = end
                     continue
                 need = RECORD_HEADER + incl
@@ -174,7 +174,7 @@ def read_pcap_mapped(
             nbytes += incl
             data = mv[pos + RECORD_HEADER : end] if views else m[pos + RECORD_HEADER : end]
             ts = sec * 1_000_000_000 + frac * ns_mult
-            yield Packet(no, ts, linktype, data, fi, no)  # type: ignore[arg-type]
+            yield Packet(no, ts, linktype, data, fi, no)
             pos = end
             if pos >= release_at:
                 upto = (pos - MAP_RELEASE // 2) & ~(mmap.PAGESIZE - 1)

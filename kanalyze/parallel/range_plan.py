@@ -439,7 +439,7 @@ def _pcap_views(rng: Range, start: int, end: int, no: int) -> Iterator[Packet]:
                 if stop <= n:
                     no += 1
                     yield Packet(no, sec * 1_000_000_000 + frac * mult, lt,
-                                 mv[pos + 16 : stop], rank, no)  # type: ignore[arg-type]
+                                 mv[pos + 16 : stop], rank, no)
                     pos = stop
                     continue
                 need = 16 + incl

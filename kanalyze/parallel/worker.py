@@ -199,7 +199,7 @@ def _own_packets(task: ShardTask, capture: CaptureStats) -> Iterator[Packet]:
     for no, off in zip(task.numbers, task.offsets, strict=True):
         sec, frac, incl, _orig = unpack(m, off)
         data = mv[off + 16 : off + 16 + incl]  # a view, as the pcap reader's (views=True)
-        yield Packet(no, sec * 1_000_000_000 + frac * mult, lt, data, 0, no)  # type: ignore[arg-type]
+        yield Packet(no, sec * 1_000_000_000 + frac * mult, lt, data, 0, no)
     # the map stays open: the engine may still hold views of it; it goes with the process
 
 
