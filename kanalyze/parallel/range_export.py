@@ -170,9 +170,14 @@ class Forked:
             cpus.append(float(got))  # type: ignore[arg-type]
         return cpus
 
-    def close(self) -> None:
-        """Release the workers (those waiting for a placement get none) and join them."""
+    def close(self, abort: bool = False) -> None:
+        """Release the workers (those waiting for a placement get none) and join them;
+        `abort`: stop them first (this process failed before reading every result: a worker
+        still sending one would wait forever, as each fork holds a copy of this end of its
+        own pipe, so closing it here does not end the send)."""
         for proc, conn, _share in self.procs:
+            if abort and proc.is_alive():
+                proc.kill()
             # said, not left to the end of the pipe: a later fork holds a copy of this end
             with contextlib.suppress(OSError):
                 conn.send(None)
@@ -223,7 +228,7 @@ def start_tasks(tasks: list[RangeTask], workers: Executor | int | None,
             for t, o in zip(share, got, strict=True):  # type: ignore[call-overload]
                 outs[t.rng.index] = o
     except BaseException:
-        forked.close()
+        forked.close(abort=True)
         raise
     return [o for o in outs if o is not None], forked
 
