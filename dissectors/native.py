@@ -52,6 +52,7 @@ COMPILED: tuple[str, ...] = (
     "kanalyze.framing",
     "kanalyze.headers",
     "kanalyze.jsontext",
+    "kanalyze.parallel.range_engine",
     "kanalyze.reassembly",
     "kanalyze.resync",
 )

@@ -247,6 +247,12 @@ class RangeEngine(Engine):
         self._check_plain(conn.info.id)
         return conn
 
+    def _opened(self) -> Connection | None:
+        """The connection `_open` opened in this segment: read through a call, as the type
+        checker (and so the compiled build) takes `self.opened` for None right after it was
+        set so, though `_open` sets it in between."""
+        return self.opened
+
     def _check_plain(self, cid: int) -> None:
         """Note `cid` for the fused path once it neither joins nor marks head marks."""
         edge = self.res.conns.get(cid)
@@ -304,7 +310,7 @@ class RangeEngine(Engine):
                     edge.syn_seen = self.cur
         self.opened = None
         super()._segment(seg, key, conn, pkt)
-        self._other(conn or self.opened)
+        self._other(conn or self._opened())
         c = self.conns.get(key)
         if c is None or c.closed:
             return
