@@ -12,6 +12,7 @@ follow `dissectors.quirks`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from dissectors import (
@@ -251,22 +252,23 @@ def plausible_request(
 
 
 def _request_hv(api: int, ver: int) -> int:
-    """`request_header_version`, remembered (the key is unique for int16 pairs)."""
-    key = api * 65536 + ver
-    hv = _REQUEST_HV.get(key)
-    if hv is None:
-        hv = request_header_version(api, ver)
-        if len(_REQUEST_HV) < HV_CACHED:
-            _REQUEST_HV[key] = hv
-    return hv
+    """`request_header_version`, remembered."""
+    return _remembered(_REQUEST_HV, request_header_version, api, ver)
 
 
 def _response_hv(api: int, ver: int) -> int:
     """`response_header_version`, remembered."""
+    return _remembered(_RESPONSE_HV, response_header_version, api, ver)
+
+
+def _remembered(
+    cache: dict[int, int], rule: Callable[[int, int], int], api: int, ver: int
+) -> int:
+    """`rule(api, ver)` through `cache` (the key is unique for int16 pairs)."""
     key = api * 65536 + ver
-    hv = _RESPONSE_HV.get(key)
+    hv = cache.get(key)
     if hv is None:
-        hv = response_header_version(api, ver)
-        if len(_RESPONSE_HV) < HV_CACHED:
-            _RESPONSE_HV[key] = hv
+        hv = rule(api, ver)
+        if len(cache) < HV_CACHED:
+            cache[key] = hv
     return hv
