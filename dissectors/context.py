@@ -66,6 +66,11 @@ class DecodeContext:
     # the export's fast path may give a batch's records as their JSON text (NDJSON lines only:
     # dissectors.record_fragments); set per body by BodyDecoder.fast_json
     record_fragments: bool = False
+    # a trial decode whose node is only judged (clean or not) and then dropped: the layout
+    # searches of orphan inference and role judging. No secret marking then (`decoder._guard`):
+    # nothing of it is output, and a range that starts mid-stream (--jobs, Spark) tries dozens
+    # of layouts per orphan, each damaged one scanned for swallowed SASL frames otherwise
+    judging: bool = False
 
     def start_budget(self, frame_bytes: int) -> bool:
         """Give the frame about to be decoded its budget (unless one is running: an embedded

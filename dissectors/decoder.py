@@ -129,27 +129,30 @@ def decode_body(
                 end,
                 Code.UNSUPPORTED_VERSION,
                 f"API key {api_key} version {api_version} is outside the known versions",
-            ), api_key, is_request)
+            ), api_key, is_request, ctx)
         node = _walk(reader, mv, offset, end, ctx)
         hook = BODY_HOOKS.get((api_key, is_request))
         if hook is not None:
             hook(node, api_version, mv, ctx)
-        return _guard(node, api_key, is_request)
+        return _guard(node, api_key, is_request, ctx)
     except Exception as exc:  # noqa: BLE001 -- the one exception boundary per body
         if ctx.strict:
             raise
         # the type only: an exception's text may quote the bytes (a credential)
         why = f"internal error: {type(exc).__name__}"
         node = _raw("body", mv, offset, end, Code.INTERNAL_ERROR, why)
-        return _guard(node, api_key, is_request)
+        return _guard(node, api_key, is_request, ctx)
     finally:
         if own_budget:
             ctx.end_budget()
 
 
-def _guard(node: Node, api_key: int, is_request: bool) -> Node:
+def _guard(node: Node, api_key: int, is_request: bool, ctx: DecodeContext) -> Node:
     """A damaged body that carries credentials shows none of its bytes (secrets.withhold); a
-    damaged body of another API whose undecoded bytes hold SASL frames neither."""
+    damaged body of another API whose undecoded bytes hold SASL frames neither. Not for a
+    trial decode (`ctx.judging`): its node is judged and dropped, never output."""
+    if ctx.judging:
+        return node
     if (api_key, is_request) in SECRET_BODIES:
         withhold(node)
     else:

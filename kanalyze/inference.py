@@ -62,7 +62,7 @@ def _clean(data: bytes, api: int, version: int) -> tuple[int, dict[str, object]]
     if h.diagnostics:
         return None
     header, body_at = h.fields, h.body_offset
-    ctx = DecodeContext(decode_records=False)
+    ctx = DecodeContext(decode_records=False, judging=True)  # judged, then dropped
     from dissectors import decode_body  # orphans only: not imported with the engine
     from dissectors import records as _records  # noqa: F401 - registers the records decoder
 

@@ -178,7 +178,7 @@ def request_decodes(frame: bytes) -> bool:
     h = read_request_header(frame)
     if h is None or h.diagnostics:
         return False
-    ctx = DecodeContext(decode_records=False)
+    ctx = DecodeContext(decode_records=False, judging=True)  # judged, then dropped
     from dissectors import decode_body  # asked rarely: not imported with the engine
     from dissectors import records as _records  # noqa: F401 - registers the records decoder
 

@@ -44,7 +44,7 @@ DATA_BODIES: frozenset[tuple[int, bool]] = frozenset(
 
 _CTX_FIELDS = (
     "limits", "show_secrets", "decode_records", "record_headers", "strict", "buffers",
-    "topic_names", "budget", "record_fragments",
+    "topic_names", "budget", "record_fragments", "judging",
 )
 # a DecodeContext of the known shape is copied field by field (dataclasses.replace is general
 # and slow); a subclass or a changed shape goes through replace
@@ -56,7 +56,7 @@ def _fresh(t: DecodeContext) -> DecodeContext:
     if _PLAIN_CTX and type(t) is DecodeContext:
         return DecodeContext(
             t.limits, t.show_secrets, t.decode_records, t.record_headers, t.strict, [],
-            t.topic_names,
+            t.topic_names, judging=t.judging,
         )
     return replace(t, buffers=[])
 
