@@ -43,3 +43,20 @@ def test_tokens_without_a_frame_around_them() -> None:
         body = _body(b"\x00\x00" + token, damaged=True)
         withhold_swallowed(body)
         assert is_secret(body.children[1].value) and is_secret(body.children[0].value)
+
+
+def test_a_string_that_ran_on_over_a_sasl_frame() -> None:
+    """Mutation seed 46 case 1894: a SaslHandshake v1 request's mechanism, its length damaged,
+    ran on over the SaslAuthenticate frames after it and decoded as text (invalid UTF-8,
+    replaced): the PLAIN password was in the export."""
+    text = ("\x00\x00\x01\x00\x01c\x00\x05PLAIN" + SASL_FRAME.decode("latin-1")
+            + "\ufffd")
+    mech = Node("mechanism", PRIM, 0, 400, text)
+    mech.diagnostics.append(Diagnostic(Code.INVALID_UTF8, 2, "mechanism: invalid UTF-8"))
+    body = Node("body", STRUCT, 0, 400, None, [mech])
+    withhold_swallowed(body)
+    assert is_secret(mech.value)
+    plain = Node("mechanism", PRIM, 0, 7, "PLAIN")  # a clean handshake shows its mechanism
+    clean = Node("body", STRUCT, 0, 7, None, [plain])
+    withhold_swallowed(clean)
+    assert not is_secret(plain.value)
