@@ -255,7 +255,8 @@ def add_jobs_argument(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="worker processes (default 1; for a full `export` of 64 MB or more, the usable "
-        "cores; stdin is always read by one); the output is the same for every N",
+        "cores, with the compiled build from 3 cores on; stdin is always read by one); the "
+        "output is the same for every N",
     )
 
 

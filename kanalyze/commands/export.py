@@ -111,11 +111,17 @@ def run(args: argparse.Namespace) -> int:
 # "Default"). Header-only runs gained nothing (0.46 s against 0.44 s), so they stay at 1.
 AUTO_JOBS_MIN_BYTES = 64 << 20
 AUTO_JOBS_MAX = 16  # the scaling model's last point (the merge stays off the critical path)
+# With the engine compiled (tools/compile.py) the work per byte halves and the start, plan,
+# stitch and the copy of the ranges' lines do not: on 2 idle cores `--jobs 2` gained nothing
+# at 250 MB, 490 MB and 1 GB and cost 30-50 % more CPU (docs/performance.md, "Default"), so
+# a compiled build takes more processes only from this many cores on
+AUTO_JOBS_COMPILED_MIN_CORES = 3
 
 
 def auto_jobs(paths: Sequence[str]) -> int:
     """The usable cores (at most AUTO_JOBS_MAX) when the inputs hold at least
-    AUTO_JOBS_MIN_BYTES, else 1; the pool's own checks (regular files only) still apply."""
+    AUTO_JOBS_MIN_BYTES, else 1 (and 1 on fewer than AUTO_JOBS_COMPILED_MIN_CORES cores with
+    the engine compiled); the pool's own checks (regular files only) still apply."""
     try:
         total = sum(os.stat(p).st_size for p in paths if p != "-")
     except OSError:
@@ -126,7 +132,16 @@ def auto_jobs(paths: Sequence[str]) -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
+    if cores < AUTO_JOBS_COMPILED_MIN_CORES and engine_compiled():
+        return 1
     return max(1, min(cores, AUTO_JOBS_MAX))
+
+
+def engine_compiled() -> bool:
+    """Whether this process runs the compiled engine (an extension module, not the source)."""
+    from kanalyze import engine
+
+    return not (engine.__file__ or "").endswith(".py")
 
 
 def default_jobs(paths: Sequence[str], jobs: int | None, auto: bool = False) -> int:
