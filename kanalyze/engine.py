@@ -78,7 +78,7 @@ class _At:
     ts_ns: int
 
 
-# compiled, the engine is still subclassed by the --jobs shards and ranges (kanalyze/parallel)
+# compiled, the engine is still subclassed in Python (the --jobs connection shards, the tests)
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Engine:
     """Push packets in, get exchanges out through `on_exchange`, in start-time order."""
