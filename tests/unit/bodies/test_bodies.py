@@ -196,8 +196,8 @@ def test_batch_links_name_an_id_only_from_the_same_broker() -> None:
 
 def test_a_fresh_context_is_copied_field_by_field():
     """`DecodeContext` gained a field (`judging`) and `_fresh` silently fell back to
-    `dataclasses.replace` for every body (4 % of a Spark range's CPU, profiled): the fast copy must
-    know every field, and copy what it keeps."""
+    `dataclasses.replace` for every body (4 % of a Spark range's CPU, profiled): the fast
+    copy must know every field, and copy what it keeps."""
     from dataclasses import fields
 
     from kanalyze.bodies import decode
