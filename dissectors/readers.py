@@ -297,6 +297,8 @@ def _read_tagged(buf, pos, end, ctx, children, tagged, node):
         last = tag
         entry = tagged.get(tag)
         if entry is None:
+            if ctx.judging:  # a trial decode fails at its first diagnostic: stop here
+                raise DecodeError(Code.UNKNOWN_TAG, tag_at, f"unknown tag {tag}")
             if ctx.budget is not None:  # an unknown tag costs ~1 KB from 2 wire bytes
                 if ctx.budget < TAG_COST:
                     raise DecodeError(Code.DECODE_BUDGET, tag_at, "decode budget of this frame "

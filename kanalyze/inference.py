@@ -64,7 +64,6 @@ def _clean(data: bytes, api: int, version: int) -> tuple[int, dict[str, object]]
     header, body_at = h.fields, h.body_offset
     ctx = DecodeContext(decode_records=False, judging=True)  # judged, then dropped
     from dissectors import decode_body  # orphans only: not imported with the engine
-    from dissectors import records as _records  # noqa: F401 - registers the records decoder
 
     node = decode_body(api, version, False, data, body_at, len(data), ctx)
     if any(n.diagnostics for n in node.walk()):

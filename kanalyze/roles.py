@@ -180,7 +180,6 @@ def request_decodes(frame: bytes) -> bool:
         return False
     ctx = DecodeContext(decode_records=False, judging=True)  # judged, then dropped
     from dissectors import decode_body  # asked rarely: not imported with the engine
-    from dissectors import records as _records  # noqa: F401 - registers the records decoder
 
     node = decode_body(h.api_key, h.api_version, True, frame, h.body_offset, len(frame), ctx)
     if any(x.diagnostics for x in node.walk()):

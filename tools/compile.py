@@ -10,7 +10,8 @@ pure-Python path, used when nothing is built, when `KANALYZE_PURE=1` is set, and
 source is newer than its build (rebuild after editing one). mypyc ships with mypy (a test
 dependency); the generated C and object files go to a scratch directory, the extensions
 (`*.so`, ignored by git) next to their sources plus one shared library for the group,
-`kanalyze_native__mypyc*.so`, at the repo root.
+`kanalyze/native__mypyc*.so`, inside the package so that every install mode finds it (a
+top-level library is found only when the repo root is on `sys.path`).
 
 Then the Cython modules (`CYTHON` in `dissectors/native.py`, `.pyx` sources: the export's
 record encoder), when Cython is installed (`pip install cython`; without it they are skipped
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from dissectors import native  # noqa: E402
 
-GROUP = "kanalyze_native"  # the shared library's name: kanalyze_native__mypyc<EXT>
+GROUP = "kanalyze.native"  # the shared library: kanalyze/native__mypyc<EXT>, inside the package
 
 # run in a child so setuptools' and mypyc's state stay out of this process
 _BUILD = """
@@ -62,7 +63,10 @@ def artifacts() -> list[Path]:
             for suffix in (".py", ".pyx")
         )
     ]
-    return out + sorted(ROOT.glob(f"{GROUP}__mypyc*{native.EXT}"))
+    group = ROOT.joinpath(*GROUP.split("."))
+    # the group library; also where builds before it moved into the package left it
+    libs = group.parent.glob(f"{group.name}__mypyc*{native.EXT}")
+    return out + sorted(libs) + sorted(ROOT.glob(f"kanalyze_native__mypyc*{native.EXT}"))
 
 
 def clean() -> None:

@@ -114,6 +114,28 @@ def test_engine_pickled_mid_capture_goes_on_the_same(name: str) -> None:
     assert out == whole
 
 
+@pytest.mark.skipif(not _fully_built(), reason="hot modules not compiled (tools/compile.py)")
+def test_compiled_build_loads_from_any_directory(tmp_path: Path) -> None:
+    """As a user runs it: the installed package, from a directory that is not the repo and
+    without PYTHONPATH. The default editable install maps only the packages, so the group's
+    shared library must sit inside one (it once sat at the repo root: ModuleNotFoundError)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KANALYZE_PURE", "PYTHONPATH")}
+    code = (
+        "import json, kanalyze, kanalyze.engine, kanalyze.parallel.range_engine as r; "
+        "print(json.dumps([kanalyze.__file__, kanalyze.engine.__file__, r.__file__]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    if done.returncode != 0 and "No module named 'kanalyze'" in done.stderr:
+        pytest.skip("kanalyze is not installed (pip install -e .)")
+    assert done.returncode == 0, done.stderr[-2000:]
+    package, engine, ranges = json.loads(done.stdout)
+    if Path(package).resolve().parent.parent != ROOT:
+        pytest.skip(f"the installed kanalyze is another checkout: {package}")
+    assert engine.endswith(native.EXT) and ranges.endswith(native.EXT), (engine, ranges)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _fully_built(), reason="hot modules not compiled (tools/compile.py)")
 def test_compiled_output_is_the_pure_output() -> None:

@@ -87,6 +87,18 @@ def test_unknown_tags_are_kept_raw_with_their_number() -> None:
     assert j["generation_id"] == 5
 
 
+def test_a_trial_decode_stops_at_the_first_unknown_tag() -> None:
+    """Orphan inference and role judging try hundreds of layouts on a frame and keep only the
+    clean ones: a wrong layout that reads a large count of tags must not build a node each."""
+    tags = b"".join(bytes([t, 0]) for t in range(100, 120))  # 20 unknown tags, empty
+    data = _heartbeat_with_tags(bytes([len(tags) // 2]) + tags)
+    kept = decode(12, 4, True, data)
+    assert [c.name for c in kept.children if c.kind == RAW] == [f"_tag_{t}" for t in range(100, 120)]
+    judged = decode(12, 4, True, data, judging=True)
+    assert not [c for c in judged.children if c.kind == RAW]
+    assert codes(judged) == [("unknown_tag", len(data) - len(tags))]  # still not clean
+
+
 def test_tag_section_overrunning_the_body_is_truncated() -> None:
     data = _heartbeat_with_tags(b"\x01\x05\x09abc")
     body = decode(12, 4, True, data)
