@@ -148,7 +148,8 @@ def _client_topic_usage(exchanges: DataFrame, parts: DataFrame) -> DataFrame:
 
     return parts.groupBy("client_id", "client", "topic", "api").agg(
         F.countDistinct("conn_id", "correlation_id").alias("requests"),
-        F.approx_count_distinct("partition").alias("partitions"),
+        # exact, as on the driver (driver_aggregates): a group's partitions are few
+        F.size(F.collect_set("partition")).cast("long").alias("partitions"),
         F.sum("record_count").alias("records"),
         F.sum("records_bytes").alias("records_bytes"),
         F.sum(F.when(F.col("error_code") != 0, 1).otherwise(0)).alias("errors"),

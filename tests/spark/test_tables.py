@@ -292,13 +292,14 @@ def test_partition_rows_match_spark_partitions_table(spark):
 
 
 def test_driver_aggregates_match_spark(spark):
-    """`partition_hw` and `errors` computed on the driver (`driver_aggregates`) equal Spark's
-    (`tables.aggregates`) on hand-made rows: LEO-only and null-topic groups (a full outer
-    join never matches null keys), negative or missing HWs, missing times, error codes."""
+    """`partition_hw`, `errors` and `client_topic_usage` computed on the driver
+    (`driver_aggregates`) equal Spark's (`tables.aggregates`) on hand-made rows: LEO-only and
+    null-topic groups (a full outer join never matches null keys), negative or missing HWs,
+    missing times, error codes, repeated and half-null (conn, correlation) pairs."""
     import pyarrow as pa
 
     from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA
-    from kanalyze.spark.driver_aggregates import errors, partition_hw
+    from kanalyze.spark.driver_aggregates import client_topic_usage, errors, partition_hw
     from kanalyze.spark.schemas import EXCHANGE_SCHEMA
     from kanalyze.spark.tables import aggregates
 
@@ -321,6 +322,15 @@ def test_driver_aggregates_match_spark(spark):
         fact("a", 0, None, 4, error_code=6), fact("a", 1, None, 2, error_code=6),
         fact("b", 1, None, 3, error_code=6), fact("b", 0, None, 4, error_code=0),
         fact("c", 2, None, 5, error_code=None, leo=1),
+        # client_topic_usage: distinct (conn, correlation) pairs and partitions, null parts
+        fact("u", 0, None, 11, conn_id="k1", correlation_id=7, record_count=3,
+             records_bytes=70, client="10.0.0.1:5000"),
+        fact("u", 1, None, 12, conn_id="k1", correlation_id=7, record_count=2,
+             client="10.0.0.1:5000", error_code=3),
+        fact("u", 1, None, 13, conn_id="k2", correlation_id=7, client="10.0.0.1:5000"),
+        fact("u", 2, None, 14, conn_id=None, correlation_id=8, client="10.0.0.1:5000"),
+        fact("u", None, None, 15, conn_id="k3", correlation_id=None, client="10.0.0.1:5000"),
+        fact("u", 0, None, 16, conn_id=None, correlation_id=None, client=None),
     ], schema=PARTITIONS_SCHEMA)
     ex = dict.fromkeys(EXCHANGE_SCHEMA.names)
     exchanges = pa.Table.from_pylist([
@@ -329,8 +339,9 @@ def test_driver_aggregates_match_spark(spark):
         {**ex, "api": "Metadata", "client_id": None, "error_code": None},
     ], schema=EXCHANGE_SCHEMA)
     theirs = aggregates(spark.createDataFrame(exchanges), spark.createDataFrame(parts),
-                        ["partition_hw", "errors"])
-    ours = {"partition_hw": partition_hw(parts), "errors": errors(exchanges, parts)}
+                        ["partition_hw", "errors", "client_topic_usage"])
+    ours = {"partition_hw": partition_hw(parts), "errors": errors(exchanges, parts),
+            "client_topic_usage": client_topic_usage(parts)}
     for name, df in theirs.items():
         assert df.columns == ours[name].column_names
         want = sorted(map(repr, df.toArrow().to_pylist()))
