@@ -17,6 +17,8 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import islice
+from typing import Protocol
 
 from dissectors import Code
 from kanalyze.capture import CaptureError, Packet
@@ -27,6 +29,7 @@ from kanalyze.flows import ACK, SYN, FlowStats, Segment, decode_segment
 from kanalyze.headers import plausible_request
 from kanalyze.held import HeldFrames
 from kanalyze.parallel.range_plan import (
+    ConnKey,
     MsgKey,
     Range,
     RangeResult,
@@ -422,12 +425,24 @@ def _overlap(rng: Range, eng: RangeEngine, res: RangeResult) -> None:
             wanted.follow(keys)
 
 
+class RangeTap(Protocol):
+    """What sees each packet of the range itself (not of the overlap) as the engine reads it:
+    the Spark tasks' reading statistics, gathered without a second pass over the range."""
+
+    def packet(self, pkt: Packet, opened: list[ConnKey]) -> None:
+        """`pkt` after the engine fed it; `opened`: the 4-tuples (`conn_key`) of the
+        connections the engine opened (or first noted, undecided) at it."""
+
+    def ended(self) -> None:
+        """The range's packets all read (not called when reading them failed)."""
+
+
 def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None],
-        held: HeldFrames | None = None) -> RangeResult:
+        held: HeldFrames | None = None, tap: RangeTap | None = None) -> RangeResult:
     """`ranges.run_range`: the range, then the overlap (only the packets of the connections
     open at the range's end) until each of them closed or has `MAX_TAIL` tail marks. With
     `held`, the frames of exchanges held back are parked (or dropped) as one process's
-    `Session` does, and put back as each is handed on."""
+    `Session` does, and put back as each is handed on; `tap` sees the range's packets."""
     cpu0 = time.process_time()
     res = RangeResult(rng.index, rng.base, rng.base + rng.count)
     keys = res.done_keys
@@ -446,10 +461,20 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
         held.stats = eng.stats
     latest = 0
     try:
+        conns = res.conns
         for pkt in read_range(rng, views=True):
             if pkt.ts_ns > latest:
                 latest = pkt.ts_ns
+            if tap is None:
+                eng.feed(pkt)
+                continue
+            n = len(conns)
             eng.feed(pkt)
+            new = len(conns) - n  # edges are only added, each at the packet that opened it
+            tap.packet(pkt, [e.key for e in islice(reversed(conns.values()), new)]
+                       if new else [])
+        if tap is not None:
+            tap.ended()
         fl = eng.stats.flows
         res.flows = replace(fl, unsupported_linktypes=dict(fl.unsupported_linktypes))
         if not rng.last:

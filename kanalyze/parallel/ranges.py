@@ -59,7 +59,7 @@ from collections.abc import Callable
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.held import HeldFrames
-from kanalyze.parallel.range_engine import run
+from kanalyze.parallel.range_engine import RangeTap, run
 from kanalyze.parallel.range_plan import (
     ConnEdge,
     Layout,
@@ -72,11 +72,11 @@ from kanalyze.parallel.range_plan import (
 )
 from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
 
-__all__ = ["ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult", "Stitched",
+__all__ = ["ConnEdge", "Layout", "Mark", "MsgKey", "Range", "RangeResult", "RangeTap", "Stitched",
            "Unstitchable", "plan_ranges", "read_range", "run_range", "stitch"]
 
 
 def run_range(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None],
-              held: HeldFrames | None = None) -> RangeResult:
-    """See the module docstring (`held`: `range_engine.run`)."""
-    return run(rng, opts, on_exchange, held)
+              held: HeldFrames | None = None, tap: RangeTap | None = None) -> RangeResult:
+    """See the module docstring (`held`, `tap`: `range_engine.run`)."""
+    return run(rng, opts, on_exchange, held, tap)

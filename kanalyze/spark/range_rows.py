@@ -18,12 +18,13 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from kanalyze.bodies import BodyDecoder
-from kanalyze.capture import CaptureError, CaptureStats
+from kanalyze.capture import Packet
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.flows import FlowStats, decode_segment
 from kanalyze.parallel.range_engine import conn_key
-from kanalyze.parallel.ranges import Range, RangeResult, read_range, run_range
+from kanalyze.parallel.range_plan import ConnKey
+from kanalyze.parallel.ranges import Range, RangeResult, run_range
 from kanalyze.parallel.worker import RecordingNames
 from kanalyze.spark.payload import kafka_hint
 from kanalyze.spark.rows import RowBuilder, facts_context, row_context
@@ -80,54 +81,61 @@ def unpack_edge(text: str) -> Edge:
     return pickle.loads(base64.b64decode(text))  # noqa: S301 - our own tasks' rows
 
 
-def _unit_row(rng: Range, per: dict[tuple, list[list[int]]],
-              opened: dict[tuple, list[int]] | None = None,
-              hinted: tuple[set[tuple], EngineOptions] | None = None) -> str:
-    """The range's reading statistics (the `files` table), walked again without the engine:
-    the range's own packets only, so the ranges' counts add up to the file's. `per` gets each
-    4-tuple's parts, a new part at each packet in `opened` (where the engine opened a
-    connection on that 4-tuple); `hinted`'s set the 4-tuples with a packet `kafka_hint` (with
-    the options' ports and frame bound) says may be Kafka."""
-    opened = opened or {}
-    hints, ports, max_frame = None, frozenset[int](), 0
-    if hinted is not None:
-        hints, ports, max_frame = hinted[0], frozenset(hinted[1].ports), hinted[1].max_frame
-    stats, flows = CaptureStats(), FlowStats()
-    tcp = other = 0
-    first = last = None
-    error = ""
-    try:
-        for pkt in read_range(rng):
-            first = pkt.ts_ns if first is None else first
-            last = pkt.ts_ns
-            seg = decode_segment(pkt.linktype, pkt.data, flows)
-            if seg is None:
-                other += 1
-                continue
-            tcp += 1
-            key = conn_key((seg.src, seg.sport, seg.dst, seg.dport))
-            if hints is not None and key not in hints and kafka_hint(seg, ports, max_frame):
-                hints.add(key)
-            parts = per.get(key)
-            if parts is None or pkt.no in opened.get(key, ()):
-                per.setdefault(key, []).append([pkt.no, pkt.ts_ns, pkt.ts_ns, 1, seg.flags])
-            else:
-                got = parts[-1]
-                got[2] = max(got[2], pkt.ts_ns)
-                got[3] += 1
-                got[4] |= seg.flags
-    except CaptureError as e:
-        error = str(e)
-    stat = {
-        "rank": rng.layout.rank, "unit": rng.index,
-        "whole": rng.start == rng.layout.data_start and rng.end == rng.layout.size,
-        "start": rng.start, "end": rng.end,
-        "packets": tcp + other, "tcp_packets": tcp, "other_packets": other,
-        "fragments": flows.fragments, "not_ip": flows.not_ip, "first_ns": first,
-        "last_ns": last, "error": error,
-        "diagnostics": [f"offset {d.offset}: {d.message}" for _n, d in stats.diagnostics],
-    }  # fmt: skip
-    return json.dumps(stat)
+class UnitWalk:
+    """The range's reading statistics (the `files` table's unit row) and its 4-tuples' parts,
+    gathered as the engine reads the range's own packets (a `ranges.RangeTap`; not the
+    overlap's), so the ranges' counts add up to the file's. `per` gets each 4-tuple's parts, a
+    new part at each packet where the engine opened a connection on that 4-tuple; `hints` the
+    4-tuples with a packet `kafka_hint` (with the options' ports and frame bound) says may be
+    Kafka."""
+
+    def __init__(self, per: dict[tuple, list[list[int]]], hints: set[tuple],
+                 opts: EngineOptions) -> None:
+        self.per, self.hints = per, hints
+        self.ports, self.max_frame = frozenset(opts.ports), opts.max_frame
+        self.flows = FlowStats()
+        self.tcp = self.other = 0
+        self.first: int | None = None
+        self.last: int | None = None
+        self.read = False  # every packet of the range was read
+
+    def packet(self, pkt: Packet, opened: list[ConnKey]) -> None:
+        if self.first is None:
+            self.first = pkt.ts_ns
+        self.last = pkt.ts_ns
+        seg = decode_segment(pkt.linktype, pkt.data, self.flows)
+        if seg is None:
+            self.other += 1
+            return
+        self.tcp += 1
+        key = conn_key((seg.src, seg.sport, seg.dst, seg.dport))
+        if key not in self.hints and kafka_hint(seg, self.ports, self.max_frame):
+            self.hints.add(key)
+        parts = self.per.get(key)
+        if parts is None or key in opened:
+            self.per.setdefault(key, []).append([pkt.no, pkt.ts_ns, pkt.ts_ns, 1, seg.flags])
+        else:
+            got = parts[-1]
+            got[2] = max(got[2], pkt.ts_ns)
+            got[3] += 1
+            got[4] |= seg.flags
+
+    def ended(self) -> None:
+        self.read = True
+
+    def row(self, rng: Range, error: str) -> str:
+        """The unit row as JSON; `error`: the run's (the range's reading, unless all of it
+        was read: then the overlap's, which is not this range's to report)."""
+        stat = {
+            "rank": rng.layout.rank, "unit": rng.index,
+            "whole": rng.start == rng.layout.data_start and rng.end == rng.layout.size,
+            "start": rng.start, "end": rng.end,
+            "packets": self.tcp + self.other, "tcp_packets": self.tcp,
+            "other_packets": self.other, "fragments": self.flows.fragments,
+            "not_ip": self.flows.not_ip, "first_ns": self.first, "last_ns": self.last,
+            "error": "" if self.read else error, "diagnostics": [],
+        }  # fmt: skip
+        return json.dumps(stat)
 
 
 def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: str,
@@ -166,7 +174,8 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
             rows = []
 
     t0, c0 = time.perf_counter(), time.process_time()
-    edge.result = run_range(rng, opts, on_exchange)
+    walk = UnitWalk(edge.flows, edge.hinted, opts)
+    edge.result = run_range(rng, opts, on_exchange, tap=walk)
     if rows:
         batches.append(pa.RecordBatch.from_pylist(rows, schema=RANGED_SCHEMA))
     if stage is None:
@@ -177,10 +186,7 @@ def range_rows(rng: Range, opts: EngineOptions, files: list[str], capture_id: st
             for b in batches:
                 out.write_batch(b)
     edge.topics = dict(builder.bodies.names.items())
-    opened: dict[tuple, list[int]] = {}
-    for conn in edge.result.conns.values():
-        opened.setdefault(conn.key, []).append(conn.opened)
-    edge.unit = _unit_row(rng, edge.flows, opened, (edge.hinted, opts))
+    edge.unit = walk.row(rng, edge.result.error)
     edge.task_s = (time.perf_counter() - t0, time.process_time() - c0)
     edge_row = {"kind": "edge", "capture_id": capture_id, "rng": key, "extra": pack_edge(edge)}
     yield pa.RecordBatch.from_pylist([edge_row], schema=RANGED_SCHEMA)
