@@ -87,20 +87,29 @@ def partition_dir(dt: object, hour: object) -> str:
     return f"dt={d}/hour={h}"
 
 
+def nulls_first_order(keys: pa.Table) -> pa.Array:
+    """The indices that sort `keys` by its columns as Spark's sortWithinPartitions does:
+    ascending, nulls first. The placement goes with each key since pyarrow 25 (a global
+    `null_placement` warns there, on the user's terminal); older pyarrow takes only that."""
+    import pyarrow.compute as pc
+
+    try:
+        return pc.sort_indices(keys, sort_keys=[(n, "ascending", "at_start")
+                                                for n in keys.column_names])
+    except (TypeError, ValueError):  # pyarrow before per-key placements: (name, order) only
+        return pc.sort_indices(keys, sort_keys=[(n, "ascending") for n in keys.column_names],
+                               null_placement="at_start")
+
+
 def _write_sorted(table: pa.Table, ts: pa.ChunkedArray, columns: list[str], schema: pa.Schema,
                   scratch: str, name: str) -> list[tuple[str, int]]:
     """`table` sorted by (dt, hour, `ts`), one Parquet file per (dt, hour) named `name` under
     `scratch`, with `columns` cast to `schema`. Returns each file's path (relative to scratch)
     and rows."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    order = pc.sort_indices(
-        pa.table({"dt": table.column("dt"), "hour": table.column("hour"), "ts": ts}),
-        sort_keys=[("dt", "ascending"), ("hour", "ascending"), ("ts", "ascending")],
-        null_placement="at_start",
-    )  # Spark's sortWithinPartitions: ascending, nulls first
-    table = table.take(order)
+    keys = pa.table({"dt": table.column("dt"), "hour": table.column("hour"), "ts": ts})
+    table = table.take(nulls_first_order(keys))
     written = []
     keys_dt = table.column("dt").to_pylist()
     keys_hour = table.column("hour").to_pylist()

@@ -348,3 +348,20 @@ def test_driver_aggregates_match_spark(spark):
         got = sorted(map(repr, ours[name].to_pylist()))
         assert len(got) >= 3
         assert got == want, name
+
+
+def test_task_sort_is_spark_order_without_a_warning():
+    """The tasks sort their rows as Spark's sortWithinPartitions (ascending, nulls first) and
+    print nothing: pyarrow 25 warns (FutureWarning, on the user's terminal) for the global
+    null placement the first version passed."""
+    import warnings
+
+    import pyarrow as pa
+
+    from kanalyze.spark.direct_write import nulls_first_order
+
+    keys = pa.table({"dt": [2, None, 1, 1], "hour": [0, 5, 3, None], "ts": [9, 1, None, 4]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        order = nulls_first_order(keys).to_pylist()
+    assert order == [1, 3, 2, 0]
