@@ -1,19 +1,26 @@
-"""The aggregates `partition_hw`, `errors` and `client_topic_usage` computed on the driver with
-pyarrow from the local tables, with the values `tables.aggregates` gives, without a Spark job
-each. Local `--out` and small tables only (`pipeline.SMALL_TABLES`): the driver reads the tables
-whole. On a 2-core machine their jobs cost the JVM ~1 CPU-s per GB of capture, on the cores the
-decoding needs, and `client_topic_usage` alone ~0.6 s of wall time at the end of every run.
-`api_latency` stays in Spark: its percentiles are Spark's approximation (`percentile_approx`),
-which only Spark computes.
+"""The aggregates (`tables.AGGREGATES`) computed on the driver with pyarrow from the local
+tables, with the values `tables.aggregates` gives, without a Spark job. Local `--out` and small
+tables only (`pipeline.SMALL_TABLES`): the driver reads the tables whole. Their Spark jobs cost
+the JVM ~1 CPU-s per GB of capture on a 2-core machine, on the cores the decoding needs, and
+~1.5 s of wall time at the end of a first run in a session (query planning and code generation,
+cold), more than the rest of a small capture's pipeline.
 
-One difference is possible, and only for equal timestamps: when two high-watermark
-observations of a partition share the first (or last) `ts_ns`, `hw_first` (`hw_last`,
-`lso_last`, `log_start_last`) is the first of them in the tables' order here, whichever Spark
-happens to read last there.
+Two differences are possible:
+
+* `api_latency`'s percentiles are exact here by the definition of Spark's
+  `percentile_approx` (the smallest value with at least p·n of the group's values at or below
+  it), where Spark estimates: its estimate is that same value for groups of fewer than ~5,000
+  latencies (`accuracy` 10,000) and within n/10,000 ranks of it above. Its average may differ
+  from Spark's in the last bits (the order of a floating-point sum; Spark's own depends on
+  how the rows are split into tasks).
+* When two high-watermark observations of a partition share the first (or last) `ts_ns`,
+  `hw_first` (`hw_last`, `lso_last`, `log_start_last`) is the first of them in the tables'
+  order here, whichever Spark happens to read last there.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -24,7 +31,7 @@ from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA
 from kanalyze.spark.schemas import EXCHANGE_SCHEMA
 
 _TS = pa.timestamp("us", tz="UTC")
-EXACT_AGGREGATES = ("partition_hw", "errors", "client_topic_usage")  # computed here
+EXACT_AGGREGATES = ("api_latency", "partition_hw", "errors", "client_topic_usage")
 PARTITION_HW_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("observations", pa.int64()),
     ("hw_min", pa.int64()), ("hw_max", pa.int64()), ("hw_first", pa.int64()),
@@ -35,6 +42,17 @@ ERRORS_SCHEMA = pa.schema([
     ("api", pa.string()), ("error_code", pa.int16()), ("client_id", pa.string()),
     ("topic", pa.string()), pa.field("count", pa.int64(), nullable=False),
     ("first_ts", _TS), ("last_ts", _TS),
+])  # fmt: skip
+LATENCY_KEYS = ["api", "api_version", "broker"]
+PERCENTILES = (0.5, 0.9, 0.99, 0.999)
+API_LATENCY_SCHEMA = pa.schema([
+    ("api", pa.string()), ("api_version", pa.int16()), ("broker", pa.string()),
+    pa.field("exchanges", pa.int64(), nullable=False), ("ok", pa.int64()),
+    ("no_response", pa.int64()), ("errors", pa.int64()),
+    # Spark's array<double> with no null element, as its Parquet writer names it
+    ("latency_ms_p50_p90_p99_p999", pa.list_(pa.field("element", pa.float64(), nullable=False))),
+    ("latency_ms_max", pa.float64()), ("latency_ms_avg", pa.float64()),
+    ("request_bytes", pa.int64()), ("response_bytes", pa.int64()),
 ])  # fmt: skip
 USAGE_KEYS = ["client_id", "client", "topic", "api"]
 CLIENT_TOPIC_USAGE_SCHEMA = pa.schema([
@@ -143,15 +161,53 @@ def errors(exchanges: pa.Table, parts: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=ERRORS_SCHEMA)
 
 
+def _flag(mask: pa.ChunkedArray) -> pa.ChunkedArray:
+    """1 where `mask` is true, 0 where false or null (SQL's `when(mask, 1).otherwise(0)`)."""
+    return pc.cast(pc.fill_null(mask, False), pa.int64())
+
+
+def percentile(ordered: list[float], p: float) -> float:
+    """Spark's `percentile_approx` definition, exactly: the smallest of the ascending
+    `ordered` values with at least `p` of them at or below it (rank ceil(p·n), from 1)."""
+    return ordered[max(math.ceil(p * len(ordered)), 1) - 1]
+
+
+def api_latency(exchanges: pa.Table) -> pa.Table:
+    """`tables.aggregates`'s `api_latency`: per (api, api_version, broker) the exchanges, how
+    many were ok, unanswered or failed (a top-level error code or a partition error), the
+    latency percentiles, maximum and average, and the bytes each way."""
+    status, code = exchanges.column("status"), exchanges.column("error_code")
+    failed = pc.or_kleene(pc.fill_null(pc.not_equal(code, 0), False),
+                          pc.greater(exchanges.column("partition_error_count"), 0))
+    cols = exchanges.select([*LATENCY_KEYS, "latency_ms", "request_size", "response_size"])
+    for name, mask in (("is_ok", pc.equal(status, "ok")),
+                       ("is_open", pc.equal(status, "no_response")), ("failed", failed)):
+        cols = cols.append_column(name, _flag(mask))
+    got = _grouped(cols, LATENCY_KEYS, [
+        ([], "count_all"), ("is_ok", "sum"), ("is_open", "sum"), ("failed", "sum"),
+        ("latency_ms", "max"), ("latency_ms", "mean"), ("request_size", "sum"),
+        ("response_size", "sum"), ("latency_ms", "list"),
+    ], ["exchanges", "ok", "no_response", "errors", "latency_ms_max", "latency_ms_avg",
+        "request_bytes", "response_bytes", "latencies"])  # fmt: skip
+    rows = []
+    for key, v in got.items():
+        ordered = sorted(x for x in v.pop("latencies") if x is not None)
+        v["latency_ms_p50_p90_p99_p999"] = (
+            [percentile(ordered, p) for p in PERCENTILES] if ordered else None)
+        rows.append({**dict(zip(LATENCY_KEYS, key, strict=True)), **v})
+    names = API_LATENCY_SCHEMA.names
+    return pa.Table.from_pylist([{n: r[n] for n in names} for r in rows],
+                                schema=API_LATENCY_SCHEMA)
+
+
 def client_topic_usage(parts: pa.Table) -> pa.Table:
     """`tables.aggregates`'s `client_topic_usage`: per (client_id, client, topic, api) the
     distinct requests (conn_id, correlation_id pairs with neither null), the distinct
     partitions, records and record bytes (null when none is known), the facts with a non-zero
     error code, and the first and last time. Null keys form their own groups, as in SQL."""
     keys = USAGE_KEYS
-    failed = pc.fill_null(pc.not_equal(parts.column("error_code"), 0), False)
     cols = parts.select([*keys, "partition", "record_count", "records_bytes", "ts"])
-    cols = cols.append_column("failed", pc.cast(failed, pa.int64()))
+    cols = cols.append_column("failed", _flag(pc.not_equal(parts.column("error_code"), 0)))
     got = _grouped(cols, keys, [
         ("partition", "count_distinct"), ("record_count", "sum"), ("records_bytes", "sum"),
         ("failed", "sum"), ("ts", "min"), ("ts", "max"),
@@ -173,7 +229,8 @@ def exact_aggregates(out: str) -> dict[str, pa.Table]:
         "topic", "partition", "high_watermark", "last_stable_offset", "log_start_offset",
         "ts", "ts_ns", "leo", "api", "client_id", "error_code", "client", "conn_id",
         "correlation_id", "record_count", "records_bytes"])  # fmt: skip
-    ex = read_table(f"{out}/exchanges", EXCHANGE_SCHEMA,
-                    ["api", "client_id", "error_code", "request_ts"])
-    return {"partition_hw": partition_hw(parts), "errors": errors(ex, parts),
-            "client_topic_usage": client_topic_usage(parts)}
+    ex = read_table(f"{out}/exchanges", EXCHANGE_SCHEMA, [
+        "api", "client_id", "error_code", "request_ts", "api_version", "broker", "status",
+        "partition_error_count", "latency_ms", "request_size", "response_size"])  # fmt: skip
+    return {"api_latency": api_latency(ex), "partition_hw": partition_hw(parts),
+            "errors": errors(ex, parts), "client_topic_usage": client_topic_usage(parts)}

@@ -567,16 +567,17 @@ def _write_tables(spark: SparkSession, t: Tables, out: str, mode: str,
     res.seconds["tables"] = time.perf_counter() - tm
     tm = time.perf_counter()
     # aggregates cover everything in the tables (all runs), so they are rewritten each time
-    all_ex = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
-    all_parts = spark.read.schema(parts_schema or R.spark_ddl(PARTITIONS_SCHEMA)).parquet(
-        f"{out}/partitions")
     exact: list[Callable[[], None]] = []
-    if _small(out, ("exchanges", "partitions")):  # one task each, no shuffle (no stage jobs)
-        all_ex, all_parts = all_ex.coalesce(1), all_parts.coalesce(1)
-        # the exact ones on the driver (pyarrow), meanwhile: no Spark job, no JVM rows
+    if _small(out, ("exchanges", "partitions")):
+        # on the driver (pyarrow): no Spark job, no JVM rows
         exact = [lambda: _write_exact(out)]
-    skip = EXACT_AGGREGATES if exact else ()
-    work = aggregates(all_ex, all_parts, [n for n in AGGREGATES if n not in skip])
+    left = [n for n in AGGREGATES if not exact or n not in EXACT_AGGREGATES]
+    work: dict[str, DataFrame] = {}
+    if left:
+        all_ex = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
+        all_parts = spark.read.schema(parts_schema or R.spark_ddl(PARTITIONS_SCHEMA)).parquet(
+            f"{out}/partitions")
+        work = aggregates(all_ex, all_parts, left)
     _in_parallel(*exact, *[
         (lambda df=df, name=name: write_parquet(df.coalesce(1), f"{out}/aggregates/{name}"))
         for name, df in work.items()
@@ -641,7 +642,7 @@ SMALL_TABLES = 256 << 20  # aggregated in one task below this many bytes of Parq
 
 
 def _write_exact(out: str) -> None:
-    """`partition_hw` and `errors` computed and written on the driver (`driver_aggregates`)."""
+    """`EXACT_AGGREGATES` computed and written on the driver (`driver_aggregates`)."""
     from kanalyze.spark.driver_aggregates import exact_aggregates
     from kanalyze.spark.driver_tables import write_table
 
@@ -650,8 +651,9 @@ def _write_exact(out: str) -> None:
 
 
 def _small(out: str, tables: tuple[str, ...]) -> bool:
-    """Whether the local tables under `out` hold less than SMALL_TABLES bytes: then one task
-    aggregates them faster than a shuffle between several (each stage is a Spark job)."""
+    """Whether the local tables under `out` hold less than SMALL_TABLES bytes: then the
+    driver reads them whole and computes the aggregates (`driver_aggregates`), faster than
+    Spark's jobs, whose planning alone takes longer on a small capture."""
     if is_uri(out):
         return False
     total = 0

@@ -291,15 +291,23 @@ def test_partition_rows_match_spark_partitions_table(spark):
     assert got == want
 
 
-def test_driver_aggregates_match_spark(spark):
-    """`partition_hw`, `errors` and `client_topic_usage` computed on the driver
-    (`driver_aggregates`) equal Spark's (`tables.aggregates`) on hand-made rows: LEO-only and
-    null-topic groups (a full outer join never matches null keys), negative or missing HWs,
-    missing times, error codes, repeated and half-null (conn, correlation) pairs."""
+def test_driver_aggregates_match_spark(spark, tmp_path):
+    """Every aggregate computed on the driver (`driver_aggregates`) equals Spark's
+    (`tables.aggregates`) on hand-made rows: LEO-only and null-topic groups (a full outer
+    join never matches null keys), negative or missing HWs, missing times, error codes,
+    repeated and half-null (conn, correlation) pairs, latency percentiles of 11 values (exact
+    in Spark too below ~5,000), groups without a latency."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA
-    from kanalyze.spark.driver_aggregates import client_topic_usage, errors, partition_hw
+    from kanalyze.spark.driver_aggregates import (
+        api_latency,
+        client_topic_usage,
+        errors,
+        partition_hw,
+    )
+    from kanalyze.spark.driver_tables import write_table
     from kanalyze.spark.schemas import EXCHANGE_SCHEMA
     from kanalyze.spark.tables import aggregates
 
@@ -333,21 +341,40 @@ def test_driver_aggregates_match_spark(spark):
         fact("u", 0, None, 16, conn_id=None, correlation_id=None, client=None),
     ], schema=PARTITIONS_SCHEMA)
     ex = dict.fromkeys(EXCHANGE_SCHEMA.names)
+
+    def call(api, version, status, ms, **kw):  # api_latency: binary fractions sum exactly
+        return {**ex, "api": api, "api_version": version, "broker": "b:9092", "status": status,
+                "latency_ms": ms, "request_size": 100, **kw}
+
     exchanges = pa.Table.from_pylist([
         {**ex, "api": "Produce", "client_id": "p", "error_code": 2},
         {**ex, "api": "Produce", "client_id": "p", "error_code": 0},
         {**ex, "api": "Metadata", "client_id": None, "error_code": None},
+        *[call("Fetch", 12, "ok", ms, response_size=10 * i, error_code=0,
+               partition_error_count=i % 3) for i, ms in
+          enumerate([0.5, 8.25, 1.0, 0.25, 2.0, 64.0, 0.5, 3.75, 1.5, 0.125, 16.0])],
+        call("Fetch", 12, "no_response", None), call("Fetch", 11, "no_response", None),
+        call("Fetch", 11, "ok", 4.0, error_code=None, partition_error_count=None),
+        call("Fetch", 11, "ok", 2.5, broker=None, error_code=7),
     ], schema=EXCHANGE_SCHEMA)
     theirs = aggregates(spark.createDataFrame(exchanges), spark.createDataFrame(parts),
-                        ["partition_hw", "errors", "client_topic_usage"])
+                        ["partition_hw", "errors", "client_topic_usage", "api_latency"])
     ours = {"partition_hw": partition_hw(parts), "errors": errors(exchanges, parts),
-            "client_topic_usage": client_topic_usage(parts)}
+            "client_topic_usage": client_topic_usage(parts), "api_latency": api_latency(exchanges)}
     for name, df in theirs.items():
         assert df.columns == ours[name].column_names
         want = sorted(map(repr, df.toArrow().to_pylist()))
         got = sorted(map(repr, ours[name].to_pylist()))
         assert len(got) >= 3
         assert got == want, name
+        # and the files: the Parquet types Spark's writer gives, read back alike by Spark
+        write_table(ours[name], str(tmp_path / "ours" / name), "overwrite")
+        df.coalesce(1).write.parquet(str(tmp_path / "theirs" / name))
+        mine, spark_s = (pq.read_schema(next((tmp_path / side / name).glob("*.parquet")))
+                         for side in ("ours", "theirs"))
+        assert [(f.name, f.type) for f in mine] == [(f.name, f.type) for f in spark_s], name
+        assert (spark.read.parquet(str(tmp_path / "ours" / name)).schema
+                == spark.read.parquet(str(tmp_path / "theirs" / name)).schema), name
 
 
 def test_task_sort_is_spark_order_without_a_warning():
