@@ -66,6 +66,9 @@ _LAZY = {
 }
 
 
+_DECODING = frozenset({"decoder", "embedded", "fastjson"})
+
+
 def __getattr__(name: str) -> object:
     sub = _LAZY.get(name)
     if sub is None:
@@ -73,6 +76,8 @@ def __getattr__(name: str) -> object:
     import importlib
 
     value = getattr(importlib.import_module(f"dissectors.{sub}"), name)
+    if sub in _DECODING:  # a body may hold records: their decoder registers on import
+        importlib.import_module("dissectors.records")
     globals()[name] = value
     return value
 

@@ -29,8 +29,8 @@ def register_records_decoder(fn: RecordsDecoder) -> None:
 
 def decode_records_field(buf: memoryview, offset: int, length: int, ctx: DecodeContext) -> Node:
     """The records field at buf[offset:offset+length], by the registered decoder."""
-    if not _RECORDS:  # imported lazily (dissectors/__init__.py): it registers itself
-        import dissectors.records  # noqa: F401
+    if not _RECORDS:
+        raise RuntimeError("no records decoder registered: import the dissectors package")
     return _RECORDS[0](buf, offset, length, ctx)
 
 

@@ -160,3 +160,31 @@ def test_the_public_entry_exports_what_it_lists():
         assert getattr(dissectors, name) is not None, name
     for name in ("decode_body", "decode_body_json", "ApiKey", "ErrorCode", "read_uvarint"):
         assert name in dissectors.__all__
+
+
+def test_the_public_decoders_decode_records_in_a_fresh_process():
+    """`from dissectors import decode_body` alone decodes a body with records: the body
+    decoders are imported lazily, and the records decoder registers itself on import, so the
+    package's lazy entry imports it with them (it once raised "no records decoder")."""
+    code = (
+        "import struct, sys\n"
+        "from dissectors import DecodeContext, {fn}\n"
+        # Produce v3 request: null transactional id, acks, timeout, one topic, one partition,
+        # an empty records field (size 0)
+        "body = struct.pack('>hhi', -1, 1, 100) + struct.pack('>i', 1) + struct.pack('>h', 1)"
+        " + b't' + struct.pack('>i', 1) + struct.pack('>i', 0) + struct.pack('>i', 0)\n"
+        "{call}\n"
+        "print('records' in sys.modules['dissectors'].__dict__ or 'dissectors.records' in"
+        " sys.modules)\n"
+    )
+    calls = {
+        "decode_body": "decode_body(0, 3, True, body, 0, len(body), DecodeContext(strict=True))",
+        "decode_body_json": "from dissectors import JsonWalk\n"
+        "decode_body_json(0, 3, True, body, 0, len(body), DecodeContext(strict=True),"
+        " JsonWalk())",
+    }
+    for fn, call in calls.items():
+        out = subprocess.run([sys.executable, "-c", code.format(fn=fn, call=call)],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == "True"

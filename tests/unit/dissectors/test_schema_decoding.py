@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from dissectors import decoder
+from dissectors import decode_body, decode_message, decoder
 from dissectors.context import DecodeContext
-from dissectors.decoder import decode_body, decode_message
 from dissectors.jsonify import node_to_json
 from dissectors.node import ARRAY, PRIM, RAW, STRUCT, Node
 from tests.support import spec_encoder as se
