@@ -9,7 +9,7 @@ the TUI and the Spark rows share.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kanalyze.bodies.batches import batch_bytes, batch_count, batch_end
@@ -153,6 +153,124 @@ def topic_entries(body: object) -> Iterator[TopicEntry]:
         stack.extend(reversed(children))
 
 
+# The usual shape of a Produce body (v3-v9, request and response, as the JSON path renders
+# them): `produce_entries` reads it without the generic walk, which visits every batch header
+# (a third of a Spark task's CPU went to the facts of Produce exchanges). Any other key, a
+# tagged field, a nested value where a scalar belongs, or full records send it to the walk.
+_PRODUCE_REQUEST = frozenset({"transactional_id", "acks", "timeout_ms", "topic_data"})
+_PRODUCE_TOPIC = frozenset({"name", "topic_id", "partition_data"})
+_PRODUCE_PARTITION = frozenset({"index", "records"})
+_PRODUCE_RESPONSE = frozenset({"responses", "throttle_time_ms"})
+_PRODUCE_RESULT = frozenset({"name", "topic_id", "partition_responses"})
+_PRODUCE_PARTITION_RESULT = frozenset({
+    "index", "error_code", "error_code_name", "base_offset", "log_append_time_ms",
+    "log_start_offset", "record_errors", "error_message"})  # fmt: skip
+_RECORD_ERROR = frozenset({"batch_index", "batch_index_error_message"})
+
+
+def _scalars(d: object, keys: frozenset[str] | None = None) -> bool:
+    """Whether `d` is a dict of scalars only (with keys among `keys` when given)."""
+    if type(d) is not dict:
+        return False
+    if keys is not None and not d.keys() <= keys:
+        return False
+    return all(type(v) in _SCALARS for v in d.values())
+
+
+def _headers_only(records: object) -> bool:
+    """Whether a partition's `records` holds nothing the walk reports: null, or batch headers
+    only (`DecodeContext.record_headers`: scalars, no topic id)."""
+    if records is None:
+        return True
+    if type(records) is not dict:
+        return False
+    for k, v in records.items():
+        if k == "batches":
+            if type(v) is not list:
+                return False
+            for b in v:
+                if not _scalars(b) or "topic_id" in b:
+                    return False
+        elif k == "topic_id" or type(v) not in _SCALARS:
+            return False
+    return True
+
+
+def _named(item: dict) -> tuple[str | None, str | None]:
+    """(name, topic id) of a topic struct, as `topic_entries` reads them."""
+    name = tid = None
+    for k, v in item.items():
+        if type(v) is str:
+            if k == "topic_id":
+                if v.strip("0-"):
+                    tid = v
+            elif name is None and k in _TOPIC_NAME_SET and v:
+                name = v
+    return name, tid
+
+
+def produce_entries(body: dict, is_req: bool) -> list[TopicEntry] | None:
+    """What `topic_entries(body)` yields, for a Produce request (`is_req`) or response of the
+    usual shape; None when `body` has another shape (the caller walks it)."""
+    keys = _PRODUCE_REQUEST if is_req else _PRODUCE_RESPONSE
+    topics_key = "topic_data" if is_req else "responses"
+    parts_key = "partition_data" if is_req else "partition_responses"
+    if not body.keys() <= keys:
+        return None
+    items = body.get(topics_key)
+    if type(items) is not list:
+        return None
+    for k, v in body.items():
+        if k != topics_key and type(v) not in _SCALARS:
+            return None
+    out: list[TopicEntry] = []
+    for item in items:
+        if type(item) is not dict or not item.keys() <= (
+                _PRODUCE_TOPIC if is_req else _PRODUCE_RESULT):
+            return None
+        plist = item.get(parts_key)
+        if type(plist) is not list:
+            return None
+        parts: list[tuple[int, dict]] = []
+        for p in plist:
+            if type(p) is not dict:
+                return None
+            if is_req:
+                if not p.keys() <= _PRODUCE_PARTITION or not _headers_only(p.get("records")):
+                    return None
+            else:
+                errs = p.get("record_errors")
+                if not p.keys() <= _PRODUCE_PARTITION_RESULT or not (
+                        errs is None or type(errs) is list and all(
+                            _scalars(e, _RECORD_ERROR) for e in errs)):
+                    return None
+                if any(type(v) not in _SCALARS for k, v in p.items() if k != "record_errors"):
+                    return None
+            idx = _partition_index(p)
+            if idx is not None:
+                parts.append((idx, p))
+        name, tid = _named(item)
+        for k, v in item.items():
+            if k != parts_key and type(v) not in _SCALARS:
+                return None
+        # as `topic_entries`: a list element that only names something is a topic when its
+        # list is a topic list ("topic_data" is one, "responses" is not)
+        if parts or tid is not None or (name is not None and is_req):
+            out.append(TopicEntry(name, tid, tuple(parts), topics_key))
+    return out
+
+
+def produce_error_codes(body: dict) -> list[int]:
+    """`error_codes` of a Produce response `produce_entries` took (its partitions' codes)."""
+    out: list[int] = []
+    for item in body["responses"]:
+        for p in item["partition_responses"]:
+            v = p.get("error_code")
+            if type(v) is int and v:
+                out.append(v)
+    return out
+
+
 def _partition_index(item: dict) -> int | None:
     for k, v in item.items():
         if k in _PARTITION_INDEX_SET and type(v) is int:
@@ -231,10 +349,16 @@ def facts_of(req: dict | None, rsp: dict | None, names: TopicNames) -> ExchangeF
     topics: dict[str, set[int]] = {}
     listed: dict[str, None] = {}
     merged: dict[tuple[str | None, int], dict] = {}
+    fast_rsp = False
     for body, is_req in ((req, True), (rsp, False)):
         if body is None:
             continue
-        for e in topic_entries(body):
+        entries: Iterable[TopicEntry] | None = produce_entries(body, is_req)
+        if entries is None:
+            entries = topic_entries(body)
+        elif not is_req:
+            fast_rsp = True
+        for e in entries:
             label = topic_label(e, names)
             if label is not None:
                 topics.setdefault(label, set()).update(i for i, _p in e.partitions)
@@ -254,7 +378,8 @@ def facts_of(req: dict | None, rsp: dict | None, names: TopicNames) -> ExchangeF
         if type(rsp.get("throttle_time_ms")) is int:
             throttle = rsp["throttle_time_ms"]
     return ExchangeFacts(
-        error_codes=tuple(error_codes(rsp)) if rsp is not None else (),
+        error_codes=(() if rsp is None else tuple(produce_error_codes(rsp)) if fast_rsp
+                     else tuple(error_codes(rsp))),
         error_code=err,
         throttle_time_ms=throttle,
         replica_id=replica_id(req),
