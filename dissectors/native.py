@@ -43,6 +43,7 @@ COMPILED: tuple[str, ...] = (
     "dissectors.batch_header",
     "dissectors.record_reader",
     "dissectors.records_json",
+    "kanalyze.bodies.batches",
     "kanalyze.bodies.facts",
     "kanalyze.connection",
     "kanalyze.correlation",

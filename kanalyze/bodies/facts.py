@@ -168,13 +168,17 @@ _PRODUCE_PARTITION_RESULT = frozenset({
 _RECORD_ERROR = frozenset({"batch_index", "batch_index_error_message"})
 
 
-def _scalars(d: object, keys: frozenset[str] | None = None) -> bool:
-    """Whether `d` is a dict of scalars only (with keys among `keys` when given)."""
-    if type(d) is not dict:
-        return False
-    if keys is not None and not d.keys() <= keys:
-        return False
-    return all(type(v) in _SCALARS for v in d.values())
+def _scalar(v: object) -> bool:
+    t = type(v)
+    return v is None or t is int or t is str or t is bool or t is float
+
+
+def _scalars(d: dict, keys: frozenset[str] | None = None) -> bool:
+    """Whether `d` holds scalars only (under keys among `keys` when given)."""
+    for k, v in d.items():  # noqa: SIM110 - a loop: compiled, `all` takes a generator
+        if (keys is not None and k not in keys) or not _scalar(v):
+            return False
+    return True
 
 
 def _headers_only(records: object) -> bool:
@@ -189,9 +193,36 @@ def _headers_only(records: object) -> bool:
             if type(v) is not list:
                 return False
             for b in v:
-                if not _scalars(b) or "topic_id" in b:
+                if type(b) is not dict or "topic_id" in b or not _scalars(b):
                     return False
-        elif k == "topic_id" or type(v) not in _SCALARS:
+        elif k == "topic_id" or not _scalar(v):
+            return False
+    return True
+
+
+def _request_partition(p: dict) -> bool:
+    for k, v in p.items():
+        if k == "records":
+            if not _headers_only(v):
+                return False
+        elif k != "index" or not _scalar(v):
+            return False
+    return True
+
+
+def _response_partition(p: dict) -> bool:
+    for k, v in p.items():
+        if k not in _PRODUCE_PARTITION_RESULT:
+            return False
+        if k == "record_errors":
+            if v is None:
+                continue
+            if type(v) is not list:
+                return False
+            for e in v:
+                if type(e) is not dict or not _scalars(e, _RECORD_ERROR):
+                    return False
+        elif not _scalar(v):
             return False
     return True
 
@@ -215,44 +246,32 @@ def produce_entries(body: dict, is_req: bool) -> list[TopicEntry] | None:
     keys = _PRODUCE_REQUEST if is_req else _PRODUCE_RESPONSE
     topics_key = "topic_data" if is_req else "responses"
     parts_key = "partition_data" if is_req else "partition_responses"
-    if not body.keys() <= keys:
-        return None
+    topic_keys = _PRODUCE_TOPIC if is_req else _PRODUCE_RESULT
     items = body.get(topics_key)
     if type(items) is not list:
         return None
     for k, v in body.items():
-        if k != topics_key and type(v) not in _SCALARS:
+        if k not in keys or (k != topics_key and not _scalar(v)):
             return None
     out: list[TopicEntry] = []
     for item in items:
-        if type(item) is not dict or not item.keys() <= (
-                _PRODUCE_TOPIC if is_req else _PRODUCE_RESULT):
+        if type(item) is not dict:
             return None
         plist = item.get(parts_key)
         if type(plist) is not list:
             return None
+        for k, v in item.items():
+            if k not in topic_keys or (k != parts_key and not _scalar(v)):
+                return None
         parts: list[tuple[int, dict]] = []
         for p in plist:
-            if type(p) is not dict:
+            if type(p) is not dict or not (
+                    _request_partition(p) if is_req else _response_partition(p)):
                 return None
-            if is_req:
-                if not p.keys() <= _PRODUCE_PARTITION or not _headers_only(p.get("records")):
-                    return None
-            else:
-                errs = p.get("record_errors")
-                if not p.keys() <= _PRODUCE_PARTITION_RESULT or not (
-                        errs is None or type(errs) is list and all(
-                            _scalars(e, _RECORD_ERROR) for e in errs)):
-                    return None
-                if any(type(v) not in _SCALARS for k, v in p.items() if k != "record_errors"):
-                    return None
             idx = _partition_index(p)
             if idx is not None:
                 parts.append((idx, p))
         name, tid = _named(item)
-        for k, v in item.items():
-            if k != parts_key and type(v) not in _SCALARS:
-                return None
         # as `topic_entries`: a list element that only names something is a topic when its
         # list is a topic list ("topic_data" is one, "responses" is not)
         if parts or tid is not None or (name is not None and is_req):
