@@ -76,8 +76,10 @@ def __getattr__(name: str) -> object:
     import importlib
 
     value = getattr(importlib.import_module(f"dissectors.{sub}"), name)
-    if sub in _DECODING:  # a body may hold records: their decoder registers on import
+    if sub in _DECODING:  # the walker's delegates register on import (`registry`): a body
+        # decodes the same whatever the caller imported before
         importlib.import_module("dissectors.records")
+        importlib.import_module("dissectors.embedded")
     globals()[name] = value
     return value
 

@@ -1,7 +1,8 @@
 """Which hot modules may run compiled, and the switch back to their pure-Python source.
 
 `tools/compile.py` compiles the modules in `COMPILED` with mypyc, in place: each gets an
-extension module beside its `.py` (plus one shared library for the group at the repo root).
+extension module beside its `.py` (plus one shared library for the group inside the
+`kanalyze` package).
 Python's import system prefers an extension module to a source file of the same name, so
 once they are built they are used, with no change to any import. They are optional: an
 install without a compiler has none and runs the same `.py` files.

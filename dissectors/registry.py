@@ -4,8 +4,9 @@ The walker (`decoder`) meets records fields and bodies that embed other protocol
 the modules decoding those use the walker in turn (KRaft control records and embedded
 structures are schema messages). Rather than importing each other, both sides meet
 here: `records` registers the records-field decoder and `embedded` its per-API body
-hooks when they are imported -- which importing the package (`dissectors/__init__`)
-always does, so by the time anything decodes, the table is complete.
+hooks when they are imported -- which the package's lazy entry (`dissectors/__init__`)
+does whenever it hands out a body decoder, so by the time anything decodes through it, the
+table is complete.
 """
 
 from __future__ import annotations

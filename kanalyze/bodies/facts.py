@@ -192,8 +192,9 @@ def _headers_only(records: object) -> bool:
         if k == "batches":
             if type(v) is not list:
                 return False
-            for b in v:
-                if type(b) is not dict or "topic_id" in b or not _scalars(b):
+            for b in v:  # no topic id, no partition index: the walk would report those
+                if (type(b) is not dict or "topic_id" in b or "partition_index" in b
+                        or "index" in b or "partition" in b or not _scalars(b)):
                     return False
         elif k == "topic_id" or not _scalar(v):
             return False

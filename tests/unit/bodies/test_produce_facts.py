@@ -113,7 +113,8 @@ def test_shapes_the_walk_reads_otherwise() -> None:
     assert agree(req, True) and agree(rsp, False)
     assert [e.name for e in produce_entries(req, True) or []] == [None, "a", "a", None, None]
     # what the walk must read: a topic id in a batch, full records, an unknown field
-    for odd in ({**batch, "topic_id": "5a1b"}, {**batch, "records": [{"key": None}]}):
+    for odd in ({**batch, "topic_id": "5a1b"}, {**batch, "records": [{"key": None}]},
+                {**batch, "partition": 5}):  # a partition index makes the records an entry
         bad = {**req, "topic_data": [{"name": "t", "partition_data": [
             {"index": 0, "records": {"batches": [odd]}}]}]}  # fmt: skip
         assert produce_entries(bad, True) is None
