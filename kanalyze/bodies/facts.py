@@ -241,29 +241,31 @@ def _named(item: dict) -> tuple[str | None, str | None]:
     return name, tid
 
 
+def _list_in(d: dict, key: str, keys: frozenset[str]) -> list | None:
+    """`d[key]` when it is a list, `d`'s keys are among `keys` and its other values scalars."""
+    got = d.get(key)
+    if type(got) is not list:
+        return None
+    for k, v in d.items():
+        if k not in keys or (k != key and not _scalar(v)):
+            return None
+    return got
+
+
 def produce_entries(body: dict, is_req: bool) -> list[TopicEntry] | None:
     """What `topic_entries(body)` yields, for a Produce request (`is_req`) or response of the
     usual shape; None when `body` has another shape (the caller walks it)."""
-    keys = _PRODUCE_REQUEST if is_req else _PRODUCE_RESPONSE
     topics_key = "topic_data" if is_req else "responses"
     parts_key = "partition_data" if is_req else "partition_responses"
     topic_keys = _PRODUCE_TOPIC if is_req else _PRODUCE_RESULT
-    items = body.get(topics_key)
-    if type(items) is not list:
+    items = _list_in(body, topics_key, _PRODUCE_REQUEST if is_req else _PRODUCE_RESPONSE)
+    if items is None:
         return None
-    for k, v in body.items():
-        if k not in keys or (k != topics_key and not _scalar(v)):
-            return None
     out: list[TopicEntry] = []
     for item in items:
-        if type(item) is not dict:
+        plist = _list_in(item, parts_key, topic_keys) if type(item) is dict else None
+        if plist is None:
             return None
-        plist = item.get(parts_key)
-        if type(plist) is not list:
-            return None
-        for k, v in item.items():
-            if k not in topic_keys or (k != parts_key and not _scalar(v)):
-                return None
         parts: list[tuple[int, dict]] = []
         for p in plist:
             if type(p) is not dict or not (
