@@ -153,7 +153,7 @@ def topic_entries(body: object) -> Iterator[TopicEntry]:
         stack.extend(reversed(children))
 
 
-# The usual shape of a Produce body (v3-v9, request and response, as the JSON path renders
+# The usual shape of a Produce body (v3 on, request and response, as the JSON path renders
 # them): `produce_entries` reads it without the generic walk, which visits every batch header
 # (a third of a Spark task's CPU went to the facts of Produce exchanges). Any other key, a
 # tagged field, a nested value where a scalar belongs, or full records send it to the walk.
