@@ -214,6 +214,16 @@ _SECRET_MARKERS = re.compile(r"(?:p|v|auth)=")
 
 def _public(text: str) -> str:
     return SecretStr(text) if _SECRET_MARKERS.search(text) else text
+
+
+# a GS2 header as it should be (RFC 5801: flag, optional authzid, and OAUTHBEARER's closing
+# comma); anything else there is a damaged message whose separators no longer split off the
+# secret after it (a flipped \x01 left "n,,\x11auth=Bearer <token>" in the header)
+_GS2 = re.compile(r"[ny],(?:a=[^,]*)?,?")
+
+
+def _gs2(text: str) -> str:
+    return _public(text) if _GS2.fullmatch(text) else SecretStr(text)
 _SCRAM_START = re.compile(rb"^(?:[ny],|p=[^,]*,|c=|r=|v=|e=)")
 
 
@@ -240,7 +250,7 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
         ]
     if raw.startswith((b"n,", b"y,")) and b"\x01" in raw:
         head, _, rest = raw.partition(b"\x01")
-        nodes = [Node("Gs2Header", PRIM, start, len(head), head.decode())]
+        nodes = [Node("Gs2Header", PRIM, start, len(head), _gs2(head.decode()))]
         for off, kv in _text_parts(rest, start + len(head) + 1, b"\x01"):
             if not kv:
                 continue
@@ -264,8 +274,9 @@ def parse_sasl(raw: bytes, start: int) -> tuple[str, list[Node]] | None:
                     PRIM,
                     flag_off,
                     az_off + len(az) - flag_off,
-                    # "p=<cb name>" is rare; a damaged client-final message may start with p=<proof>
-                    SecretStr(gs2) if flag.startswith(b"p=") else gs2,
+                    # "p=<cb name>" is rare; a damaged client-final message may start with
+                    # p=<proof>: secret, as any header of another form
+                    _gs2(gs2),
                 )
             )
             parts = parts[2:]

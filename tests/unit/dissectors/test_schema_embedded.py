@@ -257,6 +257,20 @@ def test_oauthbearer_token_is_redacted() -> None:
     assert j["auth_bytes"]["auth"].startswith("<redacted")
 
 
+def test_a_damaged_gs2_header_is_secret() -> None:
+    """A flipped separator leaves the token in the GS2 header (mutation seed 55, case 2837):
+    only a header of the GS2 form is shown; SCRAM's and OAUTHBEARER's usual ones stay."""
+    for raw in (b"n,,\x11auth=Beaper eyJhbGciOi.secret\x01\x01",
+                b"n,,\x11aut_=Bearer eyJhbGciOi.secret\x01\x01"):
+        j = node_to_json(_auth_request(raw), DecodeContext())
+        assert "secret" not in repr(j), j
+        assert j["auth_bytes"]["gs2_header"].startswith("<redacted")
+    for raw, head in ((b"n,,\x01auth=Bearer x\x01\x01", "n,,"),
+                      (b"n,a=alice,\x01auth=Bearer x\x01\x01", "n,a=alice,"),
+                      (b"n,,n=user,r=nonce", "n,"), (b"y,a=bob,n=bob,r=abc", "y,a=bob")):
+        assert node_to_json(_auth_request(raw), DecodeContext())["auth_bytes"]["gs2_header"] == head
+
+
 def test_raw_sasl_frames_from_v0_handshake_clients() -> None:
     frame = b"xxxx\x00bob\x00hunter2"
     node = decode_raw_sasl(frame, 4, len(frame), DecodeContext())
