@@ -159,7 +159,6 @@ def topic_entries(body: object) -> Iterator[TopicEntry]:
 # tagged field, a nested value where a scalar belongs, or full records send it to the walk.
 _PRODUCE_REQUEST = frozenset({"transactional_id", "acks", "timeout_ms", "topic_data"})
 _PRODUCE_TOPIC = frozenset({"name", "topic_id", "partition_data"})
-_PRODUCE_PARTITION = frozenset({"index", "records"})
 _PRODUCE_RESPONSE = frozenset({"responses", "throttle_time_ms"})
 _PRODUCE_RESULT = frozenset({"name", "topic_id", "partition_responses"})
 _PRODUCE_PARTITION_RESULT = frozenset({

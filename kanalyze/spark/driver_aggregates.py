@@ -31,7 +31,6 @@ from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA
 from kanalyze.spark.schemas import EXCHANGE_SCHEMA
 
 _TS = pa.timestamp("us", tz="UTC")
-EXACT_AGGREGATES = ("api_latency", "partition_hw", "errors", "client_topic_usage")
 PARTITION_HW_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("observations", pa.int64()),
     ("hw_min", pa.int64()), ("hw_max", pa.int64()), ("hw_first", pa.int64()),
@@ -224,7 +223,8 @@ def client_topic_usage(parts: pa.Table) -> pa.Table:
 
 
 def exact_aggregates(out: str) -> dict[str, pa.Table]:
-    """`EXACT_AGGREGATES` over the local tables under `out` (every run's rows)."""
+    """Every aggregate (`tables.AGGREGATES`) over the local tables under `out` (every run's
+    rows)."""
     parts = read_table(f"{out}/partitions", PARTITIONS_SCHEMA, [
         "topic", "partition", "high_watermark", "last_stable_offset", "log_start_offset",
         "ts", "ts_ns", "leo", "api", "client_id", "error_code", "client", "conn_id",

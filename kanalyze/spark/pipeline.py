@@ -29,11 +29,9 @@ from kanalyze.spark import schemas as R
 from kanalyze.spark.arrow_partitions import PARTITIONS_SCHEMA
 from kanalyze.spark.balance import bucket_values, max_share, place
 from kanalyze.spark.direct_write import write_exchanges
-from kanalyze.spark.driver_aggregates import EXACT_AGGREGATES
 from kanalyze.spark.inputs import qualify_output, use_hadoop
 from kanalyze.spark.schemas import KIND_PACKET
 from kanalyze.spark.tables import (
-    AGGREGATES,
     CONNECTION_DDL,
     aggregates,
     files_table,
@@ -567,21 +565,16 @@ def _write_tables(spark: SparkSession, t: Tables, out: str, mode: str,
     res.seconds["tables"] = time.perf_counter() - tm
     tm = time.perf_counter()
     # aggregates cover everything in the tables (all runs), so they are rewritten each time
-    exact: list[Callable[[], None]] = []
     if _small(out, ("exchanges", "partitions")):
-        # on the driver (pyarrow): no Spark job, no JVM rows
-        exact = [lambda: _write_exact(out)]
-    left = [n for n in AGGREGATES if not exact or n not in EXACT_AGGREGATES]
-    work: dict[str, DataFrame] = {}
-    if left:
+        _write_exact(out)  # on the driver (pyarrow): no Spark job, no JVM rows
+    else:
         all_ex = spark.read.schema(R.spark_ddl(R.EXCHANGE_SCHEMA)).parquet(f"{out}/exchanges")
         all_parts = spark.read.schema(parts_schema or R.spark_ddl(PARTITIONS_SCHEMA)).parquet(
             f"{out}/partitions")
-        work = aggregates(all_ex, all_parts, left)
-    _in_parallel(*exact, *[
-        (lambda df=df, name=name: write_parquet(df.coalesce(1), f"{out}/aggregates/{name}"))
-        for name, df in work.items()
-    ])  # fmt: skip
+        _in_parallel(*[
+            (lambda df=df, name=name: write_parquet(df.coalesce(1), f"{out}/aggregates/{name}"))
+            for name, df in aggregates(all_ex, all_parts).items()
+        ])  # fmt: skip
     res.seconds["aggregates"] = time.perf_counter() - tm
     files()  # last: marks the inputs as done
 
@@ -642,7 +635,7 @@ SMALL_TABLES = 256 << 20  # aggregated in one task below this many bytes of Parq
 
 
 def _write_exact(out: str) -> None:
-    """`EXACT_AGGREGATES` computed and written on the driver (`driver_aggregates`)."""
+    """Every aggregate computed and written on the driver (`driver_aggregates`)."""
     from kanalyze.spark.driver_aggregates import exact_aggregates
     from kanalyze.spark.driver_tables import write_table
 

@@ -309,7 +309,7 @@ def test_driver_aggregates_match_spark(spark, tmp_path):
     )
     from kanalyze.spark.driver_tables import write_table
     from kanalyze.spark.schemas import EXCHANGE_SCHEMA
-    from kanalyze.spark.tables import aggregates
+    from kanalyze.spark.tables import AGGREGATES, aggregates
 
     t0 = 1_700_000_000_000_000_000
 
@@ -358,9 +358,10 @@ def test_driver_aggregates_match_spark(spark, tmp_path):
         call("Fetch", 11, "ok", 2.5, broker=None, error_code=7),
     ], schema=EXCHANGE_SCHEMA)
     theirs = aggregates(spark.createDataFrame(exchanges), spark.createDataFrame(parts),
-                        ["partition_hw", "errors", "client_topic_usage", "api_latency"])
+                        AGGREGATES)
     ours = {"partition_hw": partition_hw(parts), "errors": errors(exchanges, parts),
             "client_topic_usage": client_topic_usage(parts), "api_latency": api_latency(exchanges)}
+    assert set(ours) == set(theirs) == set(AGGREGATES)  # the driver computes every one
     for name, df in theirs.items():
         assert df.columns == ours[name].column_names
         want = sorted(map(repr, df.toArrow().to_pylist()))
