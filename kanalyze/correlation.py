@@ -391,14 +391,19 @@ class Correlator:
                 keep.append(entry)
         self.orphans = keep
 
-    def _settle_orphan(self, entry: list, final: bool = True) -> bool:
+    def _settle_orphan(self, entry: list, final: bool = True, infer_api: bool = True) -> bool:
         """Emit a held orphan response: decoded as the api the connection's requests point to
         when exactly one fits (kanalyze/inference.py), else (when `final`) undecoded with the
-        reason. False when it was kept back."""
+        reason. False when it was kept back. `infer_api` False: undecoded at once (see
+        `settle_orphans`)."""
         resp, corr = entry[0], entry[1]
         pdu = resp.pdu
         found = None
-        if not pdu.missing:
+        if not infer_api:
+            why = "it answers a request sent before this byte range: not inferred"
+        elif pdu.missing:
+            why = "a capture gap cut it: not inferred"
+        else:
             ev, cid = self.evidence, self.client_id
             by_cid = f"client id {cid!r} sent it on another connection"
             pools = (
@@ -414,7 +419,8 @@ class Correlator:
                 return False
         resp.done = True
         if found is None or found.api is None:
-            why = found.reason if found is not None else "a capture gap cut it: not inferred"
+            if found is not None:
+                why = found.reason
             diag = Diagnostic(
                 Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}"
             )
@@ -451,9 +457,12 @@ class Correlator:
         return True
 
     def settle_orphans(self) -> None:
-        """Emit every held orphan response now (`kanalyze.parallel`: at the start of a byte
-        range they answer requests of the previous range, whose run pairs them)."""
-        self._settle_orphans()
+        """Emit every held orphan response now, undecoded (`kanalyze.parallel`: at the start
+        of a byte range they answer requests of the previous range, whose run pairs them;
+        the stitch drops these, so the search for their api would be wasted: it was a
+        range head's largest cost, and it spent the run's layout budget)."""
+        while self.orphans:
+            self._settle_orphan(self.orphans.popleft(), infer_api=False)
 
     def _outlive_orphans(self) -> None:
         """The connection ends: its held orphans are settled, but one whose api is known and

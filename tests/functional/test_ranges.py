@@ -94,6 +94,23 @@ def test_handovers_happen(capture: str, size: int, tail: int,
     assert sorted(i for ids in got.ids for i in ids.values())[0] == 1
 
 
+@pytest.mark.parametrize("capture", STITCHED)
+def test_range_head_orphans_are_not_inferred(capture: str) -> None:
+    """A later range joins connections mid-stream: the responses at its head answer requests
+    of the previous range, whose run pairs them, and the stitch drops them here. Their api
+    is not searched for (the layout search was a range head's largest cost), and the
+    stitched output is still one process's (test_tiny_ranges_same_output)."""
+    ranges = plan_ranges([str(ROOT / capture)], 2, 1500)
+    assert ranges is not None
+    heads = []
+    for r in ranges[1:]:
+        run_range(r, EngineOptions(), lambda ex: heads.append(ex) if ex.request is None else None)
+    why = "it answers a request sent before this byte range"
+    skipped = [ex for ex in heads if any(why in d.message for d in ex.response.diagnostics)]
+    assert skipped
+    assert all(ex.api_key is None and ex.inferred is None for ex in skipped)
+
+
 def test_no_common_point_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without tail marks no connection can be handed over: the stitch refuses, and the CLI
     writes one process's output."""
