@@ -233,7 +233,7 @@ WARM_UP = ("lib_acks.pcap", "kp_codecs.pcap", "lib_codecs.pcap", "kp_v25.pcap", 
 def warm_up_inputs(cores: int) -> list[str]:
     """Two tasks per core for the warm-up, so that every Python worker of the session has
     started and imported the engine before the timed run (one capture started only one of
-    local[2]'s two workers: the timed run then paid the second one's start, about 0.4 s of
+    local[2]'s two workers: the timed run then paid the second one's start, 0.3-0.4 s of
     its wall time, and local[1] did not)."""
     n = max(1, min(len(WARM_UP), 2 * cores))
     return [str(ROOT / "captures" / name) for name in WARM_UP[:n]]

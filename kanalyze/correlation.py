@@ -399,11 +399,7 @@ class Correlator:
         resp, corr = entry[0], entry[1]
         pdu = resp.pdu
         found = None
-        if not infer_api:
-            why = "it answers a request sent before this byte range: not inferred"
-        elif pdu.missing:
-            why = "a capture gap cut it: not inferred"
-        else:
+        if infer_api and not pdu.missing:
             ev, cid = self.evidence, self.client_id
             by_cid = f"client id {cid!r} sent it on another connection"
             pools = (
@@ -421,6 +417,10 @@ class Correlator:
         if found is None or found.api is None:
             if found is not None:
                 why = found.reason
+            elif infer_api:
+                why = "a capture gap cut it: not inferred"
+            else:
+                why = "it answers a request sent before this byte range: not inferred"
             diag = Diagnostic(
                 Code.NOT_INFERRED, 0, f"request not captured; api not inferred: {why}"
             )
@@ -459,8 +459,8 @@ class Correlator:
     def settle_orphans(self) -> None:
         """Emit every held orphan response now, undecoded (`kanalyze.parallel`: at the start
         of a byte range they answer requests of the previous range, whose run pairs them;
-        the stitch drops these, so the search for their api would be wasted: it was a
-        range head's largest cost, and it spent the run's layout budget)."""
+        the stitch drops these, so the search for their api would be wasted work, on large
+        responses most of a range head's, and would spend the run's layout budget)."""
         while self.orphans:
             self._settle_orphan(self.orphans.popleft(), infer_api=False)
 
