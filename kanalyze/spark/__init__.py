@@ -3,7 +3,8 @@
 Entry points: `kanalyze spark PATH... --out DIR`; the Python API below (DataFrames, nothing
 written); `kanalyze.spark.pipeline.run_pipeline` (the CLI's Parquet writer); and
 `spark.read.format("kafka-pcap")` (`kanalyze.spark.datasource`). Importing this package
-imports nothing heavy; `units` and `rows` need only pyarrow.
+imports nothing heavy (it makes the system allocator Arrow's default, unless one is chosen:
+`arrow_memory`); `units` and `rows` need only pyarrow.
 
     from kanalyze.spark import build_tables, exchanges
     df = exchanges(spark, ["captures/"])                 # one row per exchange
@@ -17,6 +18,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from kanalyze.spark.arrow_memory import prefer_system_pool
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
@@ -25,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["build_tables", "connections", "exchanges", "files", "partitions"]
 
 log = logging.getLogger("kanalyze.spark")
+prefer_system_pool()  # before pyarrow starts, here and in the processes this one starts
 
 
 def build_tables(spark: SparkSession, paths: Sequence[str] | str, **options: Any) -> Tables:
