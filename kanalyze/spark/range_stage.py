@@ -64,7 +64,12 @@ class Ranged:
     keep: list[tuple] = field(default_factory=list)  # (range, index, conn_id, name fixes)
 
 
-RANGES_PER_CORE = 8  # ranges planned per core: even shares when files are rounded to ranges
+# ranges planned per core: enough for Spark to even out ranges of unequal cost (it hands the
+# next task to the core that is free), few enough that the per-task cost stays small (each task
+# ~0.1 CPU-s of its own: its engine's overlap and head, the worker's task set-up, the staged
+# file). 8 per core made local[2] cut the 1 GB bench set into 17 ranges where 4 gives 9 (one
+# per file): 0.5-1.0 CPU-s more in the workers, 4.8 s against 4.3 (docs/spark.md, E12)
+RANGES_PER_CORE = 4
 
 
 def plan_groups(files: list[FileInfo], parallelism: int,

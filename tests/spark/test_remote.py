@@ -17,6 +17,7 @@ from kanalyze.parallel.pcap_slices import SLICE_ENV  # noqa: E402
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
 from kanalyze.spark.inputs import InputError  # noqa: E402
 from kanalyze.spark.pipeline import build, rank_inputs  # noqa: E402
+from kanalyze.spark import range_stage  # noqa: E402
 from kanalyze.spark.range_stage import plan_groups  # noqa: E402
 from kanalyze.spark.remote_walk import pcapng_walker, walk_remote  # noqa: E402
 from tests.unit.parallel.test_pcap_slices import T0, fake_chain, pcap, record  # noqa: E402
@@ -98,6 +99,7 @@ def test_tasks_walk_large_remote_captures_into_the_drivers_plan(spark, tmp_path,
     (d / "f.pcapng").write_bytes(ng[:-30])  # its last block cut short
     monkeypatch.setenv(SLICE_ENV, "1000")
     monkeypatch.setattr(range_plan, "MIN_RANGE", 4000)  # small files cut by CPU too
+    monkeypatch.setattr(range_stage, "RANGES_PER_CORE", 8)  # ... into several ranges each
     uri = _mount(spark, "h6walk", d)
     files, _skipped = rank_inputs(spark, [uri + "/"], capture_id="one")
     for f in files:  # each file its own capture group (none overlaps another in time)
