@@ -48,6 +48,21 @@ def keep_by_range(keep: list[tuple]) -> Keep:
     return out
 
 
+def shares(keep: Keep, n: int, tasks: int) -> list[list[int]]:
+    """Ranges `0..n-1` dealt to `tasks` write tasks by their kept rows, the largest first to
+    the task with the fewest so far (each share in range order). Dealt round robin, the 1 GB
+    bench set's producer files (many small exchanges) fell to one task and its fetch files to
+    the other: 0.52 s against 0.15 s on local[2] (0.20 s each dealt by rows)."""
+    loads = [0] * tasks
+    out: list[list[int]] = [[] for _ in range(tasks)]
+    rows = {k: len(keep[k][0]) if k in keep else 0 for k in range(n)}
+    for k in sorted(rows, key=lambda k: (-rows[k], k)):
+        t = min(range(tasks), key=lambda t: (loads[t], t))
+        loads[t] += rows[k]
+        out[t].append(k)
+    return [sorted(s) for s in out]
+
+
 def _fix_names(rows: list[dict], fixes: list[dict[str, str] | None]) -> None:
     """`range_stage._fill_names` for the rows of one range, in place: the partitions' topic
     filled from the row's fixes, and `topics` rebuilt from them (sorted distinct topic, else
@@ -204,13 +219,14 @@ def write_exchanges(spark: SparkSession, stage: str, n: int, keep: list[tuple], 
     for path in scratch.values():
         os.makedirs(path, exist_ok=True)
     facts = scratch.get("partitions")
+    dealt = shares(by_range, n, tasks)
 
     def job(batches: Iterator) -> Iterator:
         from kanalyze.spark.direct_write import write_task
 
         for b in batches:
             for t in b.column("id").to_pylist():
-                got = write_task(stage, list(range(t, n, tasks)), by_range,
+                got = write_task(stage, dealt[t], by_range,
                                  scratch["exchanges"], t, run, names, facts)
                 yield pa.RecordBatch.from_pydict(
                     {"path": [p for p, _n, _t in got], "rows": [k for _p, k, _t in got],
