@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import io
@@ -72,8 +73,9 @@ def use_hadoop(spark: SparkSession | None) -> bool:
     # tasks use: 50+ MB/s where py4j moves about 11 (100 MB through viewfs:// here)
     from kanalyze.spark.hadoop_read import hadoop_settings, open_stream
 
-    settings = hadoop_settings(spark)
-    source.set_remote(lambda path: open_stream(settings, path), file_size)
+    # asked for at the first remote read, not here: one JVM call (0.05 s) a local run never needs
+    settings = functools.cache(lambda: hadoop_settings(spark))
+    source.set_remote(lambda path: open_stream(settings(), path), file_size)
     return True
 
 
