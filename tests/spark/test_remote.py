@@ -15,9 +15,9 @@ pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.parallel import range_plan  # noqa: E402
 from kanalyze.parallel.pcap_slices import SLICE_ENV  # noqa: E402
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
+from kanalyze.spark import range_stage  # noqa: E402
 from kanalyze.spark.inputs import InputError  # noqa: E402
 from kanalyze.spark.pipeline import build, rank_inputs  # noqa: E402
-from kanalyze.spark import range_stage  # noqa: E402
 from kanalyze.spark.range_stage import plan_groups  # noqa: E402
 from kanalyze.spark.remote_walk import pcapng_walker, walk_remote  # noqa: E402
 from tests.unit.parallel.test_pcap_slices import T0, fake_chain, pcap, record  # noqa: E402
