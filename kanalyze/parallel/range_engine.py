@@ -29,6 +29,7 @@ from kanalyze.flows import ACK, SYN, FlowStats, Segment, decode_segment
 from kanalyze.headers import plausible_request
 from kanalyze.held import HeldFrames
 from kanalyze.parallel.range_plan import (
+    RANK_BITS,
     ConnKey,
     MsgKey,
     Range,
@@ -444,7 +445,10 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
     `held`, the frames of exchanges held back are parked (or dropped) as one process's
     `Session` does, and put back as each is handed on; `tap` sees the range's packets."""
     cpu0 = time.process_time()
-    res = RangeResult(rng.index, rng.base, rng.base + rng.count)
+    # a range the plan did not count: its packets are numbered below the next file's, so
+    # until it is counted (after its last packet) that is its boundary
+    res = RangeResult(rng.index, rng.base, rng.base + rng.count if rng.counted
+                      else rng.base + (1 << RANK_BITS) - 1)
     keys = res.done_keys
 
     def emit(ex: Exchange) -> None:
@@ -475,6 +479,8 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
                        if new else [])
         if tap is not None:
             tap.ended()
+        if not rng.counted:
+            res.end_pkt = eng.boundary = eng.cur or rng.base
         fl = eng.stats.flows
         res.flows = replace(fl, unsupported_linktypes=dict(fl.unsupported_linktypes))
         if not rng.last:

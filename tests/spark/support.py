@@ -68,12 +68,15 @@ def _editcap() -> str:
     return path
 
 
-def rotate(src: Path, out_dir: Path, packets_per_file: int) -> list[Path]:
+def rotate(src: Path, out_dir: Path, packets_per_file: int, pcap: bool = False) -> list[Path]:
     """tcpdump -C style rotation with editcap -c: pieces named so their names do not sort in
-    capture order (the pipeline must order files by their first packet's time)."""
+    capture order (the pipeline must order files by their first packet's time); pcapng
+    (editcap's default) unless `pcap` (tcpdump's format)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    fmt = ["-F", "pcap"] if pcap else []
     subprocess.run(
-        [_editcap(), "-c", str(packets_per_file), str(src), str(out_dir / "piece.pcap")], check=True
+        [_editcap(), *fmt, "-c", str(packets_per_file), str(src), str(out_dir / "piece.pcap")],
+        check=True,
     )
     pieces = sorted(out_dir.glob("piece*.pcap"))
     renamed = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kanalyze.capture import read_capture
-from tests.spark.support import LONG_CAPTURE, offline_keys, spark_keys
+from tests.spark.support import LONG_CAPTURE, frame_offsets, offline_keys, rotate, spark_keys
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
@@ -123,6 +123,44 @@ def test_local_uncompressed_captures_are_cut_unless_they_overlap_in_time(monkeyp
     assert len(planned) == 1 and {r.layout.rank for r in planned[0]} == {0} and left == [1]
     remote = [replace(one[0], path="s3a://bucket/x.pcap")]  # no S3 connector: unreadable
     assert plan_file(remote, 2) is None
+
+
+def test_a_rotated_set_cut_one_range_per_file_gives_the_offline_exchanges(spark, tmp_path):
+    """The planner's own cut (no forced range size): one range per file, the files before the
+    last not walked on the driver (`range_plan.UNCOUNTED`), their runs counting their packets."""
+    pieces = rotate(LONG_CAPTURE, tmp_path / "rotated", 40, pcap=True)
+    order = sorted(pieces, key=lambda p: p.name.split("-", 1)[1])  # capture order
+    planned = plan_file(rank_files(list_inputs([str(tmp_path / "rotated")]), None), 2)
+    assert planned is not None and len(planned[0]) == len(pieces) >= 6
+    assert sum(not r.counted for r in planned[0]) == len(pieces) - 1
+    t = build(spark, [str(tmp_path / "rotated")], ranges=True)
+    try:
+        rows = [r.asDict() for r in t.exchanges.collect()]
+        files = {r["path"]: r["packets"] for r in t.files.collect()}
+    finally:
+        t.unpersist()
+    assert t.balance["ranges"] == len(pieces) and t.balance["refused_files"] == 0
+    assert t.balance["handovers"] >= 1
+    assert spark_keys(rows, frame_offsets(order)) == offline_keys(LONG_CAPTURE)
+    assert files == {str(p): sum(1 for _ in read_capture(str(p))) for p in pieces}
+
+
+def test_files_overlapping_in_time_found_by_their_runs_take_the_shuffle_path(spark, tmp_path):
+    """Two copies of one capture in one directory: the first is not walked, so the plan does
+    not see that they overlap in time; the check on its run does, and the stitch refuses."""
+    for name in ("a.pcap", "b.pcap"):
+        shutil.copy(LONG_CAPTURE, tmp_path / name)
+    t = build(spark, [str(tmp_path)], ranges=True)
+    try:
+        rows = sorted(map(repr, (r.asDict() for r in t.exchanges.collect())))
+    finally:
+        t.unpersist()
+    assert t.balance["refused_groups"] == 1 and t.balance["refused_ranges"] == 2
+    base = build(spark, [str(tmp_path)], ranges=False)
+    try:
+        assert rows == sorted(map(repr, (r.asDict() for r in base.exchanges.collect())))
+    finally:
+        base.unpersist()
 
 
 def test_a_group_whose_stitch_refuses_alone_takes_the_shuffle_path(spark, tmp_path, monkeypatch):
