@@ -25,3 +25,19 @@ def missing_input(paths: Iterable[str]) -> str | None:
         elif not os.path.exists(p):
             return f"{p}: cannot open: No such file or directory"
     return None
+
+
+def unopenable_input(paths: Iterable[str]) -> str | None:
+    """The first local input that exists but cannot be opened for reading (a directory, no
+    permission), as an error message; None when every one opens. `export -o FILE` asks before
+    it opens FILE for writing: the capture readers would say the same, but only after FILE
+    had been emptied (an earlier export overwritten by a run that wrote nothing)."""
+    for p in paths:
+        if p == "-" or "://" in p:
+            continue
+        try:
+            with open(p, "rb"):
+                pass
+        except OSError as e:
+            return f"{p}: cannot open: {e.strerror or e}"
+    return None

@@ -30,6 +30,7 @@ from kanalyze.export.outputs import (
     run_output,
 )
 from kanalyze.gcyoung import young_only
+from kanalyze.inputs import unopenable_input
 from kanalyze.query.cli import FILTER_EPILOG, add_filter_arguments, selected_session
 from kanalyze.session import Session
 from kanalyze.views.progress import for_command
@@ -57,6 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     specs = check_output_arguments(args)
+    if args.output != "-" and (bad := unopenable_input(args.files)):
+        raise CaptureError(bad)  # before an output file is opened (and emptied)
     ctx = decode_context(args)
     opts = engine_options(args)
     # a filter shares the decode context (and so the topic names it learns) with the encoder

@@ -86,6 +86,20 @@ def test_missing_file_and_bad_options():
     assert r.returncode == 2
 
 
+def test_an_input_that_cannot_be_read_leaves_the_output_file_alone(tmp_path):
+    """A directory or an unreadable file as input: one line, exit 2, and an earlier export
+    in the output file is still there (it used to be emptied before the input was read)."""
+    out = tmp_path / "earlier.ndjson"
+    out.write_bytes(b"an earlier export\n")
+    for bad in (tmp_path, ROOT / "captures"):
+        r = kanalyze("export", str(CAP), str(bad), "-o", str(out))
+        assert r.returncode == 2 and b"Is a directory" in r.stderr, r.stderr
+        assert b"Traceback" not in r.stderr and out.read_bytes() == b"an earlier export\n"
+    fresh = tmp_path / "fresh.ndjson"
+    r = kanalyze("export", str(tmp_path / "sub"), "-o", str(fresh))  # missing: not created
+    assert r.returncode == 2 and not fresh.exists()
+
+
 def test_export_into_a_text_only_stdout(tmp_path):
     """Called from Python with stdout redirected to a StringIO (no binary buffer): the same
     lines."""
