@@ -10,7 +10,7 @@ import sys
 
 from kanalyze import __version__
 from kanalyze.capture import CaptureError
-from kanalyze.inputs import missing_input
+from kanalyze.inputs import expand_inputs, missing_input
 
 COMMANDS = (
     "export",
@@ -52,6 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
+    if getattr(args, "files", None) and args.command != "spark":  # Spark lists its own
+        args.files, left = expand_inputs(args.files)
+        if left:
+            more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+            sys.stderr.write(f"kanalyze: note: left out what is not a capture: {left[0]}{more}\n")
+        empty = next((p for p in args.files if os.path.isdir(p)), None)
+        if empty is not None:
+            sys.stderr.write(f"kanalyze: error: {empty}: no capture file in this directory\n")
+            return 2
     missing = missing_input(getattr(args, "files", None) or ())
     if missing:
         sys.stderr.write(f"kanalyze: error: {missing}\n")

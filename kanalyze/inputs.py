@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Iterable
+
+from kanalyze.capture import GZIP_MAGIC, PCAP_MAGICS, PCAPNG_SHB
 
 GLOB_CHARS = frozenset("*?[")
 
@@ -41,3 +44,42 @@ def unopenable_input(paths: Iterable[str]) -> str | None:
         except OSError as e:
             return f"{p}: cannot open: {e.strerror or e}"
     return None
+
+
+def expand_inputs(paths: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Directories and glob patterns as the files they name, as `kanalyze spark` takes them:
+    a directory's captures (recursively, hidden files left out), a pattern's files, each in
+    name order with numbers compared as numbers (`k.pcap`, `k.pcap1`, ..., `k.pcap10`: the
+    order tcpdump -C wrote them; the files are merged by time anyway); any other path as
+    given. Also, the files of directories that are not captures (left out: a capture
+    directory often holds notes or an index; a file named on its own still must be one)."""
+    out: list[str] = []
+    left: list[str] = []
+    for p in paths:
+        if p == "-" or "://" in p or os.path.isfile(p):
+            out.append(p)
+        elif os.path.isdir(p):
+            found = sorted((os.path.join(root, f) for root, _d, files in os.walk(p)
+                            for f in files if not f.startswith(".")), key=_numbered)
+            caps = [f for f in found if _looks_like_capture(f)]
+            left.extend(f for f in found if f not in set(caps))
+            out.extend(caps or [p])  # none: the reader says why
+        elif GLOB_CHARS & set(p):
+            out.extend(sorted((f for f in glob.glob(p) if os.path.isfile(f)), key=_numbered)
+                       or [p])  # no match: `missing_input` says so
+        else:
+            out.append(p)
+    return out, left
+
+
+def _numbered(path: str) -> list:
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", path)]
+
+
+def _looks_like_capture(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return True  # the reader reports it
+    return head in PCAP_MAGICS or head == PCAPNG_SHB or head[:2] == GZIP_MAGIC

@@ -46,7 +46,8 @@ def add_input_arguments(p: argparse.ArgumentParser, files_required: bool = True)
         "files",
         nargs="+" if files_required else "*",
         metavar="FILE",
-        help="pcap/pcapng files (.gz too); '-' reads stdin; several files are merged by time",
+        help="pcap/pcapng files (.gz too), directories of them (a rotated set), glob "
+             "patterns; '-' reads stdin; several files are merged by time",
     )
     p.add_argument(
         "--port",

@@ -87,17 +87,48 @@ def test_missing_file_and_bad_options():
 
 
 def test_an_input_that_cannot_be_read_leaves_the_output_file_alone(tmp_path):
-    """A directory or an unreadable file as input: one line, exit 2, and an earlier export
-    in the output file is still there (it used to be emptied before the input was read)."""
+    """An input that is not there, a directory without captures, or a file that cannot be
+    opened: one line, exit 2, and an earlier export in the output file is still there (it
+    used to be emptied before the input was read)."""
+    from kanalyze.inputs import unopenable_input
+
     out = tmp_path / "earlier.ndjson"
     out.write_bytes(b"an earlier export\n")
-    for bad in (tmp_path, ROOT / "captures"):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for bad, why in ((empty, b"no capture file"), (tmp_path / "gone.pcap", b"cannot open")):
         r = kanalyze("export", str(CAP), str(bad), "-o", str(out))
-        assert r.returncode == 2 and b"Is a directory" in r.stderr, r.stderr
+        assert r.returncode == 2 and why in r.stderr, r.stderr
         assert b"Traceback" not in r.stderr and out.read_bytes() == b"an earlier export\n"
-    fresh = tmp_path / "fresh.ndjson"
-    r = kanalyze("export", str(tmp_path / "sub"), "-o", str(fresh))  # missing: not created
-    assert r.returncode == 2 and not fresh.exists()
+    # what `export` asks before it opens the output (a directory here: the command line
+    # expands those, and root opens any file, so permissions cannot stand in for it)
+    assert unopenable_input([str(CAP), "-", "s3a://b/x.pcap"]) is None
+    assert unopenable_input([str(CAP), str(empty)]) == f"{empty}: cannot open: Is a directory"
+
+
+def test_a_directory_or_a_pattern_reads_the_captures_it_names(tmp_path):
+    """A rotated set's directory (as `kanalyze spark` takes it) or a quoted pattern: the
+    same lines as the files named one by one; what is not a capture in a directory is left
+    out with a note; a directory without captures is one line and exit 2."""
+    rot = tmp_path / "rot"
+    rot.mkdir()
+    other = ROOT / "captures" / "kp_codecs.pcap"
+    (rot / "k.pcap").write_bytes(CAP.read_bytes())
+    (rot / "k.pcap10").write_bytes(other.read_bytes())
+    (rot / "notes.txt").write_text("rotated by tcpdump -C 1\n")
+    want = kanalyze("export", str(rot / "k.pcap"), str(rot / "k.pcap10"))
+    assert want.returncode == 0 and want.stdout.count(b"\n") > 20
+    got = kanalyze("export", str(rot))
+    assert got.returncode == 0 and got.stdout == want.stdout
+    assert b"not a capture" in got.stderr and b"notes.txt" in got.stderr
+    by_pattern = kanalyze("export", str(rot / "k.pcap*"))
+    assert by_pattern.returncode == 0 and by_pattern.stdout == want.stdout
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = kanalyze("summary", str(empty))
+    assert r.returncode == 2 and b"no capture file in this directory" in r.stderr
+    r = kanalyze("summary", str(tmp_path / "nothing*.pcap"))
+    assert r.returncode == 2 and b"no file matches" in r.stderr
 
 
 def test_export_into_a_text_only_stdout(tmp_path):
