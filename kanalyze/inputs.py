@@ -4,8 +4,10 @@ once, not a run that reads nothing (a Spark job used to spend 49 s on a typo and
 from __future__ import annotations
 
 import glob
+import gzip
 import os
 import re
+import zlib
 from collections.abc import Iterable
 
 from kanalyze.capture import GZIP_MAGIC, PCAP_MAGICS, PCAPNG_SHB
@@ -77,9 +79,15 @@ def _numbered(path: str) -> list:
 
 
 def _looks_like_capture(path: str) -> bool:
+    """Whether the file starts as a pcap or pcapng does, itself or gzip-compressed (a
+    directory of rotated captures may hold compressed logs too)."""
     try:
         with open(path, "rb") as f:
             head = f.read(4)
-    except OSError:
+            if head[:2] == GZIP_MAGIC:
+                f.seek(0)
+                with gzip.GzipFile(fileobj=f) as gz:
+                    head = gz.read(4)
+    except (OSError, EOFError, zlib.error):
         return True  # the reader reports it
-    return head in PCAP_MAGICS or head == PCAPNG_SHB or head[:2] == GZIP_MAGIC
+    return head in PCAP_MAGICS or head == PCAPNG_SHB

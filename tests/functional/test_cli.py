@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -116,11 +117,13 @@ def test_a_directory_or_a_pattern_reads_the_captures_it_names(tmp_path):
     (rot / "k.pcap").write_bytes(CAP.read_bytes())
     (rot / "k.pcap10").write_bytes(other.read_bytes())
     (rot / "notes.txt").write_text("rotated by tcpdump -C 1\n")
-    want = kanalyze("export", str(rot / "k.pcap"), str(rot / "k.pcap10"))
+    (rot / "broker.log.gz").write_bytes(gzip.compress(b"[2026-11-25] INFO started\n"))
+    (rot / "k.pcap5.gz").write_bytes(gzip.compress(CAP.read_bytes()))
+    want = kanalyze("export", str(rot / "k.pcap"), str(rot / "k.pcap5.gz"), str(rot / "k.pcap10"))
     assert want.returncode == 0 and want.stdout.count(b"\n") > 20
     got = kanalyze("export", str(rot))
     assert got.returncode == 0 and got.stdout == want.stdout
-    assert b"not a capture" in got.stderr and b"notes.txt" in got.stderr
+    assert b"not a capture" in got.stderr and b"broker.log.gz (and 1 more)" in got.stderr
     by_pattern = kanalyze("export", str(rot / "k.pcap*"))
     assert by_pattern.returncode == 0 and by_pattern.stdout == want.stdout
     empty = tmp_path / "empty"
