@@ -208,10 +208,11 @@ def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
     file's first. Packets are numbered `rank << RANK_BITS | frame` (file `paths[i]` has rank
     `ranks[i]`, by default i); each range's overlap reads on into the later files
     (`Range.then`). None when a file is not a regular uncompressed capture, is damaged or
-    cannot be walked, or the files overlap in time. `walked`: the record headers of some
-    classic pcaps, already walked (the same stream this walk would read); `walker`: walks a
-    pcapng's ranges elsewhere (`_pcapng_cuts`). Raises CaptureError when a file is not a
-    capture.
+    cannot be walked, or the files overlap in time (for a file this plan does not walk, see
+    below: its run fails on damage, `chain_ordered` finds the overlap). `walked`: the record
+    headers of some classic pcaps, already walked (the same stream this walk would read);
+    `walker`: walks a pcapng's ranges elsewhere (`_pcapng_cuts`). Raises CaptureError when a
+    file is not a capture.
 
     A local classic pcap that gets one range and is not the last file is not walked (its
     range is `UNCOUNTED`): a walk would only count its records, check them and date its last,

@@ -7,8 +7,10 @@ packet bytes cross a shuffle; a long connection is decoded by as many tasks as i
 ranges. `None` (the caller runs the shuffle pipeline) whenever this path cannot prove the
 result equal to `kanalyze export`: files that overlap in time, a compressed or damaged
 input, a URI no reader can open, or a stitch that refuses (flows that are not Kafka are
-stitched: the view that saw each whole counts it). Driver-side; pyspark is imported when
-used.
+stitched: the view that saw each whole counts it). A file the plan does not walk
+(`range_plan.UNCOUNTED`) shows damage or an overlap in time only in its run: its group is
+refused then, after stage 1, and its range work counted in `refused_*`. Driver-side;
+pyspark is imported when used.
 """
 
 from __future__ import annotations
