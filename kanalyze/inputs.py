@@ -24,8 +24,8 @@ def missing_input(paths: Iterable[str]) -> str | None:
     for p in paths:
         if p == "-" or "://" in p:
             continue
-        if GLOB_CHARS & set(p):
-            if not glob.glob(p):
+        if is_pattern(p):
+            if not glob.glob(p, recursive=True):
                 return f"{p}: cannot open: no file matches this pattern"
         elif not os.path.exists(p):
             return f"{p}: cannot open: No such file or directory"
@@ -48,6 +48,22 @@ def unopenable_input(paths: Iterable[str]) -> str | None:
     return None
 
 
+def is_pattern(path: str) -> bool:
+    return bool(GLOB_CHARS & set(path))
+
+
+def named_files(path: str) -> list[str] | None:
+    """The files a local directory (recursively, hidden files left out) or a glob pattern
+    names, in no particular order; None when `path` is neither. The offline commands and
+    `kanalyze spark` list their inputs with it."""
+    if os.path.isdir(path):
+        return [os.path.join(root, f) for root, _d, files in os.walk(path)
+                for f in files if not f.startswith(".")]
+    if is_pattern(path):
+        return [f for f in glob.glob(path, recursive=True) if os.path.isfile(f)]
+    return None
+
+
 def expand_inputs(paths: Iterable[str]) -> tuple[list[str], list[str]]:
     """Directories and glob patterns as the files they name, as `kanalyze spark` takes them:
     a directory's captures (recursively, hidden files left out), a pattern's files, each in
@@ -58,19 +74,16 @@ def expand_inputs(paths: Iterable[str]) -> tuple[list[str], list[str]]:
     out: list[str] = []
     left: list[str] = []
     for p in paths:
-        if p == "-" or "://" in p or os.path.isfile(p):
+        found = None if p == "-" or "://" in p or os.path.isfile(p) else named_files(p)
+        if found is None:
             out.append(p)
         elif os.path.isdir(p):
-            found = sorted((os.path.join(root, f) for root, _d, files in os.walk(p)
-                            for f in files if not f.startswith(".")), key=_numbered)
-            caps = [f for f in found if _looks_like_capture(f)]
-            left.extend(f for f in found if f not in set(caps))
-            out.extend(caps or [p])  # none: the reader says why
-        elif GLOB_CHARS & set(p):
-            out.extend(sorted((f for f in glob.glob(p) if os.path.isfile(f)), key=_numbered)
-                       or [p])  # no match: `missing_input` says so
+            caps: list[str] = []
+            for f in sorted(found, key=_numbered):
+                (caps if _looks_like_capture(f) else left).append(f)
+            out.extend(caps or [p])  # none: the command line says so
         else:
-            out.append(p)
+            out.extend(sorted(found, key=_numbered) or [p])  # none: `missing_input` says so
     return out, left
 
 

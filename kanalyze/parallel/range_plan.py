@@ -250,7 +250,8 @@ def plan_chain(paths: Sequence[str], n: int, range_bytes: int | None = None,
         files.append((lay, cuts))
     for (_a, cuts), (lay, _b) in zip(files, files[1:], strict=False):
         if max(ts for _s, _c, ts in cuts) > lay.first_ts_ns:
-            return None  # overlapping in time: one process interleaves them (UNCOUNTED: -1)
+            return None  # overlapping in time: one process interleaves them (a file not
+            # walked has -1 here: its run is checked instead, `chain_ordered`)
     last_ts = max(ts for _lay, cuts in files for _s, _c, ts in cuts)
     heads = [Range(-1, p, lay, lay.data_start, lay.data_start, lay.size, lay.rank << RANK_BITS,
                    0, last_ts, False) for p, (lay, _c) in zip(paths, files, strict=True)]

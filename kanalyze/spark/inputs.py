@@ -21,13 +21,13 @@
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import io
 import os
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from kanalyze.capture import CaptureError, source
+from kanalyze.inputs import is_pattern, named_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -188,28 +188,15 @@ def content_id(f: BinaryIO, size: int) -> str:
 
 
 # --------------------------------------------------------------------------- listing
-def _is_glob(p: str) -> bool:
-    return any(c in p for c in "*?[")
-
-
 def _list_local(p: str) -> list[str]:
     p = os.path.abspath(local_path(p))
-    if os.path.isdir(p):
-        if not os.access(p, os.R_OK | os.X_OK):
-            raise InputError(f"{p}: cannot read the directory (permission denied)")
-        found = [
-            os.path.join(root, f)
-            for root, _dirs, files in os.walk(p)
-            for f in files
-            if not f.startswith(".")
-        ]
+    if os.path.isdir(p) and not os.access(p, os.R_OK | os.X_OK):
+        raise InputError(f"{p}: cannot read the directory (permission denied)")
+    found = named_files(p)
+    if found is not None:
         if not found:
-            raise InputError(f"{p}: no files in this directory")
-        return found
-    if _is_glob(p):
-        found = [x for x in glob.glob(p, recursive=True) if os.path.isfile(x)]
-        if not found:
-            raise InputError(f"{p}: no file matches")
+            raise InputError(f"{p}: no files in this directory" if os.path.isdir(p)
+                             else f"{p}: no file matches")
         return found
     if not os.path.exists(p):
         raise InputError(f"{p}: no such file or directory")
@@ -221,7 +208,7 @@ def _list_local(p: str) -> list[str]:
 def _list_hadoop(p: str) -> list[str]:
     path, fs = _hpath(p)
     try:
-        statuses = fs.globStatus(path) if _is_glob(p) else None
+        statuses = fs.globStatus(path) if is_pattern(p) else None
         if statuses is None:
             if not fs.exists(path):
                 raise InputError(f"{p}: no such file or directory")
@@ -241,7 +228,7 @@ def _list_hadoop(p: str) -> list[str]:
     except Exception as e:  # noqa: BLE001 - py4j wraps the JVM's IOExceptions
         raise InputError(f"{p}: cannot list: {_first_line(e)}") from None
     if not out:
-        raise InputError(f"{p}: no file matches" if _is_glob(p) else f"{p}: no files")
+        raise InputError(f"{p}: no file matches" if is_pattern(p) else f"{p}: no files")
     return out
 
 
