@@ -28,6 +28,7 @@ from kanalyze.engine import Engine, EngineOptions
 from kanalyze.flows import ACK, SYN, FlowStats, Segment, decode_segment
 from kanalyze.headers import plausible_request
 from kanalyze.held import HeldFrames
+from kanalyze.parallel.range_edges import NO_EDGE, EdgeMerge
 from kanalyze.parallel.range_plan import (
     RANK_BITS,
     ConnKey,
@@ -159,6 +160,7 @@ class RangeEngine(Engine):
         self.other_at = (0, 0)
         self.verdicts = 0
         self.opened: Connection | None = None
+        self.pendings = 0  # messages the output began to wait for (`range_edges` counts them)
 
     def _complete(self, ex: Exchange) -> None:
         super()._complete(ex)
@@ -184,6 +186,7 @@ class RangeEngine(Engine):
 
     def _pending(self, msg: Message) -> None:
         super()._pending(msg)
+        self.pendings += 1
         self.out.setdefault(self.cid, []).append([msg, self.cur])
 
     def _settle(self, cid: int) -> None:
@@ -434,8 +437,30 @@ class RangeTap(Protocol):
         """`pkt` after the engine fed it; `opened`: the 4-tuples (`conn_key`) of the
         connections the engine opened (or first noted, undecided) at it."""
 
+    def merged(self, pkt: Packet, opened: list[ConnKey]) -> None:
+        """As `packet`, for a packet of the next file the range merged (`Range.merges`)."""
+
+    def skipped(self, pkt: Packet) -> None:
+        """A packet of the range's file left to the previous file's range (`head_before`)."""
+
     def ended(self) -> None:
         """The range's packets all read (not called when reading them failed)."""
+
+
+def _feed(eng: RangeEngine, tap: RangeTap | None, pkt: Packet, merged: bool = False) -> None:
+    """`pkt` fed, and shown to `tap` with the connections it opened."""
+    if tap is None:
+        eng.feed(pkt)
+        return
+    conns = eng.res.conns
+    n = len(conns)
+    eng.feed(pkt)
+    new = len(conns) - n  # edges are only added, each at the packet that opened it
+    opened = [e.key for e in islice(reversed(conns.values()), new)] if new else []
+    if merged:
+        tap.merged(pkt, opened)
+    else:
+        tap.packet(pkt, opened)
 
 
 def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None],
@@ -464,27 +489,42 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
     if held is not None:
         held.stats = eng.stats
     latest = 0
+    merge: EdgeMerge | None = None
+    if rng.merges and rng.then:
+        merge = EdgeMerge(rng, eng, res, lambda p, m: _feed(eng, tap, p, m))
+    edge = NO_EDGE if merge is None else merge.due  # the next file's next packet's time
+    skip = rng.head_before  # leading packets earlier: the previous file's range reads them
     try:
-        conns = res.conns
         for pkt in read_range(rng, views=True):
+            if skip:
+                if pkt.ts_ns < skip:
+                    res.head_skipped += 1
+                    if tap is not None:
+                        tap.skipped(pkt)
+                    continue
+                skip = 0
             if pkt.ts_ns > latest:
                 latest = pkt.ts_ns
-            if tap is None:
+            if pkt.ts_ns > edge and merge is not None:
+                edge = merge.before(pkt.ts_ns)
+            if merge is not None and res.merged:
+                merge.own(pkt)
+            elif tap is None:
                 eng.feed(pkt)
-                continue
-            n = len(conns)
-            eng.feed(pkt)
-            new = len(conns) - n  # edges are only added, each at the packet that opened it
-            tap.packet(pkt, [e.key for e in islice(reversed(conns.values()), new)]
-                       if new else [])
+            else:
+                _feed(eng, tap, pkt)
+        if skip:
+            res.coupled.append("the previous file's merged edge reaches past this range")
         if tap is not None:
             tap.ended()
-        if not rng.counted:
+        if merge is not None and res.merged:
+            res.end_pkt = eng.boundary = merge.last  # numbered after every packet of its own
+        elif not rng.counted:
             res.end_pkt = eng.boundary = eng.cur or rng.base
         fl = eng.stats.flows
         res.flows = replace(fl, unsupported_linktypes=dict(fl.unsupported_linktypes))
         if not rng.last:
-            _overlap(rng, eng, res)
+            _overlap(rng if merge is None else merge.overlap(rng), eng, res)
     except CaptureError as e:
         res.error = str(e)
     if eng.evidence.late and rng.index == 0 and not rng.last:

@@ -21,9 +21,9 @@ from kanalyze.bodies import BodyDecoder
 from kanalyze.capture import Packet
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
-from kanalyze.flows import FlowStats, decode_segment
+from kanalyze.flows import FlowStats, Segment, decode_segment
 from kanalyze.parallel.range_engine import conn_key
-from kanalyze.parallel.range_plan import ConnKey
+from kanalyze.parallel.range_plan import RANK_BITS, ConnKey
 from kanalyze.parallel.ranges import Range, RangeResult, run_range
 from kanalyze.parallel.worker import RecordingNames
 from kanalyze.spark.payload import kafka_hint
@@ -100,19 +100,38 @@ class UnitWalk:
         self.read = False  # every packet of the range was read
 
     def packet(self, pkt: Packet, opened: list[ConnKey]) -> None:
+        seg = self._counted(pkt, self.flows)
+        if seg is not None:
+            self._part(seg, pkt, opened)
+
+    def merged(self, pkt: Packet, opened: list[ConnKey]) -> None:
+        """A packet of the next file read here (`Range.merges`): that file's first range
+        counts it in its unit row (`skipped`), this one gives it to its 4-tuple's part."""
+        seg = decode_segment(pkt.linktype, pkt.data, FlowStats())
+        if seg is not None:
+            self._part(seg, pkt, opened)
+
+    def skipped(self, pkt: Packet) -> None:
+        self._counted(pkt, self.flows)
+
+    def _counted(self, pkt: Packet, flows: FlowStats) -> Segment | None:
         if self.first is None:
             self.first = pkt.ts_ns
         self.last = pkt.ts_ns
-        seg = decode_segment(pkt.linktype, pkt.data, self.flows)
+        seg = decode_segment(pkt.linktype, pkt.data, flows)
         if seg is None:
             self.other += 1
-            return
-        self.tcp += 1
+        else:
+            self.tcp += 1
+        return seg
+
+    def _part(self, seg: Segment, pkt: Packet, opened: list[ConnKey]) -> None:
         key = conn_key((seg.src, seg.sport, seg.dst, seg.dport))
         if key not in self.hints and kafka_hint(seg, self.ports, self.max_frame):
             self.hints.add(key)
         parts = self.per.get(key)
-        if parts is None or key in opened:
+        # a new part where the engine opened a connection, or the packets' file changes
+        if parts is None or key in opened or parts[-1][0] >> RANK_BITS != pkt.no >> RANK_BITS:
             self.per.setdefault(key, []).append([pkt.no, pkt.ts_ns, pkt.ts_ns, 1, seg.flags])
         else:
             got = parts[-1]

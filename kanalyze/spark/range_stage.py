@@ -5,7 +5,8 @@ engine over it (`range_rows`), the ranges' edge states collected and stitched on
 and only the exchange rows the stitch keeps joined back with the run's connection ids. No
 packet bytes cross a shuffle; a long connection is decoded by as many tasks as it spans
 ranges. `None` (the caller runs the shuffle pipeline) whenever this path cannot prove the
-result equal to `kanalyze export`: files that overlap in time, a compressed or damaged
+result equal to `kanalyze export`: files that overlap in time (other than a file's end that
+a merged edge covers: `kanalyze.parallel.range_edges`), a compressed or damaged
 input, a URI no reader can open, or a stitch that refuses (flows that are not Kafka are
 stitched: the view that saw each whole counts it). A file the plan does not walk
 (`range_plan.UNCOUNTED`) shows damage or an overlap in time only in its run: its group is
@@ -30,6 +31,7 @@ from kanalyze.capture import CaptureError
 from kanalyze.capture.source import readable
 from kanalyze.engine import EngineOptions
 from kanalyze.flows import FIN, RST, SYN
+from kanalyze.parallel.range_edges import handed_over_inside
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
 from kanalyze.parallel.range_plan import (
     RANK_BITS,
@@ -84,7 +86,8 @@ def plan_groups(files: list[FileInfo], parallelism: int,
                 walked: Mapping[str, WalkedHeaders] | None = None,
                 walker: RangeWalks | None = None) -> tuple[list[list[Range]], list[int]]:
     """Per capture group, the ranges of one run over its inputs (`plan_chain`: one file, or a
-    rotated set whose files do not overlap in time), about `RANGES_PER_CORE` × `parallelism`
+    rotated set whose files do not overlap in time, or only where a file's end is merged with
+    the next file's head: `range_edges`), about `RANGES_PER_CORE` × `parallelism`
     ranges in all, each file at least one; and the ranks of the files of the groups this path
     cannot take (the shuffle pipeline decodes them): a compressed, irregular or damaged
     input, an unreadable URI, or files that overlap in time. `walked`: the record headers of
@@ -109,7 +112,7 @@ def plan_groups(files: list[FileInfo], parallelism: int,
             try:
                 got = plan_chain([f.path for f in group], share, range_bytes,
                                  ranks=[f.rank for f in group], walked=walked,
-                                 walker=walker)
+                                 walker=walker, merge_edges=True)
             except CaptureError:
                 got = None
         if got is None:
@@ -189,13 +192,12 @@ def _flows(edges: list[Edge], starts: dict[tuple, list[tuple[int, int]]]) -> dic
         return got
 
     for edge in edges:
-        rank = edge.result.base >> RANK_BITS  # a range lies in one file
         for key, parts in edge.flows.items():
             inc = starts.get(key, [])
             for no, t0, t1, n, flg in parts:
                 whole = add(key, t0, t1, n)
                 whole[3] |= flg
-                whole[4].add(rank)
+                whole[4].add(no >> RANK_BITS)  # a part lies in one file
                 at = bisect.bisect_right(inc, (no, INF)) - 1
                 if inc:  # packets before its first start: the first incarnation's
                     add(inc[max(at, 0)][1], t0, t1, n)
@@ -332,6 +334,8 @@ def _stitch_group(edges: list[Edge], first: int, files: list[FileInfo], opts: En
                   topic_ids: dict[str, str] | None, with_bodies: bool) -> _Group:
     """Raises Unstitchable."""
     st = stitch([e.result for e in edges], opts, others=True)
+    if handed_over_inside([e.result for e in edges], st.owners):
+        raise Unstitchable("a handover inside the merged edge of two files")
     fixes = name_fixes(edges, st.sequence, dict(topic_ids or {}), with_bodies)
     counts: dict[int, int] = {}
     for r, i in st.sequence:

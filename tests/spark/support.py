@@ -112,3 +112,54 @@ def local_pipeline(paths: list[str], split_bytes: int = 1 << 30) -> list[dict]:
     files = [f.path for f in plan.files]
     out = decode(seg.to_batches(), files, file_ids=[f.file_id for f in plan.files])
     return [r for b in out for r in b.to_pylist()]
+
+
+def local_ranges(paths: list[str]) -> tuple[dict, str]:
+    """The range path's stage 1 and stitch run in this process (no JVM) over one capture
+    group: ({"exchanges": rows with their stitched conn_id, "connections": the connections
+    rows' data, "units": rank -> [packets, first ns, last ns], "merged": packets the runs
+    merged across file edges}, "ok"), or ({}, why the path refuses the group)."""
+    import json
+
+    from kanalyze.engine import EngineOptions
+    from kanalyze.parallel.range_plan import chain_ordered
+    from kanalyze.parallel.ranges import Unstitchable
+    from kanalyze.spark.range_rows import range_rows, unpack_edge
+    from kanalyze.spark.range_stage import _stitch_group, plan_groups
+    from kanalyze.spark.schemas import DECODED_SCHEMA
+    from kanalyze.spark.units import plan_local
+
+    plan = plan_local(paths)
+    groups, left = plan_groups(plan.files, 2)
+    if left or len(groups) != 1:
+        return {}, "the plan left the files to the shuffle path"
+    files = sorted(plan.files, key=lambda f: f.rank)
+    opts = EngineOptions()
+    rows, edges = [], []
+    for t, rng in enumerate(groups[0]):
+        for b in range_rows(rng, opts, [f.path for f in files],
+                            files[rng.layout.rank].capture_id, key=t):
+            for r in b.to_pylist():
+                (edges.append(unpack_edge(r["extra"])) if r["kind"] == "edge" else rows.append(r))
+    if not chain_ordered(groups[0], [e.result for e in edges]):
+        return {}, "the runs do not read the files in one process's order"
+    try:
+        g = _stitch_group(edges, 0, files, opts, None, False)
+    except Unstitchable as e:
+        return {}, str(e)
+    keep = {(r, i): (cid, fix) for r, i, cid, fix in g.keep}
+    if any(fix for _cid, fix in keep.values()):
+        return {}, "topic names taught across ranges (filled in by Spark)"
+    cols = [c.name for c in DECODED_SCHEMA]
+    out = [{**{c: row[c] for c in cols}, "conn_id": keep[row["rng"], row["idx"]][0]}
+           for row in rows if (row["rng"], row["idx"]) in keep]
+    units: dict[int, list] = {}
+    for e in edges:
+        u = json.loads(e.unit)
+        got = units.setdefault(u["rank"], [0, None, None])
+        got[0] += u["packets"]
+        if u["first_ns"] is not None:
+            got[1] = u["first_ns"] if got[1] is None else min(got[1], u["first_ns"])
+            got[2] = u["last_ns"] if got[2] is None else max(got[2], u["last_ns"])
+    return {"exchanges": out, "connections": [json.loads(c["extra"]) for c in g.conns],
+            "units": units, "merged": sum(e.result.merged for e in edges)}, "ok"
