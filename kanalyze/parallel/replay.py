@@ -200,6 +200,18 @@ def _reset(waiting: dict[int, int], heap: list[int], done: list, seq: list,
     return 0
 
 
+def standing(results: Sequence[RangeResult], own: list[dict[int, Own]],
+             ids: list[dict[int, int]]) -> list[tuple[int, int]]:
+    """(range, index) of the exchanges that stand, in packet order: `order`'s exchanges
+    without replaying the release (0.07-0.09 of a 0.1 s stitch on the 1 GB Spark bench set),
+    for a consumer that orders its rows itself and whose rows do not depend on the order
+    (Spark's tables, when no exchange read or taught a topic-id name). Its refusals are
+    `_exchanges`' (what stands); `order`'s others are about the order."""
+    events = _exchanges(results, own, ids)
+    events.sort()
+    return [(e[4], e[5]) for e in events]
+
+
 def order(results: Sequence[RangeResult], own: list[dict[int, Own]],
           ids: list[dict[int, int]], opts: EngineOptions,
           released: list[int] | None = None) -> list[tuple[int, int]]:

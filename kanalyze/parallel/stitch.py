@@ -42,14 +42,15 @@ from dataclasses import dataclass, field
 from kanalyze.engine import EngineOptions
 from kanalyze.parallel.range_engine import FINAL
 from kanalyze.parallel.range_plan import ConnEdge, RangeResult
-from kanalyze.parallel.replay import INF, Own, Unstitchable, order
+from kanalyze.parallel.replay import INF, Own, Unstitchable, order, standing
 
 __all__ = ["Stitched", "Unstitchable", "stitch"]
 
 
 @dataclass(slots=True)
 class Stitched:
-    """(range, index in its `done`) in output order; per range, local -> run connection id."""
+    """(range, index in its `done`) in output order (or packet order: `stitch(ordered=False)`);
+    per range, local -> run connection id."""
 
     sequence: list[tuple[int, int]] = field(default_factory=list)
     ids: list[dict[int, int]] = field(default_factory=list)
@@ -82,10 +83,12 @@ def _common(prev: ConnEdge, nxt: ConnEdge, mine: Own) -> tuple[int, tuple, tuple
 
 
 def stitch(results: Sequence[RangeResult], opts: EngineOptions,
-           others: bool = False) -> Stitched:
+           others: bool = False, ordered: bool = True) -> Stitched:
     """`others`: whether the caller rebuilds what one engine counts for flows that are not
     Kafka (`range_stats` for `--jobs N`; Spark's `range_stage` for its connections rows);
-    without it any such flow is refused."""
+    without it any such flow is refused. `ordered` False: `sequence` holds the exchanges
+    that stand in packet order, not one engine's release order (`replay.standing`), and
+    `released` stays empty."""
     results = sorted(results, key=lambda r: r.index)
     for one in results:
         if one.error or one.coupled:
@@ -170,7 +173,10 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions,
             out.skipped += end[0] - o.at_lo[0]
             out.gaps += end[1] - o.at_lo[1]
     out.owners = [{lid: (o.lo, o.hi) for lid, o in d.items()} for d in own]
-    out.sequence = order(results, own, out.ids, opts, out.released)
+    if ordered:
+        out.sequence = order(results, own, out.ids, opts, out.released)
+    else:
+        out.sequence = standing(results, own, out.ids)
     return out
 
 

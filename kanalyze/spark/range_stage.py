@@ -333,7 +333,11 @@ class _Group:
 def _stitch_group(edges: list[Edge], first: int, files: list[FileInfo], opts: EngineOptions,
                   topic_ids: dict[str, str] | None, with_bodies: bool) -> _Group:
     """Raises Unstitchable."""
-    st = stitch([e.result for e in edges], opts, others=True)
+    # the rows depend on one engine's release order only through the topic-id names one
+    # exchange taught and another read (`name_fixes` walks the sequence): without any, the
+    # release is not replayed (the tables are sorted by time)
+    ordered = any(e.names for e in edges)
+    st = stitch([e.result for e in edges], opts, others=True, ordered=ordered)
     if handed_over_inside([e.result for e in edges], st.owners):
         raise Unstitchable("a handover inside the merged edge of two files")
     fixes = name_fixes(edges, st.sequence, dict(topic_ids or {}), with_bodies)
