@@ -38,11 +38,15 @@ class Noting(Protocol):
 def head_packets(nxt: Range) -> Iterator[tuple[Packet, int]]:
     """The records of the file `nxt` starts (a local classic pcap) from its first, numbered
     as its own run numbers them, each with the offset after it; ends at the first damaged or
-    cut record (the file's own run reports it)."""
+    cut record, or where the file cannot be read (the file's own run reports it)."""
     lay = nxt.layout
     unpack = struct.Struct(lay.endian + "IIII").unpack
     no = nxt.base + nxt.count
-    with open(nxt.path, "rb") as f:
+    try:
+        f = open(nxt.path, "rb")  # noqa: SIM115 - closed below, also when the reader stops
+    except OSError:
+        return
+    try:
         f.seek(nxt.end)
         pos = nxt.end
         while True:
@@ -57,6 +61,10 @@ def head_packets(nxt: Range) -> Iterator[tuple[Packet, int]]:
             pos += 16 + incl
             yield (Packet(no, sec * 1_000_000_000 + frac * lay.ns_mult, lay.linktype, data,
                           lay.rank, no), pos)
+    except OSError:
+        return
+    finally:
+        f.close()
 
 
 class EdgeMerge:

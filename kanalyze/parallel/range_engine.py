@@ -525,7 +525,7 @@ def run(rng: Range, opts: EngineOptions, on_exchange: Callable[[Exchange], None]
         res.flows = replace(fl, unsupported_linktypes=dict(fl.unsupported_linktypes))
         if not rng.last:
             _overlap(rng if merge is None else merge.overlap(rng), eng, res)
-    except CaptureError as e:
+    except (CaptureError, OSError) as e:  # (OSError: a later file gone since the plan)
         res.error = str(e)
     if eng.evidence.late and rng.index == 0 and not rng.last:
         # an orphan of a closed connection still waits for a request to tell its version:

@@ -207,3 +207,24 @@ def test_spark_takes_the_range_path_over_a_merged_edge(spark, tmp_path: Path) ->
         assert conns == _canon([r.asDict() for r in base.connections.collect()])
     finally:
         base.unpersist()
+
+
+def test_a_next_file_gone_before_the_run_merges_nothing(tmp_path: Path) -> None:
+    """The merging range reads the next file itself: gone by then (a `tcpdump -W` ring
+    reusing it), it merges nothing, and the run reports the file it could not read (its
+    overlap reads on into it) instead of failing the task: the stitch refuses."""
+    from kanalyze.engine import EngineOptions
+    from kanalyze.parallel.ranges import run_range
+
+    head, recs = _records(LONG_CAPTURE)
+    cut = _ack_after_data(recs)
+    pieces = [recs[:cut], recs[cut:]]
+    _date(pieces[1][0], _us(pieces[0][-1]) - 1)
+    paths = _write(head, pieces, tmp_path / "rot")
+    plan = plan_chain(paths, 2, merge_edges=True)
+    assert plan is not None and plan[0].merges
+    kept = run_range(plan[0], EngineOptions(), lambda _ex: None)
+    assert kept.merged == 1
+    Path(paths[1]).unlink()
+    gone = run_range(plan[0], EngineOptions(), lambda _ex: None)
+    assert gone.merged == 0 and "k.pcap1" in gone.error and len(gone.done) > 0
