@@ -8,8 +8,9 @@ follow the order the engine reads them in. The stitch orders a range's notes by 
 so the run marks itself unstitchable (`RangeResult.coupled`) where that order could differ
 from the engine's: an engine note (an exchange, a wait, a release, a new connection) at one
 of its own file's packets after one at a merged packet; a connection that sent (payload, SYN,
-FIN, RST) on both sides of the edge, or was opened in it and has packets on both sides. The
-stitch refuses a handover inside the edge (`handed_over_inside`). What tcpdump leaves at a
+FIN, RST) on both sides of the edge. After the stitch, `edge_conflict` refuses what only the
+stitch shows: a connection handed over inside the edge, followed through it by an earlier
+range, or started in it with packets on both sides. What tcpdump leaves at a
 rotation is a microsecond's step back of its clock: an ACK dated before the data segment read
 ahead of it, say (which passes).
 """
@@ -17,15 +18,19 @@ ahead of it, say (which passes).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kanalyze.capture.packets import MAX_RECORD, Packet
 from kanalyze.flows import FIN, RST, SYN, FlowStats, decode_segment
 from kanalyze.parallel.range_plan import ConnKey, Range, RangeResult
 
+if TYPE_CHECKING:  # pragma: no cover - replay imports range_engine, which imports this
+    from kanalyze.parallel.replay import Own
+
 NO_EDGE = 1 << 62  # a time no packet has: nothing to merge
+TO_THE_END = (1 << 62) + 1  # `replay.INF`: a part of a connection that runs to its end
 
 
 class Noting(Protocol):
@@ -79,11 +84,10 @@ class EdgeMerge:
         self.offset = self.nxt.end  # after the last merged record
         self.last = 0  # number of the last merged packet
         self.foreign_notes = False
-        # per 4-tuple, the files its packets in the edge came from (bits: 1 own, 2 the next),
-        # of those that sent (payload, SYN, FIN or RST); the 4-tuples a connection opened on
-        self.seen: dict[ConnKey, int] = {}
+        # per 4-tuple, the files its packets in the edge came from (bits: 1 own, 2 the next:
+        # `RangeResult.edge_seen`), and of those that sent (payload, SYN, FIN or RST)
+        self.seen = res.edge_seen
         self.sent: dict[ConnKey, int] = {}
-        self.opened: set[ConnKey] = set()
 
     @property
     def due(self) -> int:
@@ -115,7 +119,6 @@ class EdgeMerge:
             + self.eng.pendings
 
     def _feed(self, pkt: Packet, foreign: bool) -> None:
-        conns = len(self.res.conns)
         before = self._notes()
         self.take(pkt, foreign)
         noted = self._notes() != before
@@ -128,16 +131,11 @@ class EdgeMerge:
             return
         key = _key(seg.src, seg.sport, seg.dst, seg.dport)
         bit = 2 if foreign else 1
-        seen = self.seen[key] = self.seen.get(key, 0) | bit
+        self.seen[key] = self.seen.get(key, 0) | bit
         if len(seg.payload) or seg.flags & (SYN | FIN | RST):
             if (self.sent.get(key, 0) | bit) == 3:
                 self._refuse("a connection that sent on both sides of the edge")
             self.sent[key] = self.sent.get(key, 0) | bit
-        if len(self.res.conns) > conns:
-            self.opened.add(key)  # (the connections table counts a 4-tuple's packets to
-            # its connections by packet number)
-        if seen == 3 and key in self.opened:
-            self._refuse("a connection opened in the edge, with packets on both sides")
 
     def _refuse(self, why: str) -> None:
         msg = f"the merged edge of two files: {why}"
@@ -156,10 +154,32 @@ def _key(a: bytes, pa: int, b: bytes, pb: int) -> ConnKey:
     return (a, pa, b, pb) if (a, pa) <= (b, pb) else (b, pb, a, pa)
 
 
-def handed_over_inside(results: list[RangeResult],
-                       owners: list[dict[int, tuple[int, int]]]) -> bool:
-    """Whether the stitch handed a connection over to a merging range inside its edge (the
-    packet numbers there do not follow its engine's order)."""
-    return any(res.merged and res.merged_from
-               and any(res.merged_from <= lo <= res.end_pkt for lo, _hi in own.values())
-               for res, own in zip(results, owners, strict=True))
+def edge_conflict(results: Sequence[RangeResult], own: Sequence[Mapping[int, Own]]
+                  ) -> str | None:
+    """Why the stitch (`own`: each range's part of each connection) cannot take a merging
+    range's edge, where the packet numbers do not follow its engine's order, or None:
+    a connection handed over to it inside the edge; one an earlier range followed through
+    the edge (its overlap reads the files one after the other, not merged); one that starts
+    in the edge (the connections table gives a 4-tuple's packets to its connections by packet
+    number) with packets from both files there."""
+    for r, res in enumerate(results):
+        if not res.merged or not res.merged_from:
+            continue
+        lo_edge, hi_edge = res.merged_from, res.end_pkt  # every packet of the edge, numbered
+        for lid, o in own[r].items():
+            if lo_edge <= o.lo <= hi_edge:
+                return "a connection handed over inside the merged edge of two files"
+            key = res.conns[lid].key
+            if o.root == (r, lid) and lo_edge <= res.conns[lid].opened <= hi_edge \
+                    and res.edge_seen.get(key) == 3:
+                return ("a connection that starts in the merged edge of two files, with "
+                        "packets from both")
+        for p in range(r):
+            for lid, o in own[p].items():
+                e = results[p].conns[lid]
+                # where its view ends: its handover, or its close when it ran to its end
+                last = o.hi if o.hi != TO_THE_END or e.closed is None else e.closed
+                if last >= lo_edge and o.lo < hi_edge and e.key in res.edge_seen:
+                    return ("a connection an earlier range followed through the merged edge "
+                            "of two files (in file order)")
+    return None

@@ -146,11 +146,13 @@ class RangeResult:
     counters: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
     flows: FlowStats | None = None  # the packets of the range proper (not the overlap)
     # a merging range (`Range.merges`): the next file's packets it read as its own, the first
-    # packet of its own file it read after one of them (0: none); a range with `head_before`:
-    # the leading packets it left to the previous file's last range
+    # packet of its own file it read after one of them (0: none), the 4-tuples with packets
+    # in that edge and from which files; a range with `head_before`: the leading packets it
+    # left to the previous file's last range
     merged: int = 0
     merged_from: int = 0
     head_skipped: int = 0
+    edge_seen: dict[ConnKey, int] = field(default_factory=dict)  # 4-tuple -> files (bits 1, 2)
     # per exchange of `done`: the packet its engine released it at (FINAL: at the end of input)
     # (the stitch takes range 0's release up to its end as it is: `replay.order`)
     emitted: list[int] = field(default_factory=list)

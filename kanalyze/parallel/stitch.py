@@ -176,7 +176,7 @@ def stitch(results: Sequence[RangeResult], opts: EngineOptions,
     if ordered:
         out.sequence = order(results, own, out.ids, opts, out.released)
     else:
-        out.sequence = standing(results, own, out.ids)
+        out.sequence = standing(results, own, out.ids, opts)
     return out
 
 

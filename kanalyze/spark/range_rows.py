@@ -43,10 +43,11 @@ class Edge:
     # per exchange index: (topic-id names its decode read, names it taught), when any
     names: dict[int, tuple[dict[str, str | None], dict[str, str]]] = field(default_factory=dict)
     roles: dict[int, tuple[str, str]] = field(default_factory=dict)  # lid -> (client, broker)
-    # per 4-tuple (`range_engine.conn_key`), over the range's own packets, one part per
-    # connection this range's engine opened on it (a reused 4-tuple has several): [first
-    # packet, first ts, last ts, packets, TCP flags seen] (the connections table; the ranges'
-    # counts add up to the file's; the driver gives each part to its incarnation)
+    # per 4-tuple (`range_engine.conn_key`), over the range's own packets in the order its
+    # engine read them, one part per connection this range's engine opened on it (a reused
+    # 4-tuple has several) and per file (a merged edge: `Range.merges`): [first packet, its
+    # time, the last packet's time, packets, TCP flags seen] (the connections table; the
+    # ranges' counts add up to the file's; the driver gives each part to its incarnation)
     flows: dict[tuple, list[list[int]]] = field(default_factory=dict)
     task_s: tuple[float, float] = (0.0, 0.0)  # the whole task's (wall, CPU) seconds
     # the side rows' data, shipped here so the driver builds the small tables without another
@@ -135,7 +136,7 @@ class UnitWalk:
             self.per.setdefault(key, []).append([pkt.no, pkt.ts_ns, pkt.ts_ns, 1, seg.flags])
         else:
             got = parts[-1]
-            got[2] = max(got[2], pkt.ts_ns)
+            got[2] = pkt.ts_ns  # its last packet's (the shuffle path's `last_ns`)
             got[3] += 1
             got[4] |= seg.flags
 

@@ -31,7 +31,7 @@ from kanalyze.capture import CaptureError
 from kanalyze.capture.source import readable
 from kanalyze.engine import EngineOptions
 from kanalyze.flows import FIN, RST, SYN
-from kanalyze.parallel.range_edges import handed_over_inside
+from kanalyze.parallel.range_edges import edge_conflict
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV
 from kanalyze.parallel.range_plan import (
     RANK_BITS,
@@ -178,8 +178,12 @@ def _totals(edges: list[Edge], ids: list[dict[int, int]],
 def _flows(edges: list[Edge], starts: dict[tuple, list[tuple[int, int]]]) -> dict:
     """The ranges' 4-tuple parts (`Edge.flows`) summed per incarnation (run id -> [first ts,
     last ts, packets]: a part belongs to the newest incarnation that started at or before its
-    first packet, as the shuffle path counts a packet to the newest) and per 4-tuple (key ->
-    [first ts, last ts, packets, flags, file ranks])."""
+    first packet, as the shuffle path counts a packet to the newest, and one before the
+    4-tuple's first start to none) and per 4-tuple (key -> [first ts, last ts, packets, flags,
+    file ranks]). The parts come in the order one engine reads their packets (the ranges in
+    order, each range's in its order), so the times are those of the first and the last
+    packet, as the shuffle path's (not the earliest and the latest: a capture's clock can
+    step back)."""
     out: dict = {}
 
     def add(k: object, t0: int, t1: int, n: int) -> list:
@@ -187,7 +191,7 @@ def _flows(edges: list[Edge], starts: dict[tuple, list[tuple[int, int]]]) -> dic
         if got is None:
             got = out[k] = [t0, t1, n, 0, set()]
         else:
-            got[0], got[1] = min(got[0], t0), max(got[1], t1)
+            got[1] = t1
             got[2] += n
         return got
 
@@ -199,8 +203,8 @@ def _flows(edges: list[Edge], starts: dict[tuple, list[tuple[int, int]]]) -> dic
                 whole[3] |= flg
                 whole[4].add(no >> RANK_BITS)  # a part lies in one file
                 at = bisect.bisect_right(inc, (no, INF)) - 1
-                if inc:  # packets before its first start: the first incarnation's
-                    add(inc[max(at, 0)][1], t0, t1, n)
+                if at >= 0:
+                    add(inc[at][1], t0, t1, n)
     return out
 
 
@@ -338,8 +342,9 @@ def _stitch_group(edges: list[Edge], first: int, files: list[FileInfo], opts: En
     # release is not replayed (the tables are sorted by time)
     ordered = any(e.names for e in edges)
     st = stitch([e.result for e in edges], opts, others=True, ordered=ordered)
-    if handed_over_inside([e.result for e in edges], st.owners):
-        raise Unstitchable("a handover inside the merged edge of two files")
+    conflict = edge_conflict([e.result for e in edges], st.own)
+    if conflict is not None:
+        raise Unstitchable(conflict)
     fixes = name_fixes(edges, st.sequence, dict(topic_ids or {}), with_bodies)
     counts: dict[int, int] = {}
     for r, i in st.sequence:

@@ -142,7 +142,7 @@ def test_a_connection_opened_inside_the_edge_is_refused(tmp_path: Path) -> None:
     """A handshake's last ACK begins the next file, dated before the SYN ahead of it: one
     process reads the ACK first (not yet the connection's), so the connections table would
     count it to the connection by packet number (measured: 12 packets for the shuffle
-    path's 11). The merging run refuses; the shuffle path decodes the set."""
+    path's 11). The stitch refuses (`edge_conflict`); the shuffle path decodes the set."""
     head, recs = _records(CAPTURES / "kp_codecs.pcap")
     syn = next(i for i in range(5, len(recs) - 2)
                if (a := _segment(recs[i])) is not None and a.flags == SYN
@@ -152,8 +152,8 @@ def test_a_connection_opened_inside_the_edge_is_refused(tmp_path: Path) -> None:
     _date(pieces[1][0], _us(pieces[0][-2]) - 1)
     got, why = local_ranges(_write(head, pieces, tmp_path / "rot"))
     assert not got
-    assert why == "the merged edge of two files: a connection opened in the edge, with " \
-        "packets on both sides"
+    assert why == "a connection that starts in the merged edge of two files, with packets " \
+        "from both"
 
 
 def test_a_file_whose_latest_is_not_at_its_end_is_refused(tmp_path: Path,
@@ -228,3 +228,39 @@ def test_a_next_file_gone_before_the_run_merges_nothing(tmp_path: Path) -> None:
     Path(paths[1]).unlink()
     gone = run_range(plan[0], EngineOptions(), lambda _ex: None)
     assert gone.merged == 0 and "k.pcap1" in gone.error and len(gone.done) > 0
+
+
+def _conn_rows_agree(paths: list[str]) -> None:
+    got, why = local_ranges(paths)
+    assert why == "ok", why
+    want = local_pipeline(paths)
+    assert _canon(got["connections"]) == _canon(
+        [json.loads(r["extra"]) for r in want if r["kind"] == "connection"])
+
+
+def test_a_connection_whose_last_packet_steps_back_ends_at_that_packet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connections table's `last_ns` is the time of a connection's last packet in read
+    order, on both paths (the range path took the latest time: 1 µs later here)."""
+    from kanalyze.parallel.range_export import RANGE_BYTES_ENV
+
+    monkeypatch.setenv(RANGE_BYTES_ENV, "3000")
+    head, recs = _records(CAPTURES / "kp_codecs.pcap")
+    keys = [(s.src, s.sport, s.dst, s.dport) if (s := _segment(r)) else None for r in recs]
+    last = max(i for i, k in enumerate(keys) if k == keys[len(recs) // 2])
+    prev = max(i for i in range(last) if keys[i] in (keys[last], keys[last][2:] + keys[last][:2]))
+    _date(recs[last], _us(recs[prev]) - 1)
+    _conn_rows_agree(_write(head, [recs], tmp_path / "one"))
+
+
+def test_a_stray_ack_before_a_connections_syn_is_not_counted_to_it(tmp_path: Path) -> None:
+    """A 4-tuple's pure ACK before its first connection opened belongs to no connection, as
+    on the shuffle path (the range path counted it to the first: one packet more)."""
+    head, recs = _records(CAPTURES / "kp_codecs.pcap")
+    syn = next(i for i in range(5, len(recs) - 2)
+               if (a := _segment(recs[i])) is not None and a.flags == SYN
+               and (c := _segment(recs[i + 2])) is not None and c.flags == ACK
+               and not len(c.payload))
+    stray = bytearray(recs[syn + 2])
+    _date(stray, _us(recs[syn]) - 1)
+    _conn_rows_agree(_write(head, [recs[:syn] + [stray] + recs[syn:]], tmp_path / "one"))
