@@ -91,14 +91,20 @@ def _ack_after_data(recs: list[bytearray]) -> int:
     raise AssertionError("no such record")
 
 
-def test_an_ack_dated_before_the_data_ahead_of_it_is_merged(tmp_path: Path) -> None:
-    """As in a real tcpdump -C rotation (aiokafka's consumer): the broker's data segment ends
-    one file, the client's ACK that begins the next is dated a microsecond earlier."""
+def _ack_dated_back(out: Path) -> tuple[list[str], list[list[bytearray]]]:
+    """Two files: the first ends with a data segment, the second begins with the ACK that
+    followed it, dated a microsecond before it (as in a real tcpdump -C rotation)."""
     head, recs = _records(LONG_CAPTURE)
     cut = _ack_after_data(recs)
     pieces = [recs[:cut], recs[cut:]]
     _date(pieces[1][0], _us(pieces[0][-1]) - 1)
-    paths = _write(head, pieces, tmp_path / "rot")
+    return _write(head, pieces, out), pieces
+
+
+def test_an_ack_dated_before_the_data_ahead_of_it_is_merged(tmp_path: Path) -> None:
+    """As in a real tcpdump -C rotation (aiokafka's consumer): the broker's data segment ends
+    one file, the client's ACK that begins the next is dated a microsecond earlier."""
+    paths, pieces = _ack_dated_back(tmp_path / "rot")
     plan = plan_chain(paths, 2, merge_edges=True)
     assert plan is not None and [r.merges for r in plan] == [True, False]
     assert plan[1].head_before == _us(pieces[0][-1]) * 1000
@@ -216,11 +222,7 @@ def test_a_next_file_gone_before_the_run_merges_nothing(tmp_path: Path) -> None:
     from kanalyze.engine import EngineOptions
     from kanalyze.parallel.ranges import run_range
 
-    head, recs = _records(LONG_CAPTURE)
-    cut = _ack_after_data(recs)
-    pieces = [recs[:cut], recs[cut:]]
-    _date(pieces[1][0], _us(pieces[0][-1]) - 1)
-    paths = _write(head, pieces, tmp_path / "rot")
+    paths, _pieces = _ack_dated_back(tmp_path / "rot")
     plan = plan_chain(paths, 2, merge_edges=True)
     assert plan is not None and plan[0].merges
     kept = run_range(plan[0], EngineOptions(), lambda _ex: None)
