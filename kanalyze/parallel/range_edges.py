@@ -20,17 +20,23 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from kanalyze.capture.packets import MAX_RECORD, Packet
 from kanalyze.flows import FIN, RST, SYN, FlowStats, decode_segment
 from kanalyze.parallel.range_plan import ConnKey, Range, RangeResult
 
-if TYPE_CHECKING:  # pragma: no cover - replay imports range_engine, which imports this
-    from kanalyze.parallel.replay import Own
-
 NO_EDGE = 1 << 62  # a time no packet has: nothing to merge
 TO_THE_END = (1 << 62) + 1  # `replay.INF`: a part of a connection that runs to its end
+
+
+class Part(Protocol):
+    """A run's part of one connection as the stitch gives it (`replay.Own`, which imports the
+    engine that imports this module)."""
+
+    lo: int
+    hi: int
+    root: tuple[int, int]
 
 
 class Noting(Protocol):
@@ -154,7 +160,7 @@ def _key(a: bytes, pa: int, b: bytes, pb: int) -> ConnKey:
     return (a, pa, b, pb) if (a, pa) <= (b, pb) else (b, pb, a, pa)
 
 
-def edge_conflict(results: Sequence[RangeResult], own: Sequence[Mapping[int, Own]]
+def edge_conflict(results: Sequence[RangeResult], own: Sequence[Mapping[int, Part]]
                   ) -> str | None:
     """Why the stitch (`own`: each range's part of each connection) cannot take a merging
     range's edge, where the packet numbers do not follow its engine's order, or None:
