@@ -24,10 +24,9 @@ from typing import Protocol
 
 from kanalyze.capture.packets import MAX_RECORD, Packet
 from kanalyze.flows import FIN, RST, SYN, FlowStats, decode_segment
-from kanalyze.parallel.range_plan import ConnKey, Range, RangeResult
+from kanalyze.parallel.range_plan import INF, ConnKey, Range, RangeResult, conn_key
 
 NO_EDGE = 1 << 62  # a time no packet has: nothing to merge
-TO_THE_END = (1 << 62) + 1  # `replay.INF`: a part of a connection that runs to its end
 
 
 class Part(Protocol):
@@ -135,7 +134,7 @@ class EdgeMerge:
         seg = decode_segment(pkt.linktype, pkt.data, FlowStats())
         if seg is None:
             return
-        key = _key(seg.src, seg.sport, seg.dst, seg.dport)
+        key = conn_key((seg.src, seg.sport, seg.dst, seg.dport))
         bit = 2 if foreign else 1
         self.seen[key] = self.seen.get(key, 0) | bit
         if len(seg.payload) or seg.flags & (SYN | FIN | RST):
@@ -154,10 +153,6 @@ class EdgeMerge:
             return rng
         nxt = replace(self.nxt, end=self.offset, count=self.last - self.nxt.base)
         return replace(rng, then=(nxt, *rng.then[1:]))
-
-
-def _key(a: bytes, pa: int, b: bytes, pb: int) -> ConnKey:
-    return (a, pa, b, pb) if (a, pa) <= (b, pb) else (b, pb, a, pa)
 
 
 def edge_conflict(results: Sequence[RangeResult], own: Sequence[Mapping[int, Part]]
@@ -184,7 +179,7 @@ def edge_conflict(results: Sequence[RangeResult], own: Sequence[Mapping[int, Par
             for lid, o in own[p].items():
                 e = results[p].conns[lid]
                 # where its view ends: its handover, or its close when it ran to its end
-                last = o.hi if o.hi != TO_THE_END or e.closed is None else e.closed
+                last = o.hi if o.hi != INF or e.closed is None else e.closed
                 if last >= lo_edge and o.lo < hi_edge and e.key in res.edge_seen:
                     return ("a connection an earlier range followed through the merged edge "
                             "of two files (in file order)")

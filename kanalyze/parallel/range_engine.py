@@ -30,12 +30,14 @@ from kanalyze.headers import plausible_request
 from kanalyze.held import HeldFrames
 from kanalyze.parallel.range_edges import NO_EDGE, EdgeMerge
 from kanalyze.parallel.range_plan import (
+    FINAL,
     RANK_BITS,
     ConnKey,
     MsgKey,
     Range,
     RangeResult,
     Wanted,
+    conn_key,
     read_overlap,
     read_range,
 )
@@ -43,7 +45,6 @@ from kanalyze.reassembly import MASK
 
 PSH = 0x08
 JOIN_SKIP = 1 << 40  # "skip everything" until a pushed segment (see RangeEngine._open)
-FINAL = 1 << 62  # the "packet number" of what happens at the end of input
 # handover candidates noted per connection (the stitch takes the first common): as found
 # mid-stream, and past the range's end (only where every awaited request is of the overlap,
 # as the next range's run has seen it too)
@@ -53,12 +54,6 @@ MAX_HEAD = 256
 # (no common point: the run fell back to one process)
 MAX_TAIL = 16
 
-
-
-def conn_key(k: tuple[bytes, int, bytes, int]) -> tuple[bytes, int, bytes, int]:
-    """A connection's 4-tuple regardless of direction (smaller end first)."""
-    a, b = (k[0], k[1]), (k[2], k[3])
-    return (a[0], a[1], b[0], b[1]) if a <= b else (b[0], b[1], a[0], a[1])
 
 
 def _abs(half, off: int) -> int:  # noqa: ANN001

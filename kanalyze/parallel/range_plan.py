@@ -23,6 +23,14 @@ from kanalyze.flows import FlowStats
 from kanalyze.parallel.plan import BODY_US_PER_BYTE, BODY_US_PER_DATA_PACKET, ENGINE_US_PER_PACKET
 
 ConnKey = tuple[bytes, int, bytes, int]
+FINAL = 1 << 62  # the "packet number" of what happens at the end of input
+INF = FINAL + 1  # the end of a run's part of a connection that it keeps to its end
+
+
+def conn_key(k: ConnKey) -> ConnKey:
+    """A connection's 4-tuple regardless of direction (smaller end first)."""
+    a, b = (k[0], k[1]), (k[2], k[3])
+    return (a[0], a[1], b[0], b[1]) if a <= b else (b[0], b[1], a[0], a[1])
 MsgKey = tuple[int, int, int]  # a request: (first packet, last packet, correlation id)
 # (packet no, digest of the state, bytes skipped so far, bytes lost in gaps so far, resyncs so
 # far, the requests awaited)

@@ -43,7 +43,6 @@ from kanalyze.correlation import ConnInfo, Exchange, Message
 from kanalyze.engine import Engine
 from kanalyze.framing import Pdu
 from kanalyze.parallel import range_stats
-from kanalyze.parallel.range_engine import FINAL
 from kanalyze.parallel.range_export import (
     RANGE_BYTES_ENV,
     RangeOutput,
@@ -51,6 +50,7 @@ from kanalyze.parallel.range_export import (
     check_names,
     run_tasks,
 )
+from kanalyze.parallel.range_plan import FINAL
 from kanalyze.parallel.ranges import plan_ranges, run_range
 from kanalyze.parallel.stitch import Stitched, Unstitchable, stitch
 from kanalyze.parallel.worker import RecordingNames

@@ -26,8 +26,7 @@ from collections.abc import Sequence
 
 from kanalyze.engine import DirectionTotals, EngineStats
 from kanalyze.framing import MAX_EVENTS, StreamEvent
-from kanalyze.parallel.range_engine import FINAL
-from kanalyze.parallel.range_plan import RangeResult
+from kanalyze.parallel.range_plan import FINAL, RangeResult
 from kanalyze.parallel.replay import INF, Unstitchable
 from kanalyze.parallel.stitch import Stitched
 

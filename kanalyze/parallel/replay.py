@@ -17,10 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kanalyze.engine import EngineOptions
-from kanalyze.parallel.range_engine import FINAL
-from kanalyze.parallel.range_plan import MsgKey, RangeResult
-
-INF = FINAL + 1
+from kanalyze.parallel.range_plan import FINAL, INF, MsgKey, RangeResult
 
 
 class Unstitchable(Exception):

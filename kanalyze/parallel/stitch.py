@@ -40,8 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kanalyze.engine import EngineOptions
-from kanalyze.parallel.range_engine import FINAL
-from kanalyze.parallel.range_plan import ConnEdge, RangeResult
+from kanalyze.parallel.range_plan import FINAL, ConnEdge, RangeResult
 from kanalyze.parallel.replay import INF, Own, Unstitchable, order, standing
 
 __all__ = ["Stitched", "Unstitchable", "stitch"]

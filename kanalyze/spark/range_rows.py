@@ -22,8 +22,7 @@ from kanalyze.capture import Packet
 from kanalyze.correlation import Exchange
 from kanalyze.engine import EngineOptions
 from kanalyze.flows import FlowStats, Segment, decode_segment
-from kanalyze.parallel.range_engine import conn_key
-from kanalyze.parallel.range_plan import RANK_BITS, ConnKey
+from kanalyze.parallel.range_plan import RANK_BITS, ConnKey, conn_key
 from kanalyze.parallel.ranges import Range, RangeResult, run_range
 from kanalyze.parallel.worker import RecordingNames
 from kanalyze.spark.payload import kafka_hint

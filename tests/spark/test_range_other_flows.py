@@ -21,9 +21,8 @@ from tests.functional import other_flows
 from tests.spark.support import frame_offsets, offline_keys, rotate, spark_keys
 
 pytest.importorskip("pyarrow", reason="the Spark extra is not installed")
-from kanalyze.parallel.range_engine import conn_key  # noqa: E402
 from kanalyze.parallel.range_export import RANGE_BYTES_ENV  # noqa: E402
-from kanalyze.parallel.range_plan import RANK_BITS  # noqa: E402
+from kanalyze.parallel.range_plan import RANK_BITS, conn_key  # noqa: E402
 from kanalyze.parallel.ranges import Unstitchable  # noqa: E402
 from kanalyze.spark import range_stage  # noqa: E402
 from kanalyze.spark.pipeline import build  # noqa: E402

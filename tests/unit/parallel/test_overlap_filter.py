@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from kanalyze.flows import FlowStats, decode_segment
-from kanalyze.parallel.range_engine import conn_key
-from kanalyze.parallel.range_plan import Wanted, plan_ranges, read_overlap, read_range
+from kanalyze.parallel.range_plan import Wanted, conn_key, plan_ranges, read_overlap, read_range
 
 CAPTURES = Path(__file__).resolve().parents[3] / "captures"
 
